@@ -1,0 +1,54 @@
+"""Connections: the DSN from --dsn, DATABASE_URL or the libpq environment."""
+
+from __future__ import annotations
+
+import os
+
+import psycopg
+
+from .errors import ConfigError
+
+# Keepalives make a dead peer's backend (and so its advisory lock) go away in
+# seconds rather than after the kernel's two hours.
+KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+}
+
+LIBPQ_VARS = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE")
+
+
+def configured_dsn(dsn: str | None = None) -> str | None:
+    """The DSN to use, or None when nothing at all is configured."""
+    if dsn:
+        return dsn
+    if os.environ.get("DATABASE_URL"):
+        return os.environ["DATABASE_URL"]
+    if any(os.environ.get(v) for v in LIBPQ_VARS):
+        return ""  # libpq reads the PG* variables itself
+    return None
+
+
+def require_dsn(dsn: str | None = None) -> str:
+    found = configured_dsn(dsn)
+    if found is None:
+        raise ConfigError(
+            "no database configured: pass --dsn, or set DATABASE_URL or the libpq "
+            "variables (PGHOST, PGDATABASE, PGUSER, ...)"
+        )
+    return found
+
+
+def connect(
+    dsn: str, *, autocommit: bool = True, application_name: str = "scrinalia-workers",
+    connect_timeout: int = 10,
+) -> psycopg.Connection:
+    try:
+        return psycopg.connect(
+            dsn, autocommit=autocommit, application_name=application_name,
+            connect_timeout=connect_timeout, **KEEPALIVES,
+        )
+    except psycopg.OperationalError as e:
+        raise ConfigError(f"cannot connect to the database: {str(e).strip()}") from e

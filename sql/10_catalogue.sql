@@ -1,0 +1,264 @@
+-- The worker catalogue, persisted settings, request validation and config resolution.
+-- Errors: SW001 unknown worker, SW002 invalid request or settings.
+
+CREATE FUNCTION scrinalia.require_worker(p_worker_name text)
+RETURNS scrinalia.archive_workers
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+DECLARE w scrinalia.archive_workers;
+BEGIN
+    SELECT * INTO w FROM scrinalia.archive_workers WHERE worker_name = p_worker_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW001',
+            MESSAGE = format('unknown worker %s', coalesce(quote_literal(left(p_worker_name, 100)), 'NULL')),
+            HINT = 'SELECT worker_name FROM scrinalia.archive_workers lists the catalogue';
+    END IF;
+    RETURN w;
+END $$;
+
+-- Checks one value against an option spec {"type": ..., "values": [...]}; returns
+-- NULL when it fits, else what is wrong with it.
+CREATE FUNCTION scrinalia.option_value_problem(p_spec jsonb, p_value jsonb)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t text := p_spec ->> 'type';
+    got text := jsonb_typeof(p_value);
+BEGIN
+    IF t = 'integer' THEN
+        IF got <> 'number' OR p_value::text !~ '^-?[0-9]+$' THEN
+            RETURN format('must be an integer, got %s %s', got, left(p_value::text, 60));
+        END IF;
+    ELSIF t = 'number' THEN
+        IF got <> 'number' THEN
+            RETURN format('must be a number, got %s', got);
+        END IF;
+    ELSIF t = 'string' THEN
+        IF got <> 'string' THEN
+            RETURN format('must be a string, got %s', got);
+        END IF;
+    ELSIF t = 'boolean' THEN
+        IF got <> 'boolean' THEN
+            RETURN format('must be a boolean, got %s', got);
+        END IF;
+    ELSE
+        RETURN format('has an unusable catalogue type %s', coalesce(t, 'NULL'));
+    END IF;
+    IF p_spec ? 'values' AND NOT (p_spec -> 'values') @> jsonb_build_array(p_value) THEN
+        RETURN format('must be one of %s, got %s', p_spec -> 'values', left(p_value::text, 60));
+    END IF;
+    RETURN NULL;
+END $$;
+
+-- Validates a set of {name: value} against {name: spec}; raises SW002 naming the part.
+CREATE FUNCTION scrinalia.check_options(p_worker_name text, p_part text, p_specs jsonb, p_values jsonb)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    k text;
+    v jsonb;
+    problem text;
+BEGIN
+    IF jsonb_typeof(p_values) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW002',
+            MESSAGE = format('invalid request for worker %L: %s must be an object, got %s',
+                             p_worker_name, p_part, jsonb_typeof(p_values));
+    END IF;
+    FOR k, v IN SELECT * FROM jsonb_each(p_values) LOOP
+        IF NOT coalesce(p_specs, '{}') ? k THEN
+            RAISE EXCEPTION USING ERRCODE = 'SW002',
+                MESSAGE = format('invalid request for worker %L: unknown %s key %L',
+                                 p_worker_name, p_part, left(k, 100)),
+                HINT = format('allowed: %s', coalesce((SELECT string_agg(x, ', ' ORDER BY x)
+                                                         FROM jsonb_object_keys(coalesce(p_specs, '{}')) x), 'none'));
+        END IF;
+        problem := scrinalia.option_value_problem(p_specs -> k, v);
+        IF problem IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'SW002',
+                MESSAGE = format('invalid request for worker %L: %s.%s %s', p_worker_name, p_part, k, problem);
+        END IF;
+    END LOOP;
+END $$;
+
+-- The WorkerRunRequest {engine?, preset?, options?, engine_options?}, checked against
+-- the catalogue; returns it unchanged when valid. engine_options are checked against
+-- the engine the config will resolve to when the request names none.
+CREATE FUNCTION scrinalia.validate_request(p_worker_name text, p_request jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+DECLARE
+    w scrinalia.archive_workers := scrinalia.require_worker(p_worker_name);
+    req jsonb := coalesce(p_request, '{}');
+    k text;
+    engine text;
+BEGIN
+    IF jsonb_typeof(req) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW002',
+            MESSAGE = format('invalid request for worker %L: the request must be a JSON object, got %s',
+                             p_worker_name, jsonb_typeof(req));
+    END IF;
+    IF octet_length(req::text) > 65536 THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW002',
+            MESSAGE = format('invalid request for worker %L: the request is %s bytes, the limit is 65536',
+                             p_worker_name, octet_length(req::text));
+    END IF;
+    FOR k IN SELECT jsonb_object_keys(req) LOOP
+        IF k NOT IN ('engine', 'preset', 'options', 'engine_options') THEN
+            RAISE EXCEPTION USING ERRCODE = 'SW002',
+                MESSAGE = format('invalid request for worker %L: unknown key %L', p_worker_name, left(k, 100)),
+                HINT = 'a request has only engine, preset, options and engine_options';
+        END IF;
+    END LOOP;
+    FOREACH k IN ARRAY ARRAY['engine', 'preset'] LOOP
+        IF req ? k AND jsonb_typeof(req -> k) <> 'string' THEN
+            RAISE EXCEPTION USING ERRCODE = 'SW002',
+                MESSAGE = format('invalid request for worker %L: %s must be a string, got %s',
+                                 p_worker_name, k, jsonb_typeof(req -> k));
+        END IF;
+    END LOOP;
+    IF req ? 'engine' AND NOT w.engines ? (req ->> 'engine') THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW002',
+            MESSAGE = format('invalid request for worker %L: unknown engine %L', p_worker_name, left(req ->> 'engine', 100)),
+            HINT = format('engines: %s', coalesce((SELECT string_agg(x, ', ' ORDER BY x) FROM jsonb_object_keys(w.engines) x), 'none'));
+    END IF;
+    IF req ? 'preset' AND NOT w.presets ? (req ->> 'preset') THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW002',
+            MESSAGE = format('invalid request for worker %L: unknown preset %L', p_worker_name, left(req ->> 'preset', 100)),
+            HINT = format('presets: %s', coalesce((SELECT string_agg(x, ', ' ORDER BY x) FROM jsonb_object_keys(w.presets) x), 'none'));
+    END IF;
+    IF req ? 'options' THEN
+        PERFORM scrinalia.check_options(p_worker_name, 'options', w.options, req -> 'options');
+    END IF;
+    IF req ? 'engine_options' THEN
+        engine := coalesce(req ->> 'engine',
+                           (SELECT s.settings ->> 'engine' FROM scrinalia.archive_worker_settings s
+                             WHERE s.worker_name = p_worker_name),
+                           w.default_config ->> 'engine');
+        IF engine IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'SW002',
+                MESSAGE = format('invalid request for worker %L: engine_options given but no engine is named or configured',
+                                 p_worker_name);
+        END IF;
+        PERFORM scrinalia.check_options(p_worker_name, format('engine_options (engine %s)', engine),
+                                        w.engines -> engine -> 'engine_options', req -> 'engine_options');
+    END IF;
+    RETURN req;
+END $$;
+
+-- explicit request > persisted settings > signature default, part by part; a preset
+-- contributes its options between the settings and the request's own options. Never
+-- raises: a pinned request that a later catalogue change made stale still resolves.
+CREATE FUNCTION scrinalia.resolve_config(p_worker_name text, p_request jsonb,
+                                         OUT config jsonb, OUT sources jsonb)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+DECLARE
+    d jsonb;
+    s jsonb;
+    r jsonb := coalesce(p_request, '{}');
+    preset jsonb;
+    part text;
+    key text;
+    layer text;
+    merged jsonb;
+    merged_src jsonb;
+    lv jsonb;
+BEGIN
+    SELECT coalesce(w.default_config, '{}'), coalesce(st.settings, '{}')
+      INTO d, s
+      FROM scrinalia.archive_workers w
+      LEFT JOIN scrinalia.archive_worker_settings st USING (worker_name)
+     WHERE w.worker_name = p_worker_name;
+    d := coalesce(d, '{}');
+    s := coalesce(s, '{}');
+    config := '{}';
+    sources := '{}';
+    FOREACH part IN ARRAY ARRAY['engine', 'preset'] LOOP
+        IF r ? part THEN
+            config := config || jsonb_build_object(part, r -> part);
+            sources := sources || jsonb_build_object(part, 'request');
+        ELSIF s ? part THEN
+            config := config || jsonb_build_object(part, s -> part);
+            sources := sources || jsonb_build_object(part, 'settings');
+        ELSIF d ? part THEN
+            config := config || jsonb_build_object(part, d -> part);
+            sources := sources || jsonb_build_object(part, 'default');
+        END IF;
+    END LOOP;
+    SELECT w.presets -> (config ->> 'preset') INTO preset
+      FROM scrinalia.archive_workers w WHERE w.worker_name = p_worker_name;
+    preset := coalesce(preset, '{}');
+    FOREACH part IN ARRAY ARRAY['options', 'engine_options'] LOOP
+        merged := '{}';
+        merged_src := '{}';
+        FOREACH layer IN ARRAY ARRAY['default', 'settings', 'preset', 'request'] LOOP
+            lv := CASE layer WHEN 'default' THEN d WHEN 'settings' THEN s
+                             WHEN 'preset' THEN preset ELSE r END -> part;
+            IF jsonb_typeof(lv) = 'object' THEN
+                merged := merged || lv;
+                FOR key IN SELECT jsonb_object_keys(lv) LOOP
+                    merged_src := merged_src || jsonb_build_object(key, layer);
+                END LOOP;
+            END IF;
+        END LOOP;
+        config := config || jsonb_build_object(part, merged);
+        sources := sources || jsonb_build_object(part, merged_src);
+    END LOOP;
+END $$;
+
+-- Registers or updates a worker in the catalogue (deploy-time: the owner only).
+CREATE FUNCTION scrinalia.register_worker(p_worker_name text, p_engines jsonb DEFAULT '{}',
+                                          p_presets jsonb DEFAULT '{}', p_options jsonb DEFAULT '{}',
+                                          p_default_config jsonb DEFAULT '{}', p_description text DEFAULT '')
+RETURNS scrinalia.archive_workers
+LANGUAGE plpgsql
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+DECLARE w scrinalia.archive_workers;
+BEGIN
+    IF p_worker_name IS NULL OR p_worker_name !~ '^[a-z][a-z0-9_.-]{0,62}$' THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW002',
+            MESSAGE = format('invalid worker name %s', coalesce(quote_literal(left(p_worker_name, 100)), 'NULL')),
+            HINT = 'a worker name is 1 to 63 characters: a lowercase letter, then lowercase letters, digits, _ . or -';
+    END IF;
+    INSERT INTO scrinalia.archive_workers AS a
+           (worker_name, engines, presets, options, default_config, description)
+    VALUES (p_worker_name, coalesce(p_engines, '{}'), coalesce(p_presets, '{}'),
+            coalesce(p_options, '{}'), coalesce(p_default_config, '{}'), coalesce(p_description, ''))
+    ON CONFLICT (worker_name) DO UPDATE
+       SET engines = EXCLUDED.engines, presets = EXCLUDED.presets, options = EXCLUDED.options,
+           default_config = EXCLUDED.default_config, description = EXCLUDED.description,
+           updated_at = now()
+    RETURNING * INTO w;
+    RETURN w;
+END $$;
+
+-- Persisted settings: same shape as a request, validated the same way.
+CREATE FUNCTION scrinalia.put_settings(p_worker_name text, p_settings jsonb,
+                                       p_updated_by text DEFAULT NULL, p_updated_by_user_id bigint DEFAULT NULL)
+RETURNS scrinalia.archive_worker_settings
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+DECLARE st scrinalia.archive_worker_settings;
+BEGIN
+    PERFORM scrinalia.require_worker(p_worker_name);
+    -- engine_options in settings are checked against the settings' own engine, if any
+    PERFORM scrinalia.validate_request(p_worker_name, p_settings);
+    INSERT INTO scrinalia.archive_worker_settings AS a
+           (worker_name, settings, updated_by, updated_by_user_id, updated_at)
+    VALUES (p_worker_name, p_settings, p_updated_by, p_updated_by_user_id, now())
+    ON CONFLICT (worker_name) DO UPDATE
+       SET settings = EXCLUDED.settings, updated_by = EXCLUDED.updated_by,
+           updated_by_user_id = EXCLUDED.updated_by_user_id, updated_at = now()
+    RETURNING * INTO st;
+    RETURN st;
+END $$;

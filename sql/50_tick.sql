@@ -1,0 +1,188 @@
+-- The scheduler's tick: the due query, enqueue-or-skip + advance, retries, and when
+-- to wake up next. The shim computes next occurrences (cron in a zone, DST) between
+-- due_schedules() and tick(), in the same transaction, so the rows stay locked.
+-- Errors: SW030 bad tick input.
+
+CREATE FUNCTION scrinalia.scheduler_lock_key()
+RETURNS bigint
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 7305764011424514049::bigint $$;  -- 'scrinali' as bytes, fixed for ever
+
+-- Enabled schedules that are due (next_run_at <= now()) or not armed yet (NULL),
+-- row-locked for the caller's transaction; those another transaction holds are skipped.
+CREATE FUNCTION scrinalia.due_schedules(p_limit integer DEFAULT 100000)
+RETURNS TABLE (worker_name text, cron text, timezone text, next_run_at timestamptz, db_now timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT s.worker_name, s.cron, s.timezone, s.next_run_at, now()
+      FROM scrinalia.archive_worker_schedules s
+     WHERE s.enabled AND (s.next_run_at IS NULL OR s.next_run_at <= now())
+     ORDER BY s.next_run_at NULLS FIRST, s.worker_name
+     LIMIT p_limit
+       FOR UPDATE OF s SKIP LOCKED;
+END $$;
+
+-- For each (worker, next occurrence after now()) pair, in one statement: an unarmed
+-- schedule is armed; a due one whose worker has a QUEUED/RUNNING run or a retry still
+-- owed is skipped; otherwise one SCHEDULE run is created for the period it was due
+-- (however many periods were missed: one catch-up). All advance to p_next.
+CREATE FUNCTION scrinalia.tick(p_workers text[], p_next timestamptz[], p_ticked_by text DEFAULT NULL)
+RETURNS TABLE (worker_name text, decision text, run_id bigint, scheduled_for timestamptz,
+               next_run_at timestamptz, reason text)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+DECLARE
+    bad text;
+BEGIN
+    IF p_workers IS NULL OR p_next IS NULL
+       OR coalesce(cardinality(p_workers), 0) <> coalesce(cardinality(p_next), 0) THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW030',
+            MESSAGE = 'tick takes two arrays of the same length: worker names and their next occurrences';
+    END IF;
+    SELECT format('%s -> %s', i.w, coalesce(i.n::text, 'NULL')) INTO bad
+      FROM unnest(p_workers, p_next) AS i(w, n)
+     WHERE i.w IS NULL OR i.n IS NULL OR i.n <= now()
+     LIMIT 1;
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW030',
+            MESSAGE = format('tick: every next occurrence must be after now() (%s): %s', now(), bad),
+            HINT = 'compute next occurrences after the transaction''s now(), as due_schedules() returns it';
+    END IF;
+    IF (SELECT count(DISTINCT w) FROM unnest(p_workers) w) <> cardinality(p_workers) THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW030', MESSAGE = 'tick: a worker is named twice';
+    END IF;
+
+    UPDATE scrinalia.scheduler_state
+       SET last_tick_at = now(), last_tick_by = left(p_ticked_by, 200), ticks = ticks + 1;
+
+    RETURN QUERY
+    WITH due AS (
+        SELECT s.worker_name, s.next_run_at AS was, s.request, i.next_at,
+               (SELECT a.run_id FROM scrinalia.archive_worker_runs a
+                 WHERE a.worker_name = s.worker_name AND a.status IN ('QUEUED', 'RUNNING')) AS active_run_id,
+               (SELECT p.run_id FROM scrinalia.archive_worker_runs p
+                 WHERE p.worker_name = s.worker_name AND p.retry_pending LIMIT 1) AS owed_run_id
+          FROM scrinalia.archive_worker_schedules s
+          JOIN unnest(p_workers, p_next) AS i(worker_name, next_at) ON i.worker_name = s.worker_name
+         WHERE s.enabled AND (s.next_run_at IS NULL OR s.next_run_at <= now())
+         ORDER BY s.worker_name
+           FOR UPDATE OF s SKIP LOCKED
+    ), ins AS (
+        INSERT INTO scrinalia.archive_worker_runs AS r
+               (worker_name, trigger, request, config, config_sources, scheduled_for, requested_by)
+        SELECT d.worker_name, 'SCHEDULE', d.request, rc.config, rc.sources, d.was, 'scheduler'
+          FROM due d
+         CROSS JOIN LATERAL scrinalia.resolve_config(d.worker_name, d.request) rc
+         WHERE d.was IS NOT NULL AND d.active_run_id IS NULL AND d.owed_run_id IS NULL
+        ON CONFLICT DO NOTHING
+        RETURNING r.run_id, r.worker_name
+    ), decided AS (
+        SELECT d.worker_name, d.was, d.next_at, ins.run_id,
+               CASE WHEN d.was IS NULL THEN 'ARMED'
+                    WHEN ins.run_id IS NOT NULL THEN 'ENQUEUED'
+                    ELSE 'SKIPPED' END AS decision,
+               CASE WHEN d.was IS NULL OR ins.run_id IS NOT NULL THEN NULL
+                    WHEN d.active_run_id IS NOT NULL THEN format('run #%s is active', d.active_run_id)
+                    WHEN d.owed_run_id IS NOT NULL THEN format('run #%s awaits its retry', d.owed_run_id)
+                    ELSE 'the slot or the period was taken concurrently' END AS reason
+          FROM due d LEFT JOIN ins ON ins.worker_name = d.worker_name
+    ), upd AS (
+        UPDATE scrinalia.archive_worker_schedules s
+           SET next_run_at = x.next_at,
+               last_enqueued_at = CASE WHEN x.decision = 'ENQUEUED' THEN now() ELSE s.last_enqueued_at END,
+               last_run_id = coalesce(x.run_id, s.last_run_id),
+               last_skipped_at = CASE WHEN x.decision = 'SKIPPED' THEN now() ELSE s.last_skipped_at END,
+               last_skip_reason = CASE WHEN x.decision = 'SKIPPED' THEN x.reason ELSE s.last_skip_reason END
+          FROM decided x
+         WHERE s.worker_name = x.worker_name
+        RETURNING s.worker_name
+    )
+    SELECT x.worker_name, x.decision, x.run_id, x.was, x.next_at, x.reason
+      FROM decided x JOIN upd USING (worker_name)
+     ORDER BY x.worker_name;
+
+    IF FOUND THEN
+        PERFORM pg_notify('scrinalia_runs', 'tick');
+    END IF;
+END $$;
+
+-- The retry delay after attempt n with a given jitter in [-0.2, 0.2]:
+-- min(min(60 * 2^(n-1), 1800) * (1 + jitter), 1800) seconds.
+CREATE FUNCTION scrinalia.retry_delay(p_attempt integer, p_jitter double precision)
+RETURNS interval
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_attempt IS NULL OR p_attempt < 1 OR p_jitter IS NULL OR p_jitter < -0.2 OR p_jitter > 0.2 THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW002',
+            MESSAGE = format('retry_delay takes an attempt >= 1 and a jitter in [-0.2, 0.2], not %s and %s',
+                             p_attempt, p_jitter);
+    END IF;
+    RETURN make_interval(secs => least(least(60 * power(2, least(p_attempt, 32) - 1), 1800) * (1 + p_jitter), 1800));
+END $$;
+
+CREATE FUNCTION scrinalia.retry_backoff(p_attempt integer)
+RETURNS interval
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$ SELECT scrinalia.retry_delay(p_attempt, random() * 0.4 - 0.2) $$;
+
+-- Creates the retry row of every SCHEDULE attempt 1 or 2 that ended FAILED or
+-- INTERRUPTED: same request, attempt + 1, retry_of, not_before = now() + backoff.
+-- Reads only the rows marked retry_pending (a partial index), never the history. A
+-- candidate whose worker's slot is taken (a manual run) stays pending for a later tick.
+CREATE FUNCTION scrinalia.create_retries()
+RETURNS TABLE (run_id bigint, retry_of bigint, worker_name text, attempt integer, not_before timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY
+    WITH cand AS (
+        SELECT c.run_id, c.worker_name, c.request, c.attempt, c.scheduled_for
+          FROM scrinalia.archive_worker_runs c
+         WHERE c.retry_pending
+         ORDER BY c.run_id
+           FOR UPDATE SKIP LOCKED
+    ), ins AS (
+        INSERT INTO scrinalia.archive_worker_runs AS r
+               (worker_name, trigger, request, config, config_sources, attempt, retry_of,
+                not_before, scheduled_for, requested_by)
+        SELECT c.worker_name, 'SCHEDULE', c.request, rc.config, rc.sources, c.attempt + 1, c.run_id,
+               now() + scrinalia.retry_backoff(c.attempt), c.scheduled_for, 'scheduler'
+          FROM cand c
+         CROSS JOIN LATERAL scrinalia.resolve_config(c.worker_name, c.request) rc
+        ON CONFLICT DO NOTHING
+        RETURNING r.run_id, r.retry_of, r.worker_name, r.attempt, r.not_before
+    ), done AS (
+        UPDATE scrinalia.archive_worker_runs o SET retry_pending = false
+          FROM ins WHERE o.run_id = ins.retry_of
+        RETURNING o.run_id
+    )
+    SELECT ins.run_id, ins.retry_of, ins.worker_name, ins.attempt, ins.not_before
+      FROM ins JOIN done ON done.run_id = ins.retry_of
+     ORDER BY ins.run_id;
+    IF FOUND THEN
+        PERFORM pg_notify('scrinalia_runs', 'retry');
+    END IF;
+END $$;
+
+-- The earliest instant the scheduler has work: a due or unarmed schedule, an owed
+-- retry, or a lease to reap. NULL when there is nothing at all.
+CREATE FUNCTION scrinalia.next_wakeup()
+RETURNS timestamptz
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+    SELECT least(
+        (SELECT min(s.next_run_at) FROM scrinalia.archive_worker_schedules s WHERE s.enabled),
+        (SELECT now() FROM scrinalia.archive_worker_schedules s WHERE s.enabled AND s.next_run_at IS NULL LIMIT 1),
+        (SELECT min(r.lease_expires_at) FROM scrinalia.archive_worker_runs r WHERE r.status = 'RUNNING'),
+        (SELECT now() FROM scrinalia.archive_worker_runs r WHERE r.retry_pending LIMIT 1))
+$$;

@@ -1,0 +1,35 @@
+-- The panel's views: the agenda and the run history, with the queue counters apart.
+
+CREATE VIEW scrinalia.worker_agenda AS
+SELECT w.worker_name,
+       s.worker_name IS NOT NULL AS scheduled,
+       s.cron, s.timezone,
+       CASE WHEN s.enabled THEN s.next_run_at END AS next_run_at,
+       NOT s.enabled AS paused,
+       s.enabled AND s.next_run_at IS NULL AS awaiting_arm,
+       s.last_enqueued_at, s.last_run_id, s.last_skipped_at, s.last_skip_reason,
+       a.run_id AS active_run_id, a.status AS active_status, a.trigger AS active_trigger,
+       a.attempt AS active_attempt, a.not_before AS active_not_before,
+       s.request, s.updated_by, s.updated_at
+  FROM scrinalia.archive_workers w
+  LEFT JOIN scrinalia.archive_worker_schedules s ON s.worker_name = w.worker_name
+  LEFT JOIN scrinalia.archive_worker_runs a
+         ON a.worker_name = w.worker_name AND a.status IN ('QUEUED', 'RUNNING');
+
+CREATE VIEW scrinalia.worker_run_history AS
+SELECT r.run_id, r.worker_name, r.status, r.trigger, r.attempt,
+       CASE WHEN r.trigger = 'SCHEDULE' THEN format('%s/3', r.attempt) ELSE '1/1' END AS attempt_label,
+       r.retry_of,
+       (SELECT n.run_id FROM scrinalia.archive_worker_runs n WHERE n.retry_of = r.run_id) AS retried_by,
+       r.not_before, r.scheduled_for, r.created_at, r.started_at, r.finished_at, r.duration,
+       r.error, r.error_fingerprint, r.requested_by, r.lease_owner, r.lease_expires_at,
+       r.request, r.config, r.config_sources
+  FROM scrinalia.archive_worker_runs r;
+
+CREATE VIEW scrinalia.worker_queue_counters AS
+SELECT w.worker_name,
+       count(u.unit_id) FILTER (WHERE u.processed_at IS NULL) AS pending,
+       count(u.unit_id) FILTER (WHERE u.processed_at IS NOT NULL) AS processed
+  FROM scrinalia.archive_workers w
+  LEFT JOIN scrinalia.archive_worker_units u ON u.worker_name = w.worker_name
+ GROUP BY w.worker_name;

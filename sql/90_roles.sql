@@ -1,0 +1,59 @@
+-- Least privilege: nobody but the owner touches a table; each group may call exactly
+-- the functions of its job, all SECURITY DEFINER with a pinned search_path.
+--   reader     reads the views and a schedule
+--   operator   reader + schedule writes, settings, manual enqueue, cancel
+--   runner     claim, heartbeat, finish, the units it processes
+--   scheduler  due, tick, retries, reaping, when to wake
+REVOKE ALL ON SCHEMA scrinalia FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA scrinalia FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA scrinalia FROM PUBLIC;
+REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA scrinalia FROM PUBLIC;
+
+GRANT USAGE ON SCHEMA scrinalia
+   TO scrinalia_reader, scrinalia_operator, scrinalia_runner, scrinalia_scheduler;
+
+-- shared by all four: the start-up check and the pure helpers
+GRANT EXECUTE ON FUNCTION
+    scrinalia.schema_head(),
+    scrinalia.validate_cron(text),
+    scrinalia.validate_timezone(text),
+    scrinalia.retry_delay(integer, double precision)
+   TO scrinalia_reader, scrinalia_operator, scrinalia_runner, scrinalia_scheduler;
+
+GRANT SELECT ON scrinalia.worker_agenda, scrinalia.worker_run_history, scrinalia.worker_queue_counters
+   TO scrinalia_reader;
+GRANT EXECUTE ON FUNCTION
+    scrinalia.get_schedule(text),
+    scrinalia.scheduler_status(),
+    scrinalia.default_timezone()
+   TO scrinalia_reader;
+
+GRANT scrinalia_reader TO scrinalia_operator;
+GRANT EXECUTE ON FUNCTION
+    scrinalia.put_schedule(text, text, text, jsonb, boolean, text, bigint),
+    scrinalia.set_schedule_enabled(text, boolean, text),
+    scrinalia.delete_schedule(text),
+    scrinalia.put_settings(text, jsonb, text, bigint),
+    scrinalia.set_default_timezone(text),
+    scrinalia.enqueue(text, jsonb, scrinalia.run_trigger, text),
+    scrinalia.cancel_run(bigint, text),
+    scrinalia.add_units(text, text[])
+   TO scrinalia_operator;
+
+GRANT EXECUTE ON FUNCTION
+    scrinalia.claim_next(text, interval, text[]),
+    scrinalia.heartbeat(bigint, uuid),
+    scrinalia.finish(bigint, uuid, scrinalia.run_status, text, text),
+    scrinalia.next_claimable_at(text[]),
+    scrinalia.mark_units_processed(text, text[])
+   TO scrinalia_runner;
+
+GRANT EXECUTE ON FUNCTION
+    scrinalia.scheduler_lock_key(),
+    scrinalia.due_schedules(integer),
+    scrinalia.tick(text[], timestamptz[], text),
+    scrinalia.create_retries(),
+    scrinalia.reap_expired_leases(),
+    scrinalia.next_wakeup(),
+    scrinalia.scheduler_status()
+   TO scrinalia_scheduler;

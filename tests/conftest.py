@@ -1,0 +1,82 @@
+"""The test harness: a real PostgreSQL, never a mock.
+
+SCRINALIA_TEST_DSN names an existing server (a superuser DSN, its database is used
+only to create and drop the test databases); otherwise a throwaway cluster is
+started from the installed server binaries and removed at the end. Each test that
+asks for `db` gets its own database, cloned from a migrated template.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import psycopg
+import pytest
+
+from scrinalia_workers.migrate import migrate
+from scrinalia_workers.pgserver import start_cluster
+
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster():
+    if os.environ.get("SCRINALIA_TEST_DSN"):
+        yield None
+        return
+    cluster = start_cluster()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def admin_dsn(pg_cluster) -> str:
+    return os.environ.get("SCRINALIA_TEST_DSN") or pg_cluster.dsn("postgres")
+
+
+def dsn_for(admin: str, dbname: str) -> str:
+    return psycopg.conninfo.make_conninfo(admin, dbname=dbname)
+
+
+@pytest.fixture(scope="session")
+def admin(admin_dsn):
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture(scope="session")
+def template_db(admin, admin_dsn) -> str:
+    name = f"sw_template_{os.getpid()}"
+    admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+    admin.execute(f'CREATE DATABASE "{name}"')
+    migrate(dsn_for(admin_dsn, name))
+    yield name
+    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def empty_db_dsn(admin, admin_dsn):
+    """A new, empty database (for the migration tests)."""
+    name = f"sw_empty_{os.getpid()}_{next(_counter)}"
+    admin.execute(f'CREATE DATABASE "{name}"')
+    yield dsn_for(admin_dsn, name)
+    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def db_dsn(admin, admin_dsn, template_db):
+    """A migrated database of this test's own, cloned from the template."""
+    name = f"sw_test_{os.getpid()}_{next(_counter)}"
+    admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    yield dsn_for(admin_dsn, name)
+    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def db(db_dsn):
+    """A superuser connection (autocommit) to the test's own migrated database."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        yield conn
