@@ -80,3 +80,38 @@ def db(db_dsn):
     """A superuser connection (autocommit) to the test's own migrated database."""
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         yield conn
+
+
+GROUPS = ("reader", "operator", "runner", "scheduler")
+
+
+@pytest.fixture(scope="session")
+def role_logins(admin, template_db) -> dict[str, str]:
+    """A LOGIN role per group (sw_login_<group>, member of scrinalia_<group> only)."""
+    logins = {}
+    for g in GROUPS + ("nobody",):
+        login = f"sw_login_{g}"
+        exists = admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone()
+        if not exists:
+            admin.execute(f'CREATE ROLE "{login}" LOGIN')
+        if g != "nobody":
+            admin.execute(f'GRANT "scrinalia_{g}" TO "{login}"')
+        logins[g] = login
+    return logins
+
+
+@pytest.fixture
+def connect_as(db_dsn, role_logins, template_db):
+    """connect_as('runner') -> an autocommit connection logged in as that group's login."""
+    opened = []
+
+    def _connect(group: str) -> psycopg.Connection:
+        conn = psycopg.connect(
+            psycopg.conninfo.make_conninfo(db_dsn, user=role_logins[group]), autocommit=True
+        )
+        opened.append(conn)
+        return conn
+
+    yield _connect
+    for c in opened:
+        c.close()
