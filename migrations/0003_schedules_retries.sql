@@ -26,8 +26,9 @@ CREATE UNIQUE INDEX uq_worker_run_period
     ON scrinalia.archive_worker_runs (worker_name, scheduled_for)
     WHERE attempt = 1 AND scheduled_for IS NOT NULL;
 
+-- The owed retries: what create_retries() reads and what the tick checks per worker.
 CREATE INDEX ix_worker_runs_retry_pending
-    ON scrinalia.archive_worker_runs (run_id)
+    ON scrinalia.archive_worker_runs (worker_name)
     WHERE retry_pending;
 
 CREATE TABLE scrinalia.archive_worker_schedules (

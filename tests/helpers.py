@@ -1,0 +1,113 @@
+"""Small helpers shared by the SQL tests: a catalogue, a worker, SQLSTATEs, a tick."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from datetime import timedelta
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+CATALOGUE = {
+    "engines": {
+        "tesseract": {"engine_options": {"psm": {"type": "integer"},
+                                         "oem": {"type": "integer", "values": [0, 1, 2, 3]}}},
+        "easyocr": {"engine_options": {"gpu": {"type": "boolean"}}},
+    },
+    "presets": {"fast": {"options": {"dpi": 150}}, "archival": {"options": {"dpi": 600, "deskew": True}}},
+    "options": {
+        "dpi": {"type": "integer"},
+        "lang": {"type": "string", "values": ["por", "eng"]},
+        "deskew": {"type": "boolean"},
+        "threshold": {"type": "number"},
+    },
+    "default_config": {"engine": "tesseract", "options": {"dpi": 300, "lang": "por"}},
+}
+
+
+def make_worker(conn: psycopg.Connection, name: str = "ocr", catalogue: dict = CATALOGUE) -> str:
+    conn.execute(
+        "SELECT scrinalia.register_worker(%s, %s, %s, %s, %s)",
+        (name, Jsonb(catalogue["engines"]), Jsonb(catalogue["presets"]),
+         Jsonb(catalogue["options"]), Jsonb(catalogue["default_config"])),
+    )
+    return name
+
+
+def make_workers(conn: psycopg.Connection, n: int, prefix: str = "w") -> list[str]:
+    names = [f"{prefix}{i:05d}" for i in range(n)]
+    conn.execute(
+        "INSERT INTO scrinalia.archive_workers (worker_name) SELECT unnest(%s::text[])", (names,)
+    )
+    return names
+
+
+@contextmanager
+def raises_sqlstate(sqlstate: str, *fragments: str):
+    """Asserts the block raises a database error with this SQLSTATE and message parts."""
+    try:
+        yield
+    except psycopg.Error as e:
+        assert e.sqlstate == sqlstate, f"expected {sqlstate}, got {e.sqlstate}: {e}"
+        msg = e.diag.message_primary or ""
+        for f in fragments:
+            assert f in msg, f"{f!r} not in {msg!r}"
+    else:
+        raise AssertionError(f"expected SQLSTATE {sqlstate}, nothing was raised")
+
+
+def put_schedule(conn, worker: str, cron: str = "0 2 * * *", tz: str | None = "Europe/Berlin",
+                 request: dict | None = None, enabled: bool = True):
+    return conn.execute(
+        "SELECT * FROM scrinalia.put_schedule(%s, %s, %s, %s, %s, 'test')",
+        (worker, cron, tz, Jsonb(request or {}), enabled),
+    ).fetchone()
+
+
+def set_next_run(conn, worker: str, ago: timedelta | str) -> None:
+    """Moves a schedule's next_run_at into the past: the clock is data."""
+    conn.execute(
+        "UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() - %s::interval "
+        "WHERE worker_name = %s", (str(ago) if isinstance(ago, str) else ago, worker),
+    )
+
+
+def tick(conn, advance: str = "1 hour", only: list[str] | None = None):
+    """Runs one tick as the scheduler does, with next occurrences = now() + advance.
+
+    Returns (due rows, decisions). The real scheduler computes next occurrences from
+    cron; these tests pin the SQL's decisions, so any future instant serves.
+    """
+    with conn.transaction():
+        due = conn.execute("SELECT * FROM scrinalia.due_schedules()").fetchall()
+        names = [r[0] for r in due if only is None or r[0] in only]
+        nexts = [r[4] + _interval(advance) for r in due if only is None or r[0] in only]
+        decisions = conn.execute(
+            "SELECT worker_name, decision, run_id, scheduled_for, next_run_at, reason "
+            "FROM scrinalia.tick(%s::text[], %s::timestamptz[], 'test')", (names, nexts),
+        ).fetchall()
+    return due, decisions
+
+
+def _interval(text: str) -> timedelta:
+    n, unit = text.split()
+    return timedelta(**{unit if unit.endswith("s") else unit + "s": float(n)})
+
+
+def claim(conn, runner: str = "r1", lease: str = "5 minutes", workers: list[str] | None = None):
+    return conn.execute(
+        "SELECT run_id, lease_token, worker_name, attempt, trigger FROM scrinalia.claim_next(%s, %s::interval, %s)",
+        (runner, lease, workers),
+    ).fetchone()
+
+
+def finish(conn, run_id: int, token, status: str = "SUCCEEDED", error: str | None = None):
+    return conn.execute(
+        "SELECT status, error, error_fingerprint, duration, retry_pending "
+        "FROM scrinalia.finish(%s, %s, %s, %s)", (run_id, token, status, error),
+    ).fetchone()
+
+
+def run_row(conn, run_id: int) -> dict:
+    cur = conn.cursor(row_factory=psycopg.rows.dict_row)
+    return cur.execute("SELECT * FROM scrinalia.archive_worker_runs WHERE run_id = %s", (run_id,)).fetchone()

@@ -1,0 +1,103 @@
+"""Roles: each group logs in and can do its job and nothing else."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from helpers import make_worker, put_schedule, raises_sqlstate, tick
+
+DENIED = "42501"
+
+
+@pytest.fixture
+def world(db):
+    make_worker(db)
+    put_schedule(db, "ocr")
+    return db
+
+
+def _refused(conn, sql, *args):
+    with raises_sqlstate(DENIED):
+        conn.execute(sql, args)
+
+
+def test_reader_reads_the_views_and_nothing_else(world, connect_as):
+    c = connect_as("reader")
+    assert c.execute("SELECT count(*) FROM scrinalia.worker_agenda").fetchone()[0] == 1
+    c.execute("SELECT * FROM scrinalia.worker_run_history")
+    c.execute("SELECT * FROM scrinalia.worker_queue_counters")
+    assert c.execute("SELECT cron FROM scrinalia.get_schedule('ocr')").fetchone()[0] == "0 2 * * *"
+    _refused(c, "SELECT * FROM scrinalia.archive_worker_runs")
+    _refused(c, "SELECT * FROM scrinalia.archive_worker_schedules")
+    _refused(c, "SELECT scrinalia.put_schedule('ocr', '0 3 * * *')")
+    _refused(c, "SELECT scrinalia.enqueue('ocr')")
+    _refused(c, "SELECT * FROM scrinalia.claim_next('r')")
+    _refused(c, "SELECT * FROM scrinalia.due_schedules()")
+
+
+def test_operator_writes_schedules_and_enqueues_but_does_not_run_or_tick(world, connect_as):
+    c = connect_as("operator")
+    c.execute("SELECT scrinalia.put_schedule('ocr', '0 3 * * *', 'UTC')")
+    c.execute("SELECT scrinalia.set_schedule_enabled('ocr', false)")
+    run_id = c.execute("SELECT run_id FROM scrinalia.enqueue('ocr', '{}', 'MANUAL', 'alice')").fetchone()[0]
+    c.execute("SELECT scrinalia.cancel_run(%s)", (run_id,))
+    assert c.execute("SELECT count(*) FROM scrinalia.worker_run_history").fetchone()[0] == 1  # inherits reader
+    _refused(c, "SELECT * FROM scrinalia.claim_next('r')")
+    _refused(c, "SELECT * FROM scrinalia.tick(ARRAY[]::text[], ARRAY[]::timestamptz[])")
+    _refused(c, "SELECT * FROM scrinalia.create_retries()")
+    _refused(c, "SELECT * FROM scrinalia.reap_expired_leases()")
+    _refused(c, "UPDATE scrinalia.archive_worker_schedules SET cron = 'x'")
+    _refused(c, "SELECT scrinalia.register_worker('evil')")
+
+
+def test_runner_claims_heartbeats_finishes_only(world, connect_as):
+    world.execute("SELECT scrinalia.enqueue('ocr')")
+    c = connect_as("runner")
+    run_id, token = c.execute("SELECT run_id, lease_token FROM scrinalia.claim_next('runner-1')").fetchone()
+    c.execute("SELECT scrinalia.heartbeat(%s, %s)", (run_id, token))
+    assert c.execute("SELECT status FROM scrinalia.finish(%s, %s, 'SUCCEEDED')", (run_id, token)).fetchone()[0] == "SUCCEEDED"
+    _refused(c, "SELECT scrinalia.enqueue('ocr')")
+    _refused(c, "SELECT * FROM scrinalia.reap_expired_leases()")
+    _refused(c, "SELECT * FROM scrinalia.due_schedules()")
+    _refused(c, "SELECT * FROM scrinalia.worker_run_history")
+    _refused(c, "UPDATE scrinalia.archive_worker_runs SET status = 'SUCCEEDED'")
+
+
+def test_scheduler_ticks_and_reaps_only(world, connect_as):
+    c = connect_as("scheduler")
+    decisions = tick(c)[1]
+    assert [d[1] for d in decisions] == ["ARMED"]
+    c.execute("SELECT * FROM scrinalia.create_retries()")
+    c.execute("SELECT * FROM scrinalia.reap_expired_leases()")
+    c.execute("SELECT scrinalia.next_wakeup()")
+    assert c.execute("SELECT pg_try_advisory_lock(scrinalia.scheduler_lock_key())").fetchone()[0] is True
+    _refused(c, "SELECT scrinalia.enqueue('ocr')")
+    _refused(c, "SELECT scrinalia.put_schedule('ocr', '0 3 * * *')")
+    _refused(c, "SELECT * FROM scrinalia.claim_next('r')")
+    _refused(c, "SELECT * FROM scrinalia.archive_worker_schedules")
+    _refused(c, "INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger) VALUES ('ocr', 'MANUAL')")
+
+
+def test_a_login_without_a_group_gets_nothing(world, connect_as):
+    c = connect_as("nobody")
+    _refused(c, "SELECT * FROM scrinalia.worker_agenda")
+    _refused(c, "SELECT scrinalia.schema_head()")
+
+
+def test_every_function_pins_its_search_path_and_writers_are_security_definer(db):
+    rows = db.execute("""
+        SELECT p.oid::regprocedure::text, p.prosecdef, p.proconfig
+          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE n.nspname = 'scrinalia'""").fetchall()
+    assert rows
+    for name, secdef, config in rows:
+        assert config and any(c.startswith("search_path=pg_catalog") for c in config), name
+    granted = {r[0] for r in db.execute("""
+        SELECT DISTINCT p.oid::regprocedure::text
+          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace,
+               aclexplode(p.proacl) a JOIN pg_roles g ON g.oid = a.grantee
+         WHERE n.nspname = 'scrinalia' AND g.rolname LIKE 'scrinalia\\_%' AND p.provolatile = 'v'""").fetchall()}
+    assert granted
+    insecure = [name for name, secdef, _ in rows if name in granted and not secdef]
+    assert insecure == []

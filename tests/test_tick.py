@@ -1,0 +1,181 @@
+"""The tick: enqueue-or-skip and advance, one catch-up, row locks, one call for all."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from helpers import claim, finish, make_worker, make_workers, put_schedule, raises_sqlstate, run_row, set_next_run, tick
+
+
+def armed(db, worker="ocr", cron="0 2 * * *", request=None):
+    make_worker(db, worker)
+    put_schedule(db, worker, cron, request=request)
+    tick(db, only=[worker])
+    return worker
+
+
+def runs(db, worker="ocr"):
+    return db.execute("SELECT run_id, trigger, attempt, status, scheduled_for FROM scrinalia.archive_worker_runs "
+                      "WHERE worker_name = %s ORDER BY run_id", (worker,)).fetchall()
+
+
+def test_due_query_returns_due_and_unarmed_only(db):
+    for w in ("due", "future", "unarmed", "paused"):
+        make_worker(db, w)
+        put_schedule(db, w, enabled=(w != "paused"))
+    tick(db, only=["due", "future"])
+    set_next_run(db, "due", "1 minute")
+    names = [r[0] for r in db.execute("SELECT * FROM scrinalia.due_schedules()").fetchall()]
+    assert names == ["unarmed", "due"]  # unarmed first, then by next_run_at
+
+
+def test_due_query_skips_rows_locked_by_another_transaction(db, db_dsn):
+    armed(db, "a")
+    armed(db, "b")
+    set_next_run(db, "a", "1 minute")
+    set_next_run(db, "b", "1 minute")
+    with psycopg.connect(db_dsn) as other:
+        other.execute("SELECT 1 FROM scrinalia.archive_worker_schedules WHERE worker_name = 'a' FOR UPDATE")
+        names = [r[0] for r in db.execute("SELECT * FROM scrinalia.due_schedules()").fetchall()]
+        assert names == ["b"]
+        other.rollback()
+
+
+def test_arming_computes_no_run(db):
+    make_worker(db)
+    put_schedule(db, "ocr")
+    due, decisions = tick(db)
+    assert [(d[0], d[1], d[2]) for d in decisions] == [("ocr", "ARMED", None)]
+    assert runs(db) == []
+
+
+def test_due_schedule_enqueues_one_scheduled_run_and_advances(db):
+    armed(db, request={"options": {"lang": "eng"}})
+    set_next_run(db, "ocr", "10 seconds")
+    was = db.execute("SELECT next_run_at FROM scrinalia.archive_worker_schedules").fetchone()[0]
+    due, decisions = tick(db)
+    [(worker, decision, run_id, scheduled_for, next_at, reason)] = decisions
+    assert (worker, decision, scheduled_for, reason) == ("ocr", "ENQUEUED", was, None)
+    row = run_row(db, run_id)
+    assert row["trigger"] == "SCHEDULE" and row["attempt"] == 1 and row["status"] == "QUEUED"
+    assert row["request"] == {"options": {"lang": "eng"}}
+    assert row["config"]["options"]["lang"] == "eng" and row["config"]["engine"] == "tesseract"
+    assert row["scheduled_for"] == was and row["requested_by"] == "scheduler"
+    s = db.execute("SELECT next_run_at, last_enqueued_at, last_run_id FROM scrinalia.archive_worker_schedules").fetchone()
+    assert s[0] == next_at and s[1] is not None and s[2] == run_id
+    assert tick(db)[1] == []  # nothing due any more
+
+
+def test_tick_while_a_run_is_active_skips_and_advances(db):
+    armed(db)
+    set_next_run(db, "ocr", "1 minute")
+    run_id = tick(db)[1][0][2]
+    claim(db)
+    set_next_run(db, "ocr", "1 minute")
+    [(_, decision, new_run, _, next_at, reason)] = tick(db)[1]
+    assert (decision, new_run) == ("SKIPPED", None)
+    assert reason == f"run #{run_id} is active"
+    s = db.execute("SELECT next_run_at, last_skipped_at, last_skip_reason FROM scrinalia.archive_worker_schedules").fetchone()
+    assert s[0] == next_at and s[1] is not None and s[2] == reason
+    assert len(runs(db)) == 1
+
+
+def test_several_missed_periods_give_one_catch_up_run(db):
+    armed(db)
+    set_next_run(db, "ocr", "3 days")  # down for three days: dozens of periods
+    decisions = tick(db)[1]
+    assert [d[1] for d in decisions] == ["ENQUEUED"]
+    assert len(runs(db)) == 1
+    # the next occurrence handed in is in the future: nothing more is due
+    assert tick(db)[1] == []
+    assert len(runs(db)) == 1
+
+
+def test_tick_rejects_bad_input(db):
+    armed(db)
+    with raises_sqlstate("SW030", "must be after now()"):
+        db.execute("SELECT * FROM scrinalia.tick(ARRAY['ocr'], ARRAY[now() - interval '1 second'])")
+    with raises_sqlstate("SW030", "same length"):
+        db.execute("SELECT * FROM scrinalia.tick(ARRAY['ocr'], ARRAY[]::timestamptz[])")
+    with raises_sqlstate("SW030", "named twice"):
+        db.execute("SELECT * FROM scrinalia.tick(ARRAY['ocr', 'ocr'], ARRAY[now() + interval '1 h', now() + interval '2 h'])")
+    with raises_sqlstate("SW030"):
+        db.execute("SELECT * FROM scrinalia.tick(NULL, NULL)")
+
+
+def test_tick_ignores_schedules_that_are_not_due(db):
+    armed(db)
+    out = db.execute("SELECT * FROM scrinalia.tick(ARRAY['ocr'], ARRAY[now() + interval '1 day'])").fetchall()
+    assert out == [] and runs(db) == []
+
+
+def test_a_period_cannot_be_enqueued_twice(db):
+    armed(db)
+    set_next_run(db, "ocr", "1 minute")
+    run_id, token = None, None
+    first = tick(db)[1][0]
+    run_id, token = claim(db)[:2]
+    finish(db, run_id, token)
+    # a second scheduler that still saw the old next_run_at replays the same period
+    db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = %s", (first[3],))
+    [(_, decision, new_run, _, _, reason)] = tick(db)[1]
+    assert (decision, new_run) == ("SKIPPED", None)
+    assert "concurrently" in reason
+    assert len(runs(db)) == 1
+
+
+def test_skip_while_a_retry_waits_in_its_backoff(db):
+    armed(db)
+    set_next_run(db, "ocr", "1 minute")
+    tick(db)
+    run_id, token = claim(db)[:2]
+    finish(db, run_id, token, "FAILED", "boom")
+    [retry] = db.execute("SELECT run_id, not_before FROM scrinalia.create_retries()").fetchall()
+    set_next_run(db, "ocr", "1 minute")
+    [(_, decision, _, _, _, reason)] = tick(db)[1]
+    assert decision == "SKIPPED" and reason == f"run #{retry[0]} is active"
+    assert claim(db) is None  # the retry is not claimable before its not_before
+
+
+def test_skip_while_a_retry_is_owed_but_not_yet_created(db):
+    armed(db)
+    set_next_run(db, "ocr", "1 minute")
+    tick(db)
+    run_id, token = claim(db)[:2]
+    finish(db, run_id, token, "FAILED", "boom")
+    set_next_run(db, "ocr", "1 minute")
+    [(_, decision, _, _, _, reason)] = tick(db)[1]
+    assert decision == "SKIPPED" and reason == f"run #{run_id} awaits its retry"
+
+
+def test_one_call_decides_for_many_schedules(db):
+    names = make_workers(db, 300)
+    db.execute("""INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)
+                  SELECT unnest(%s::text[]), '*/5 * * * *', 'UTC', now() - interval '1 minute'""", (names,))
+    db.execute("""INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger)
+                  SELECT unnest(%s::text[]), 'MANUAL'""", (names[:100],))
+    due, decisions = tick(db)
+    kinds = [d[1] for d in decisions]
+    assert len(due) == 300
+    assert kinds.count("SKIPPED") == 100 and kinds.count("ENQUEUED") == 200
+    assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_schedules WHERE next_run_at <= now()").fetchone()[0] == 0
+
+
+def test_the_tick_records_itself(db):
+    armed(db)
+    before = db.execute("SELECT ticks FROM scrinalia.scheduler_state").fetchone()[0]
+    tick(db)
+    after = db.execute("SELECT ticks, last_tick_by, last_tick_at FROM scrinalia.scheduler_state").fetchone()
+    assert after[0] == before + 1 and after[1] == "test" and after[2] is not None
+
+
+def test_next_wakeup_is_the_earliest_work(db):
+    assert db.execute("SELECT scrinalia.next_wakeup()").fetchone()[0] is None
+    armed(db)
+    at = db.execute("SELECT next_run_at FROM scrinalia.archive_worker_schedules").fetchone()[0]
+    assert db.execute("SELECT scrinalia.next_wakeup()").fetchone()[0] == at
+    make_worker(db, "other")
+    put_schedule(db, "other")  # unarmed: work now
+    wake, now = db.execute("SELECT scrinalia.next_wakeup(), now()").fetchone()
+    assert wake == now
