@@ -179,3 +179,27 @@ def test_next_wakeup_is_the_earliest_work(db):
     put_schedule(db, "other")  # unarmed: work now
     wake, now = db.execute("SELECT scrinalia.next_wakeup(), now()").fetchone()
     assert wake == now
+
+
+def test_a_manual_enqueue_racing_the_tick_keeps_the_slot_single(db, db_dsn):
+    import threading
+
+    armed(db)
+    set_next_run(db, "ocr", "1 minute")
+    with psycopg.connect(db_dsn) as api:  # a transaction still open: not committed yet
+        manual = api.execute("SELECT run_id FROM scrinalia.enqueue('ocr')").fetchone()[0]
+        out = []
+
+        def scheduler():
+            with psycopg.connect(db_dsn, autocommit=True) as conn:
+                out.append(tick(conn)[1])
+
+        t = threading.Thread(target=scheduler)
+        t.start()
+        t.join(timeout=1)
+        assert t.is_alive(), "the tick must wait for the uncommitted enqueue's slot"
+        api.commit()
+    t.join(timeout=10)
+    [(_, decision, run_id, _, _, reason)] = out[0]
+    assert (decision, run_id) == ("SKIPPED", None) and "concurrently" in reason
+    assert runs(db) == [(manual, "MANUAL", 1, "QUEUED", None)]
