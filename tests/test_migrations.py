@@ -106,3 +106,15 @@ def test_concurrent_migrates_of_one_database_both_succeed(empty_db_dsn):
         t.join()
     assert errors == []
     assert sorted(results, key=len) == [[], HEAD]
+
+
+def test_any_libpq_dsn_reaches_yoyo_unchanged():
+    from yoyo.connections import parse_uri
+
+    uri = m._yoyo_uri("host=/var/run/postgresql port=5433 user=ad@min password='p:w/d?' dbname=arch sslmode=require")
+    parsed = parse_uri(uri)
+    assert parsed.scheme == "postgresql+psycopg"
+    assert (parsed.username, parsed.password, parsed.database) == ("ad@min", "p:w/d?", "arch")
+    assert parsed.port == 5433
+    assert parsed.args == {"host": "/var/run/postgresql", "sslmode": "require"}
+    assert parse_uri(m._yoyo_uri("postgresql://u@db.example:6432/x")).hostname == "db.example"

@@ -8,6 +8,8 @@ leaves a function of the previous release behind.
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
+from urllib.parse import quote
 
 import psycopg
 from yoyo import get_backend, read_migrations
@@ -24,8 +26,6 @@ MIGRATE_LOCK_KEY = 7305764011424514050
 def _yoyo_uri(dsn: str) -> str:
     """yoyo wants a URI with its driver name; keyword DSNs become one too."""
     info = psycopg.conninfo.conninfo_to_dict(dsn)
-    from urllib.parse import quote
-
     user = quote(info.pop("user", "") or "", safe="")
     password = info.pop("password", None)
     host = info.pop("host", "") or ""
@@ -53,40 +53,39 @@ def apply_code(conn: psycopg.Connection) -> None:
             conn.execute(f.read_text())
 
 
-def migrate(dsn: str) -> list[str]:
-    """Bring the database to the head; returns the ids of the migrations applied."""
-    migrations = read_migrations(str(paths.migrations_dir()))
+@contextmanager
+def _locked_backend(dsn: str):
+    """A yoyo backend, with concurrent migrates of this database kept out."""
     with connect(dsn, application_name="scrinalia-workers migrate") as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATE_LOCK_KEY,))
         backend = _backend(dsn)
         try:
             with backend.lock():
-                pending = backend.to_apply(migrations)
-                backend.apply_migrations(pending)
-            applied = [m.id for m in pending]
-            apply_code(conn)
+                yield conn, backend, read_migrations(str(paths.migrations_dir()))
         finally:
             backend.connection.close()
-        for mid in applied:
-            log.info("applied migration %s", mid)
-        return applied
+
+
+def migrate(dsn: str) -> list[str]:
+    """Bring the database to the head; returns the ids of the migrations applied."""
+    with _locked_backend(dsn) as (conn, backend, migrations):
+        pending = backend.to_apply(migrations)
+        backend.apply_migrations(pending)
+        apply_code(conn)
+    applied = [m.id for m in pending]
+    for mid in applied:
+        log.info("applied migration %s", mid)
+    return applied
 
 
 def rollback(dsn: str, count: int | None = None) -> list[str]:
     """Roll back the last `count` migrations (all when None)."""
-    migrations = read_migrations(str(paths.migrations_dir()))
-    with connect(dsn, application_name="scrinalia-workers migrate") as conn:
-        conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATE_LOCK_KEY,))
-        backend = _backend(dsn)
-        try:
-            with backend.lock():
-                todo = backend.to_rollback(migrations)
-                if count is not None:
-                    todo = todo[:count]
-                backend.rollback_migrations(todo)
-            return [m.id for m in todo]
-        finally:
-            backend.connection.close()
+    with _locked_backend(dsn) as (conn, backend, migrations):
+        todo = backend.to_rollback(migrations)
+        if count is not None:
+            todo = todo[:count]
+        backend.rollback_migrations(todo)
+    return [m.id for m in todo]
 
 
 def applied_migrations(dsn: str) -> list[str]:
