@@ -203,3 +203,13 @@ def test_a_manual_enqueue_racing_the_tick_keeps_the_slot_single(db, db_dsn):
     [(_, decision, run_id, _, _, reason)] = out[0]
     assert (decision, run_id) == ("SKIPPED", None) and "concurrently" in reason
     assert runs(db) == [(manual, "MANUAL", 1, "QUEUED", None)]
+
+
+def test_scheduler_status_names_the_lock_holder(db, db_dsn):
+    assert db.execute("SELECT lock_held FROM scrinalia.scheduler_status()").fetchone()[0] is False
+    with psycopg.connect(db_dsn, autocommit=True, application_name="scrinalia-scheduler lock") as holder:
+        assert holder.execute("SELECT pg_try_advisory_lock(scrinalia.scheduler_lock_key())").fetchone()[0]
+        pid = holder.info.backend_pid
+        held, holder_pid, app = db.execute(
+            "SELECT lock_held, holder_pid, holder_application FROM scrinalia.scheduler_status()").fetchone()
+        assert (held, holder_pid, app) == (True, pid, "scrinalia-scheduler lock")
