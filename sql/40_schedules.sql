@@ -22,7 +22,7 @@ END $$;
 
 CREATE FUNCTION scrinalia.default_timezone()
 RETURNS text
-LANGUAGE sql STABLE
+LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
     SELECT coalesce((SELECT value FROM scrinalia.settings WHERE name = 'DEFAULT_TIMEZONE'), 'UTC')

@@ -28,6 +28,8 @@ def test_reader_reads_the_views_and_nothing_else(world, connect_as):
     c.execute("SELECT * FROM scrinalia.worker_run_history")
     c.execute("SELECT * FROM scrinalia.worker_queue_counters")
     assert c.execute("SELECT cron FROM scrinalia.get_schedule('ocr')").fetchone()[0] == "0 2 * * *"
+    assert c.execute("SELECT scrinalia.default_timezone()").fetchone()[0] == "UTC"
+    assert c.execute("SELECT lock_held FROM scrinalia.scheduler_status()").fetchone()[0] is False
     _refused(c, "SELECT * FROM scrinalia.archive_worker_runs")
     _refused(c, "SELECT * FROM scrinalia.archive_worker_schedules")
     _refused(c, "SELECT scrinalia.put_schedule('ocr', '0 3 * * *')")
