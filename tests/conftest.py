@@ -41,10 +41,32 @@ def dsn_for(admin: str, dbname: str) -> str:
     return psycopg.conninfo.make_conninfo(admin, dbname=dbname)
 
 
+class _Admin:
+    """A superuser connection that reconnects after a server restart (some tests
+    restart the cluster under load)."""
+
+    def __init__(self, dsn: str):
+        self.dsn = dsn
+        self.conn = psycopg.connect(dsn, autocommit=True)
+
+    def execute(self, *args, **kwargs):
+        if self.conn.closed or self.conn.broken:
+            self.conn = psycopg.connect(self.dsn, autocommit=True)
+        try:
+            return self.conn.execute(*args, **kwargs)
+        except psycopg.OperationalError:
+            self.conn = psycopg.connect(self.dsn, autocommit=True)
+            return self.conn.execute(*args, **kwargs)
+
+    def close(self):
+        self.conn.close()
+
+
 @pytest.fixture(scope="session")
 def admin(admin_dsn):
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        yield conn
+    a = _Admin(admin_dsn)
+    yield a
+    a.close()
 
 
 @pytest.fixture(scope="session")

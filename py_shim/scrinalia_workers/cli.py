@@ -1,0 +1,546 @@
+"""scrinalia-workers: the operator's command line over the SQL API.
+
+Every command is a thin call of a stored function or a read of a view
+(docs/sql-api.md); the database decides and validates. Errors are one line on
+stderr, "scrinalia-workers: error: [SQLSTATE] message", never a traceback.
+Exit codes: 0 done, 1 error, 2 bad usage, 3 the worker's slot is busy (SW010).
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import socket
+import sys
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Any, Sequence
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from . import errors
+from .db import connect, require_dsn
+
+PROG = "scrinalia-workers"
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_SLOT_BUSY = 3
+
+ERROR_WIDTH = 60  # how much of a run's error the runs table shows
+
+
+class UsageError(errors.ScrinaliaError):
+    """Bad command-line input (argparse's own errors included)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    # argparse prints the whole usage before its error: keep it to one line.
+    def error(self, message: str):
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+# --- output -------------------------------------------------------------------
+
+def _utc(ts: datetime | None) -> str | None:
+    if ts is None:
+        return None
+    return ts.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _in_zone(ts: datetime | None, tz: str | None) -> str | None:
+    if ts is None or not tz:
+        return None
+    try:
+        local = ts.astimezone(ZoneInfo(tz))
+    except (ZoneInfoNotFoundError, ValueError):  # PostgreSQL knows a zone Python's tzdata lacks
+        return f"({tz} unknown to this host's tzdata)"
+    return local.strftime("%Y-%m-%d %H:%M ") + (local.tzname() or tz)
+
+
+def _duration(d: timedelta | None) -> str | None:
+    if d is None:
+        return None
+    s = d.total_seconds()
+    if s < 60:
+        return f"{s:.1f}s"
+    m, s = divmod(int(s), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
+
+
+def _one_line(text: str | None, width: int) -> str | None:
+    if text is None:
+        return None
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, datetime):
+        return v.astimezone(timezone.utc).isoformat()
+    if isinstance(v, date):
+        return v.isoformat()
+    if isinstance(v, timedelta):
+        return v.total_seconds()
+    if isinstance(v, Decimal):
+        return float(v)
+    return str(v)
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, default=_jsonable, indent=2, ensure_ascii=False))
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:
+    cells = [["-" if v is None else str(v) for v in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    if title:
+        print(title)
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
+    print("  ".join("-" * w for w in widths))
+    for r in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    if not cells:
+        print("(none)")
+
+
+def print_fields(pairs: Sequence[tuple[str, Any]]) -> None:
+    width = max(len(k) for k, _ in pairs)
+    for k, v in pairs:
+        print(f"{k.ljust(width)}  {'-' if v is None else v}")
+
+
+# --- input --------------------------------------------------------------------
+
+def parse_json_object(text: str, option: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{option} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{option} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def who() -> str:
+    """Who the ledger records for a CLI action: the OS user and host."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no login name in some containers
+        user = "unknown"
+    return f"cli:{user}@{socket.gethostname()}"[:200]
+
+
+def _connect(args) -> psycopg.Connection:
+    dsn = require_dsn(args.dsn)
+    try:
+        return connect(dsn, application_name=f"{PROG} {args.command}")
+    except psycopg.ProgrammingError as e:  # a malformed connection string
+        raise errors.ConfigError(f"invalid connection string: {e}") from None
+
+
+# --- commands -----------------------------------------------------------------
+
+def cmd_migrate(args) -> int:
+    from . import migrate
+
+    dsn = require_dsn(args.dsn)
+    if args.rollback:
+        done = migrate.rollback(dsn, args.count)
+        if args.json:
+            print_json({"rolled_back": done})
+        elif done:
+            for mid in done:
+                print(f"rolled back {mid}")
+        else:
+            print("nothing to roll back")
+        return EXIT_OK
+    if args.count is not None:
+        raise UsageError("--count goes with --rollback")
+    applied = migrate.migrate(dsn)
+    with connect(dsn, application_name=f"{PROG} migrate") as conn:
+        head = conn.execute("SELECT scrinalia.schema_head()").fetchone()[0]
+    if args.json:
+        print_json({"applied": applied, "schema_head": head})
+        return EXIT_OK
+    for mid in applied:
+        print(f"applied {mid}")
+    if not applied:
+        print(f"already at the head ({head}): no migration to apply")
+    print("re-installed the SQL code (functions, views, grants)")
+    return EXIT_OK
+
+
+def _run_summary(r: dict) -> str:
+    attempt = f" attempt {r['attempt']}/3" if r["trigger"] == "SCHEDULE" else ""
+    return f"run #{r['run_id']} {r['status']} ({r['worker_name']}, {r['trigger']}{attempt})"
+
+
+def cmd_enqueue(args) -> int:
+    request = parse_json_object(args.request, "--request")
+    with _connect(args) as conn:
+        r = conn.cursor(row_factory=dict_row).execute(
+            "SELECT * FROM scrinalia.enqueue(%s, %s, 'CLI', %s)",
+            (args.worker, Jsonb(request), args.requested_by or who()),
+        ).fetchone()
+    if args.json:
+        print_json(r)
+    else:
+        print(f"enqueued {_run_summary(r)}")
+        print(f"config {json.dumps(r['config'], ensure_ascii=False)}")
+    return EXIT_OK
+
+
+AGENDA_SQL = "SELECT * FROM scrinalia.worker_agenda WHERE worker_name = %s"
+
+
+def _schedule_fields(a: dict) -> list[tuple[str, Any]]:
+    if a["paused"]:
+        nxt = "paused"
+    elif a["awaiting_arm"]:
+        nxt = "not armed yet (the scheduler computes it at its next tick)"
+    else:
+        nxt = f"{_in_zone(a['next_run_at'], a['timezone'])} ({_utc(a['next_run_at'])})"
+    skipped = _utc(a["last_skipped_at"])
+    if skipped and a["last_skip_reason"]:
+        skipped += f" ({a['last_skip_reason']})"
+    return [
+        ("worker", a["worker_name"]),
+        ("cron", a["cron"]),
+        ("timezone", a["timezone"]),
+        ("enabled", "no (paused)" if a["paused"] else "yes"),
+        ("next run", nxt),
+        ("request", json.dumps(a["request"], ensure_ascii=False)),
+        ("last enqueued", _utc(a["last_enqueued_at"])
+         and f"{_utc(a['last_enqueued_at'])} (run #{a['last_run_id']})"),
+        ("last skipped", skipped),
+        ("active run", _active(a)),
+        ("updated", a["updated_at"] and f"{_utc(a['updated_at'])} by {a['updated_by'] or '-'}"),
+    ]
+
+
+def _active(a: dict) -> str | None:
+    if a["active_run_id"] is None:
+        return None
+    s = f"#{a['active_run_id']} {a['active_status']} {a['active_trigger']}"
+    if a["active_trigger"] == "SCHEDULE":
+        s += f" {a['active_attempt']}/3"
+    if a["active_not_before"] and a["active_not_before"] > datetime.now(timezone.utc):
+        s += f" not before {_utc(a['active_not_before'])}"
+    return s
+
+
+def _show_schedule(conn, worker: str, as_json: bool) -> None:
+    a = conn.cursor(row_factory=dict_row).execute(AGENDA_SQL, (worker,)).fetchone()
+    if a is None:
+        raise errors.ScrinaliaError(f"[{errors.UNKNOWN_WORKER}] unknown worker {worker!r}")
+    if not a["scheduled"]:
+        raise errors.ScrinaliaError(f"[{errors.NO_SCHEDULE}] worker {worker!r} has no schedule")
+    if as_json:
+        print_json(a)
+    else:
+        print_fields(_schedule_fields(a))
+
+
+def cmd_schedule(args) -> int:
+    if args.action == "put":  # fast, local, field-naming errors before connecting
+        from . import cron
+
+        expr = cron.validate(args.cron)
+        if args.timezone is not None:
+            cron.validate_timezone(args.timezone)
+        request = parse_json_object(args.request, "--request")
+    with _connect(args) as conn:
+        if args.action == "get":
+            _show_schedule(conn, args.worker, args.json)
+            return EXIT_OK
+        if args.action == "put":
+            conn.execute(
+                "SELECT scrinalia.put_schedule(%s, %s, %s, %s, %s, %s)",
+                (args.worker, expr, args.timezone, Jsonb(request), not args.disabled, who()),
+            )
+            verb = "saved"
+        elif args.action == "delete":
+            conn.execute("SELECT scrinalia.delete_schedule(%s)", (args.worker,))
+            if args.json:
+                print_json({"deleted": args.worker})
+            else:
+                print(f"deleted the schedule of {args.worker}")
+            return EXIT_OK
+        else:
+            enable = args.action == "resume"
+            conn.execute("SELECT scrinalia.set_schedule_enabled(%s, %s, %s)", (args.worker, enable, who()))
+            verb = "resumed (re-armed from the cron: paused periods are not caught up)" if enable else "paused"
+        if not args.json:
+            print(f"schedule of {args.worker} {verb}")
+        _show_schedule(conn, args.worker, args.json)
+    return EXIT_OK
+
+
+def _scheduler_line(s: dict) -> str:
+    if s["lock_held"]:
+        who_ = s["holder_application"] or "?"
+        where = f" from {s['holder_client']}" if s["holder_client"] else ""
+        line = f"lock held by pid {s['holder_pid']} ({who_}{where}, connected {_utc(s['holder_backend_start'])})"
+    else:
+        line = "NO scheduler holds the lock: nothing is ticking"
+    if s["last_tick_at"]:
+        line += f"; last tick {_utc(s['last_tick_at'])} by {s['last_tick_by'] or '-'} ({s['ticks']} ticks)"
+    else:
+        line += "; never ticked"
+    return line
+
+
+def cmd_status(args) -> int:
+    with _connect(args) as conn:
+        cur = conn.cursor(row_factory=dict_row)
+        agenda = cur.execute("SELECT * FROM scrinalia.worker_agenda ORDER BY worker_name").fetchall()
+        counters = cur.execute("SELECT * FROM scrinalia.worker_queue_counters ORDER BY worker_name").fetchall()
+        sched = cur.execute("SELECT * FROM scrinalia.scheduler_status()").fetchone()
+    if args.json:
+        print_json({"scheduler": sched, "agenda": agenda, "queue_counters": counters})
+        return EXIT_OK
+    print(f"scheduler: {_scheduler_line(sched)}")
+    print()
+    rows = []
+    for a in agenda:
+        if not a["scheduled"]:
+            nxt_zone = nxt_utc = "unscheduled"
+        elif a["paused"]:
+            nxt_zone, nxt_utc = "paused", "-"
+        elif a["awaiting_arm"]:
+            nxt_zone, nxt_utc = "not armed yet", "-"
+        else:
+            nxt_zone, nxt_utc = _in_zone(a["next_run_at"], a["timezone"]), _utc(a["next_run_at"])
+        skipped = _utc(a["last_skipped_at"])
+        rows.append([a["worker_name"], a["cron"], a["timezone"], nxt_zone, nxt_utc,
+                     "yes" if a["paused"] else ("no" if a["scheduled"] else None),
+                     _utc(a["last_enqueued_at"]), skipped,
+                     _one_line(a["last_skip_reason"], 40) if skipped else None, _active(a)])
+    print_table(["worker", "cron", "zone", "next run (zone)", "next run (UTC)", "paused",
+                 "last enqueued", "last skipped", "skip reason", "active run"], rows,
+                title="agenda (when each worker runs)")
+    print()
+    print_table(["worker", "pending", "processed"],
+                [[c["worker_name"], c["pending"], c["processed"]] for c in counters],
+                title="queue counters (units of work, not runs)")
+    return EXIT_OK
+
+
+def cmd_runs(args) -> int:
+    if args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    sql = ("SELECT * FROM scrinalia.worker_run_history WHERE (%(w)s::text IS NULL OR worker_name = %(w)s)"
+           " ORDER BY run_id DESC LIMIT %(n)s")
+    with _connect(args) as conn:
+        if args.worker is not None:
+            known = conn.execute("SELECT 1 FROM scrinalia.worker_agenda WHERE worker_name = %s",
+                                 (args.worker,)).fetchone()
+            if not known:
+                raise errors.ScrinaliaError(f"[{errors.UNKNOWN_WORKER}] unknown worker {args.worker!r}")
+        rows = conn.cursor(row_factory=dict_row).execute(sql, {"w": args.worker, "n": args.limit}).fetchall()
+    if args.json:
+        print_json(rows)
+        return EXIT_OK
+    print_table(
+        ["id", "worker", "trigger", "status", "attempt", "retry of", "not before",
+         "created", "finished", "duration", "error"],
+        [[r["run_id"], r["worker_name"], r["trigger"], r["status"], r["attempt_label"],
+          r["retry_of"] and f"retry of #{r['retry_of']}", _utc(r["not_before"]),
+          _utc(r["created_at"]), _utc(r["finished_at"]), _duration(r["duration"]),
+          _one_line(r["error"], ERROR_WIDTH)] for r in rows],
+    )
+    return EXIT_OK
+
+
+def cmd_cancel(args) -> int:
+    with _connect(args) as conn:
+        r = conn.cursor(row_factory=dict_row).execute(
+            "SELECT * FROM scrinalia.cancel_run(%s, %s)", (args.run_id, who())).fetchone()
+    if args.json:
+        print_json(r)
+    else:
+        print(f"cancelled {_run_summary(r)}: the slot is free, it will not be retried")
+    return EXIT_OK
+
+
+def cmd_settings(args) -> int:
+    settings = parse_json_object(args.settings, "--settings")
+    with _connect(args) as conn:
+        r = conn.cursor(row_factory=dict_row).execute(
+            "SELECT * FROM scrinalia.put_settings(%s, %s, %s)", (args.worker, Jsonb(settings), who())
+        ).fetchone()
+    if args.json:
+        print_json(r)
+    else:
+        print(f"settings of {r['worker_name']} saved: {json.dumps(r['settings'], ensure_ascii=False)}")
+    return EXIT_OK
+
+
+def cmd_prune(args) -> int:
+    total = 0
+    with _connect(args) as conn:
+        while True:  # one transaction per batch: short locks, progress survives an abort
+            n = conn.execute("SELECT scrinalia.prune_runs(%s::interval, %s)",
+                             (args.older_than, args.batch)).fetchone()[0]
+            total += n
+            if n == 0:
+                break
+    if args.json:
+        print_json({"deleted": total, "older_than": args.older_than})
+    else:
+        print(f"deleted {total} finished run(s) older than {args.older_than}"
+              " (whole retry chains only; live retries kept)")
+    return EXIT_OK
+
+
+def cmd_demo(args) -> int:
+    from .demo import run
+
+    if args.duration is None:  # the demo's own default length
+        return run(dsn=args.dsn)
+    return run(duration=args.duration, dsn=args.dsn)
+
+
+def _delegate(name: str, argv: list[str]) -> int:
+    if name == "scheduler":
+        from .scheduler import main as target
+    else:
+        from .runner import main as target
+    return target(argv) or 0
+
+
+# --- parser -------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _Parser(add_help=False)
+    common.add_argument("--dsn", help="libpq connection string or URI (else DATABASE_URL, else the PG* variables)")
+    common.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    p = _Parser(prog=PROG, description="Operate the scrinalia worker ledger, schedules and retries.",
+                epilog="exit codes: 0 done, 1 error, 2 bad usage, 3 the worker's slot is busy")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    m = sub.add_parser("migrate", parents=[common], help="apply the migrations and re-install the SQL code")
+    m.add_argument("--rollback", action="store_true", help="roll back migrations instead (all, or --count)")
+    m.add_argument("--count", type=int, metavar="N", help="with --rollback: how many, newest first")
+    m.set_defaults(func=cmd_migrate)
+
+    e = sub.add_parser("enqueue", parents=[common], help="enqueue a CLI run of a worker now")
+    e.add_argument("worker")
+    e.add_argument("--request", default="{}", metavar="JSON",
+                   help='the WorkerRunRequest, e.g. \'{"preset": "fast"}\'')
+    e.add_argument("--requested-by", metavar="NAME", help="recorded on the run (default cli:USER@HOST)")
+    e.set_defaults(func=cmd_enqueue)
+
+    s = sub.add_parser("schedule", help="read or change a worker's schedule")
+    ss = s.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    ss.required = True
+    for action, text in (("get", "show the schedule and its next run"), ("delete", "delete the schedule"),
+                         ("pause", "pause (no period runs until resumed)"),
+                         ("resume", "resume, re-armed from the cron")):
+        a = ss.add_parser(action, parents=[common], help=text)
+        a.add_argument("worker")
+        a.set_defaults(func=cmd_schedule)
+    put = ss.add_parser("put", parents=[common], help="create or replace the schedule")
+    put.add_argument("worker")
+    put.add_argument("--cron", required=True, metavar="EXPR", help="five fields, e.g. '0 2 * * *' (docs/cron.md)")
+    put.add_argument("--timezone", metavar="TZ", help="IANA zone (default: the DEFAULT_TIMEZONE setting)")
+    put.add_argument("--request", default="{}", metavar="JSON", help="the request each scheduled run gets")
+    put.add_argument("--disabled", action="store_true", help="save it paused")
+    put.set_defaults(func=cmd_schedule)
+
+    st = sub.add_parser("status", parents=[common], help="agenda, queue counters and the scheduler lock")
+    st.set_defaults(func=cmd_status)
+
+    r = sub.add_parser("runs", parents=[common], help="the run history, newest first")
+    r.add_argument("worker", nargs="?")
+    r.add_argument("--limit", type=int, default=20, metavar="N")
+    r.set_defaults(func=cmd_runs)
+
+    c = sub.add_parser("cancel", parents=[common], help="cancel a QUEUED run (a retry in its backoff too)")
+    c.add_argument("run_id", type=int, metavar="RUN_ID")
+    c.set_defaults(func=cmd_cancel)
+
+    se = sub.add_parser("settings", help="a worker's persisted settings")
+    ses = se.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    ses.required = True
+    sp = ses.add_parser("put", parents=[common], help="replace the persisted settings")
+    sp.add_argument("worker")
+    sp.add_argument("--settings", required=True, metavar="JSON")
+    sp.set_defaults(func=cmd_settings)
+
+    pr = sub.add_parser("prune", parents=[common], help="delete old finished runs (scrinalia.prune_runs)")
+    pr.add_argument("--older-than", required=True, metavar="INTERVAL", help="e.g. '30 days' (1 day at least)")
+    pr.add_argument("--batch", type=int, default=10000, metavar="N", help="runs per transaction")
+    pr.set_defaults(func=cmd_prune)
+
+    d = sub.add_parser("demo", help="scheduler + runner narrated on a throwaway database (or --dsn)")
+    d.add_argument("--duration", type=float, metavar="SECONDS")
+    d.add_argument("--dsn", help="use this database instead of a throwaway one")
+    d.set_defaults(func=cmd_demo)
+
+    for name, text in (("scheduler", "run the scheduler daemon (its own --help)"),
+                       ("runner", "run the reference runner (its own --help)")):
+        sub.add_parser(name, help=text, add_help=False)  # dispatched before parsing
+    return p
+
+
+# PostgreSQL's own errors that mean "not set up", with what to do about them.
+SETUP_HINTS = {
+    "3F000": "the database is not migrated: run scrinalia-workers migrate",
+    "42P01": "the database is not migrated (or is an old release): run scrinalia-workers migrate",
+    "42883": "the database is not migrated (or is an old release): run scrinalia-workers migrate",
+    "42501": "this login lacks the group the command needs (docs/sql-api.md, Roles)",
+}
+
+
+def _db_error_line(e: psycopg.Error) -> str:
+    diag = e.diag
+    msg = diag.message_primary or str(e)
+    line = f"[{e.sqlstate}] {msg}" if e.sqlstate else msg
+    hint = diag.message_hint or SETUP_HINTS.get(e.sqlstate or "")
+    if hint:
+        line += f" (hint: {hint})"
+    return line
+
+
+def fail(message: str, code: int = EXIT_ERROR) -> int:
+    print(f"{PROG}: error: {' '.join(str(message).split())}", file=sys.stderr)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] in ("scheduler", "runner"):
+            return _delegate(argv[0], argv[1:])
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except UsageError as e:
+        return fail(str(e), EXIT_USAGE)
+    except psycopg.Error as e:
+        code = EXIT_SLOT_BUSY if e.sqlstate == errors.SLOT_BUSY else EXIT_ERROR
+        return fail(_db_error_line(e), code)
+    except errors.ScrinaliaError as e:
+        sqlstate = getattr(e, "sqlstate", None)
+        return fail(f"[{sqlstate}] {e}" if sqlstate else str(e))
+    except ImportError as e:
+        return fail(f"this installation lacks a part: {e}")
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `scrinalia-workers runs | head`
+        return EXIT_OK
+    except Exception as e:  # a bug of ours: still one line, with what to report
+        return fail(f"unexpected {type(e).__name__}: {e} (please report it)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

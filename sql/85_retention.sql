@@ -1,0 +1,73 @@
+-- Retention: deleting old finished runs without breaking a retry chain.
+-- A chain is a SCHEDULE attempt 1 and its retries (retry_of, at most 3 rows); since
+-- retry_of is a foreign key, a chain goes whole or not at all, and only when every
+-- row of it is terminal, finished before the cut-off and owes no retry. So a row a
+-- live (QUEUED/RUNNING) retry points to, or one whose retry is still to be created
+-- (retry_pending), is never deleted. Runs that nothing else references are chains
+-- of one. Error: SW002 bad arguments.
+
+-- Deletes at most p_batch runs (whole chains: a chain that would cross the limit
+-- waits for the next call) and returns how many it deleted; call it again until it
+-- returns 0. Oldest chains first.
+CREATE FUNCTION scrinalia.prune_runs(p_older_than interval, p_batch integer DEFAULT 10000)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+DECLARE
+    cutoff timestamptz;
+    n bigint;
+BEGIN
+    IF p_older_than IS NULL OR p_older_than < interval '1 day' THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW002',
+            MESSAGE = format('prune_runs keeps at least one day of history, not %s',
+                             coalesce(p_older_than::text, 'NULL')),
+            HINT = 'pass an interval of 1 day or more, e.g. interval ''30 days''';
+    END IF;
+    IF p_batch IS NULL OR p_batch < 3 OR p_batch > 1000000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW002',
+            MESSAGE = format('prune_runs takes a batch of 3 to 1000000 runs, not %s',
+                             coalesce(p_batch::text, 'NULL')),
+            HINT = 'a retry chain has up to 3 runs and is deleted whole';
+    END IF;
+    cutoff := now() - p_older_than;
+
+    WITH chains AS (
+        -- Oldest roots first; each chain's rows through the unique retry_of index.
+        SELECT ARRAY[r1.run_id, r2.run_id, r3.run_id] AS ids,
+               1 + (r2.run_id IS NOT NULL)::int + (r3.run_id IS NOT NULL)::int AS size
+          FROM scrinalia.archive_worker_runs r1
+          LEFT JOIN scrinalia.archive_worker_runs r2 ON r2.retry_of = r1.run_id
+          LEFT JOIN scrinalia.archive_worker_runs r3 ON r3.retry_of = r2.run_id
+         WHERE r1.retry_of IS NULL
+           AND r1.status IN ('SUCCEEDED', 'FAILED', 'INTERRUPTED', 'CANCELLED')
+           AND r1.finished_at < cutoff AND NOT r1.retry_pending
+           AND (r2.run_id IS NULL
+                OR (r2.status IN ('SUCCEEDED', 'FAILED', 'INTERRUPTED', 'CANCELLED')
+                    AND r2.finished_at < cutoff AND NOT r2.retry_pending))
+           AND (r3.run_id IS NULL
+                OR (r3.status IN ('SUCCEEDED', 'FAILED', 'INTERRUPTED', 'CANCELLED')
+                    AND r3.finished_at < cutoff AND NOT r3.retry_pending))
+           -- attempt 3 is the last (CHECK attempt BETWEEN 1 AND 3): no fourth row
+         ORDER BY r1.run_id
+         LIMIT p_batch
+    ), counted AS (
+        SELECT c.ids, sum(c.size) OVER (ORDER BY c.ids[1]) AS upto FROM chains c
+    ), doomed AS (
+        SELECT x.run_id FROM counted c CROSS JOIN LATERAL unnest(c.ids) AS x(run_id)
+         WHERE c.upto <= p_batch AND x.run_id IS NOT NULL
+    )
+    -- One statement for the whole chain: the foreign key is checked at its end.
+    DELETE FROM scrinalia.archive_worker_runs r
+     USING doomed d
+     WHERE r.run_id = d.run_id
+       -- the same rules again on the row as it is now, in case it changed meanwhile
+       AND r.status IN ('SUCCEEDED', 'FAILED', 'INTERRUPTED', 'CANCELLED')
+       AND r.finished_at < cutoff AND NOT r.retry_pending;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END $$;
+
+-- 90_roles.sql revokes EXECUTE from PUBLIC on every function; a grant to a named
+-- role is not touched by that, so this one survives it.
+GRANT EXECUTE ON FUNCTION scrinalia.prune_runs(interval, integer) TO scrinalia_operator;

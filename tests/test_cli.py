@@ -1,0 +1,305 @@
+"""The scrinalia-workers command line, run as the real console entry in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import psycopg
+import pytest
+
+from helpers import claim, finish, make_worker, put_schedule, set_next_run, tick
+
+from scrinalia_workers.pgserver import free_port
+
+ENV_DB_VARS = ("DATABASE_URL", "PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE")
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+def cli(*args: str, dsn: str | None = None, env: dict | None = None) -> Result:
+    argv = [sys.executable, "-m", "scrinalia_workers", *args]
+    if dsn is not None:
+        argv += ["--dsn", dsn]
+    base = {k: v for k, v in os.environ.items() if k not in ENV_DB_VARS}
+    p = subprocess.run(argv, capture_output=True, text=True, env={**base, **(env or {})}, timeout=60)
+    return Result(p.returncode, p.stdout, p.stderr)
+
+
+def assert_one_line_error(r: Result, code: int, *fragments: str) -> None:
+    assert r.code == code, (r.code, r.out, r.err)
+    assert "Traceback" not in r.err
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1, r.err
+    assert lines[0].startswith("scrinalia-workers: error: "), lines[0]
+    for f in fragments:
+        assert f in lines[0], (f, lines[0])
+
+
+@pytest.fixture
+def ocr(db):
+    return make_worker(db)
+
+
+def one(db, sql, *params):
+    return db.execute(sql, params).fetchone()
+
+
+# --- migrate ---------------------------------------------------------------------
+
+def test_migrate_is_idempotent_and_rolls_back(empty_db_dsn):
+    first = cli("migrate", dsn=empty_db_dsn)
+    assert first.code == 0, first.err
+    assert "applied 0001_ledger" in first.out and "applied 0004_roles" in first.out
+    again = cli("migrate", dsn=empty_db_dsn)
+    assert again.code == 0, again.err
+    assert "applied" not in again.out.replace("no migration to apply", "")
+    assert "already at the head (0004_roles)" in again.out
+    back = cli("migrate", "--rollback", "--count", "1", "--json", dsn=empty_db_dsn)
+    assert back.code == 0, back.err
+    assert json.loads(back.out) == {"rolled_back": ["0004_roles"]}
+    forth = cli("migrate", "--json", dsn=empty_db_dsn)
+    assert json.loads(forth.out) == {"applied": ["0004_roles"], "schema_head": "0004_roles"}
+
+
+def test_count_without_rollback_is_a_usage_error(empty_db_dsn):
+    assert_one_line_error(cli("migrate", "--count", "1", dsn=empty_db_dsn), 2, "--count goes with --rollback")
+
+
+# --- enqueue ---------------------------------------------------------------------
+
+def test_enqueue_prints_the_run_and_records_cli(db_dsn, db, ocr):
+    r = cli("enqueue", "ocr", "--request", '{"preset": "fast"}', "--requested-by", "dba", dsn=db_dsn)
+    assert r.code == 0, r.err
+    run_id = one(db, "SELECT max(run_id) FROM scrinalia.archive_worker_runs")[0]
+    assert f"run #{run_id} QUEUED (ocr, CLI)" in r.out
+    assert one(db, "SELECT trigger::text, requested_by, request->>'preset' FROM scrinalia.archive_worker_runs"
+                   " WHERE run_id = %s", run_id) == ("CLI", "dba", "fast")
+
+
+def test_enqueue_when_the_slot_is_busy_exits_3(db_dsn, db, ocr):
+    first = cli("enqueue", "ocr", "--json", dsn=db_dsn)
+    assert first.code == 0, first.err
+    run_id = json.loads(first.out)["run_id"]
+    busy = cli("enqueue", "ocr", dsn=db_dsn)
+    assert_one_line_error(busy, 3, "[SW010]", f"run #{run_id} QUEUED", "hint:")
+    assert one(db, "SELECT count(*) FROM scrinalia.archive_worker_runs")[0] == 1
+
+
+def test_enqueue_unknown_worker(db_dsn, ocr):
+    assert_one_line_error(cli("enqueue", "nope", dsn=db_dsn), 1, "[SW001]", "unknown worker 'nope'")
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ('{"preset": ', "--request is not valid JSON"),
+    ("[1, 2]", "--request must be a JSON object, got list"),
+])
+def test_enqueue_malformed_json(db_dsn, db, ocr, text, fragment):
+    assert_one_line_error(cli("enqueue", "ocr", "--request", text, dsn=db_dsn), 2, fragment)
+    assert one(db, "SELECT count(*) FROM scrinalia.archive_worker_runs")[0] == 0
+
+
+def test_enqueue_invalid_request_is_named_by_the_database(db_dsn, ocr):
+    r = cli("enqueue", "ocr", "--request", '{"options": {"dpi": "high"}}', dsn=db_dsn)
+    assert_one_line_error(r, 1, "[SW002]", "options.dpi must be an integer")
+
+
+# --- schedule --------------------------------------------------------------------
+
+def test_schedule_put_get_pause_resume_delete(db_dsn, db, ocr):
+    put = cli("schedule", "put", "ocr", "--cron", "0  2 * * 1-5", "--timezone", "Europe/Berlin",
+              "--request", '{"options": {"lang": "eng"}}', dsn=db_dsn)
+    assert put.code == 0, put.err
+    assert "schedule of ocr saved" in put.out and "0 2 * * 1-5" in put.out
+    row = one(db, "SELECT cron, timezone, enabled, request FROM scrinalia.archive_worker_schedules")
+    assert row == ("0 2 * * 1-5", "Europe/Berlin", True, {"options": {"lang": "eng"}})
+    assert "not armed yet" in cli("schedule", "get", "ocr", dsn=db_dsn).out
+
+    db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = '2030-01-07 01:00Z'")
+    got = cli("schedule", "get", "ocr", dsn=db_dsn)
+    assert "2030-01-07 02:00 CET (2030-01-07 01:00:00Z)" in got.out  # in the zone and in UTC
+
+    assert cli("schedule", "pause", "ocr", dsn=db_dsn).code == 0
+    assert one(db, "SELECT enabled FROM scrinalia.archive_worker_schedules")[0] is False
+    assert json.loads(cli("schedule", "get", "ocr", "--json", dsn=db_dsn).out)["paused"] is True
+    resumed = cli("schedule", "resume", "ocr", dsn=db_dsn)
+    assert resumed.code == 0 and "resumed" in resumed.out
+    assert one(db, "SELECT enabled, next_run_at FROM scrinalia.archive_worker_schedules") == (True, None)
+
+    assert cli("schedule", "delete", "ocr", dsn=db_dsn).code == 0
+    assert one(db, "SELECT count(*) FROM scrinalia.archive_worker_schedules")[0] == 0
+    assert_one_line_error(cli("schedule", "get", "ocr", dsn=db_dsn), 1, "[SW005]", "no schedule")
+    assert_one_line_error(cli("schedule", "pause", "ocr", dsn=db_dsn), 1, "[SW005]")
+
+
+def test_schedule_put_disabled_and_default_zone(db_dsn, db, ocr):
+    db.execute("SELECT scrinalia.set_default_timezone('America/Sao_Paulo')")
+    assert cli("schedule", "put", "ocr", "--cron", "*/15 * * * *", "--disabled", dsn=db_dsn).code == 0
+    assert one(db, "SELECT timezone, enabled FROM scrinalia.archive_worker_schedules") == ("America/Sao_Paulo", False)
+
+
+def test_schedule_put_invalid_cron_names_the_field(db_dsn, db, ocr):
+    r = cli("schedule", "put", "ocr", "--cron", "0 24 * * *", dsn=db_dsn)
+    assert_one_line_error(r, 1, "[SW003]", "field 2 (hour)", "24 is out of range 0-23")
+    assert_one_line_error(cli("schedule", "put", "ocr", "--cron", "@daily", dsn=db_dsn), 1, "[SW003]", "macros")
+    assert one(db, "SELECT count(*) FROM scrinalia.archive_worker_schedules")[0] == 0
+
+
+def test_schedule_put_unknown_zone_and_unknown_worker(db_dsn, ocr):
+    r = cli("schedule", "put", "ocr", "--cron", "0 2 * * *", "--timezone", "Europe/Atlantis", dsn=db_dsn)
+    assert_one_line_error(r, 1, "[SW004]", "Europe/Atlantis")
+    r = cli("schedule", "put", "nope", "--cron", "0 2 * * *", dsn=db_dsn)
+    assert_one_line_error(r, 1, "[SW001]", "unknown worker 'nope'")
+    assert_one_line_error(cli("schedule", "get", "nope", dsn=db_dsn), 1, "[SW001]")
+
+
+def test_schedule_put_bad_request_json(db_dsn, ocr):
+    r = cli("schedule", "put", "ocr", "--cron", "0 2 * * *", "--request", "{oops}", dsn=db_dsn)
+    assert_one_line_error(r, 2, "--request is not valid JSON")
+
+
+# --- status and runs -------------------------------------------------------------
+
+def test_status_shows_agenda_counters_and_the_lock_apart(db_dsn, db, ocr):
+    make_worker(db, "idle")
+    put_schedule(db, "ocr", "0 2 * * *", "Europe/Berlin")
+    db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = '2030-07-01 00:00Z'")
+    db.execute("SELECT scrinalia.add_units('ocr', ARRAY['a', 'b', 'c'])")
+    db.execute("SELECT scrinalia.mark_units_processed('ocr', ARRAY['a'])")
+
+    text = cli("status", dsn=db_dsn)
+    assert text.code == 0, text.err
+    assert "NO scheduler holds the lock" in text.out
+    agenda, counters = text.out.split("queue counters")
+    ocr_line = next(ln for ln in agenda.splitlines() if ln.startswith("ocr "))
+    assert "0 2 * * *" in ocr_line and "2030-07-01 02:00 CEST" in ocr_line and "2030-07-01 00:00:00Z" in ocr_line
+    assert "unscheduled" in next(ln for ln in agenda.splitlines() if ln.startswith("idle "))
+    assert next(ln for ln in counters.splitlines() if ln.startswith("ocr ")).split() == ["ocr", "2", "1"]
+
+    # a scheduler holding the lock is named, with its pid
+    pid = one(db, "SELECT pg_backend_pid()")[0]
+    db.execute("SELECT pg_advisory_lock(scrinalia.scheduler_lock_key())")
+    data = json.loads(cli("status", "--json", dsn=db_dsn).out)
+    assert data["scheduler"]["lock_held"] is True and data["scheduler"]["holder_pid"] == pid
+    assert {c["worker_name"]: (c["pending"], c["processed"]) for c in data["queue_counters"]} == {
+        "ocr": (2, 1), "idle": (0, 0)}
+    assert [a["worker_name"] for a in data["agenda"]] == ["idle", "ocr"]
+    assert f"lock held by pid {pid}" in cli("status", dsn=db_dsn).out
+
+
+def test_runs_shows_attempts_retry_chain_and_truncated_errors(db_dsn, db, ocr):
+    put_schedule(db, "ocr")
+    tick(db)
+    set_next_run(db, "ocr", "1 minute")
+    tick(db)
+    first = claim(db)
+    finish(db, first[0], first[1], "FAILED", "disk full " + "x" * 200)
+    retry = one(db, "SELECT run_id FROM scrinalia.create_retries()")[0]
+
+    r = cli("runs", "ocr", dsn=db_dsn)
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    retry_line = next(ln for ln in lines if ln.startswith(f"{retry} "))
+    assert "SCHEDULE" in retry_line and "2/3" in retry_line and f"retry of #{first[0]}" in retry_line
+    failed_line = next(ln for ln in lines if ln.startswith(f"{first[0]} "))
+    assert "FAILED" in failed_line and "disk full" in failed_line and "…" in failed_line
+    assert "x" * 100 not in failed_line
+
+    rows = json.loads(cli("runs", "--limit", "1", "--json", dsn=db_dsn).out)
+    assert [x["run_id"] for x in rows] == [retry]
+    assert rows[0]["retry_of"] == first[0] and rows[0]["not_before"] is not None
+    assert_one_line_error(cli("runs", "nope", dsn=db_dsn), 1, "[SW001]")
+    assert_one_line_error(cli("runs", "--limit", "0", dsn=db_dsn), 2, "--limit")
+
+
+# --- cancel, settings, prune -------------------------------------------------------
+
+def test_cancel(db_dsn, db, ocr):
+    run_id = json.loads(cli("enqueue", "ocr", "--json", dsn=db_dsn).out)["run_id"]
+    r = cli("cancel", str(run_id), dsn=db_dsn)
+    assert r.code == 0, r.err
+    assert f"run #{run_id} CANCELLED" in r.out
+    assert one(db, "SELECT status::text FROM scrinalia.archive_worker_runs WHERE run_id = %s", run_id)[0] == "CANCELLED"
+    assert_one_line_error(cli("cancel", str(run_id), dsn=db_dsn), 1, "[SW011]", "it is CANCELLED")
+    assert_one_line_error(cli("cancel", "abc", dsn=db_dsn), 2, "invalid int value")
+
+
+def test_settings_put(db_dsn, db, ocr):
+    r = cli("settings", "put", "ocr", "--settings", '{"preset": "archival"}', dsn=db_dsn)
+    assert r.code == 0, r.err
+    assert one(db, "SELECT settings FROM scrinalia.archive_worker_settings")[0] == {"preset": "archival"}
+    bad = cli("settings", "put", "ocr", "--settings", '{"preset": "nope"}', dsn=db_dsn)
+    assert_one_line_error(bad, 1, "[SW002]", "unknown preset 'nope'")
+
+
+def test_prune(db_dsn, db, ocr):
+    ids = []
+    for _ in range(3):
+        run_id = one(db, "SELECT run_id FROM scrinalia.enqueue('ocr', '{}', 'CLI')")[0]
+        got = claim(db)
+        finish(db, got[0], got[1])
+        ids.append(run_id)
+    db.execute("UPDATE scrinalia.archive_worker_runs SET finished_at = finished_at - interval '40 days'"
+               " WHERE run_id = ANY (%s)", (ids[:2],))
+    r = cli("prune", "--older-than", "30 days", "--batch", "3", dsn=db_dsn)
+    assert r.code == 0, r.err
+    assert "deleted 2 finished run(s)" in r.out
+    assert [x[0] for x in db.execute("SELECT run_id FROM scrinalia.archive_worker_runs").fetchall()] == ids[2:]
+    assert_one_line_error(cli("prune", "--older-than", "1 hour", dsn=db_dsn), 1, "[SW002]", "at least one day")
+    assert_one_line_error(cli("prune", "--older-than", "soon", dsn=db_dsn), 1, "[22007]")
+
+
+# --- configuration and usage -------------------------------------------------------
+
+def test_no_database_configured():
+    assert_one_line_error(cli("status"), 1, "no database configured", "DATABASE_URL")
+
+
+def test_database_url_is_used(db_dsn, ocr):
+    r = cli("runs", env={"DATABASE_URL": db_dsn})
+    assert r.code == 0, r.err
+    assert r.out.startswith("id")
+
+
+def test_unreachable_database():
+    dsn = f"host=127.0.0.1 port={free_port()} dbname=x connect_timeout=3"
+    assert_one_line_error(cli("status", dsn=dsn), 1, "cannot connect to the database")
+
+
+def test_malformed_dsn():
+    assert_one_line_error(cli("status", dsn="not a dsn"), 1, "invalid connection string")
+
+
+def test_usage_errors_are_one_line():
+    assert_one_line_error(cli("frobnicate"), 2, "invalid choice: 'frobnicate'")
+    assert_one_line_error(cli("schedule", "put", "ocr"), 2, "--cron")
+    assert cli("--help").code == 0
+
+
+def test_delegated_daemons_never_trace_back():
+    # scheduler/runner/demo are other modules; whether or not they are installed
+    # yet, the CLI answers without a traceback.
+    for argv in (["scheduler", "--help"], ["runner", "--help"]):
+        r = cli(*argv)
+        assert "Traceback" not in r.err
+        assert r.code == 0 or r.err.startswith("scrinalia-workers: error: "), r.err
+
+
+def test_an_unmigrated_database_says_so(empty_db_dsn):
+    assert_one_line_error(cli("status", dsn=empty_db_dsn), 1, "not migrated", "scrinalia-workers migrate")
+
+
+def test_a_login_without_the_group_is_told(db_dsn, db, ocr, role_logins):
+    reader = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["reader"])
+    assert cli("status", dsn=reader).code == 0  # the reader may read
+    r = cli("enqueue", "ocr", dsn=reader)
+    assert_one_line_error(r, 1, "[42501]", "permission denied", "lacks the group")
+    assert one(db, "SELECT count(*) FROM scrinalia.archive_worker_runs")[0] == 0
