@@ -25,7 +25,7 @@ jsonschema = pytest.importorskip("jsonschema")
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "compose.yaml"
-SNIPPETS = ROOT / "docs" / "README-snippets.md"
+SNIPPETS = ROOT / "README.md"
 DAEMONS = ("scheduler", "runner")
 
 
@@ -223,7 +223,7 @@ def test_every_variable_is_documented():
     procfile = (ROOT / "Procfile").read_text()
     used = variables_used(text) | shell_variables(text) | variables_used(procfile)
     # POSTGRES_* inside the healthcheck are the postgres container's own variables
-    assert used - documented == set(), "variables used but not in docs/README-snippets.md"
+    assert used - documented == set(), "variables used but not in README.md"
     assert {v for v in documented if v.startswith("SCRINALIA_")} - used - {"SCRINALIA_ROOT"} == set(), \
         "documented variables that nothing uses"
 

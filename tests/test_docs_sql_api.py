@@ -231,9 +231,9 @@ def test_the_operate_guide_queries_run(db):
 
 
 def test_the_readme_tour_runs(db):
-    # docs/README-snippets.md's five minutes in psql, statement by statement; the one
+    # README.md's five minutes in psql, statement by statement; the one
     # marked "-- ERROR:" must fail with the slot-busy SQLSTATE it describes
-    text = (ROOT / "docs" / "README-snippets.md").read_text()
+    text = (ROOT / "README.md").read_text()
     tour = text.split("## Five minutes in psql", 1)[1]
     blocks = parse_blocks(tour)
     assert len(blocks) == 1
