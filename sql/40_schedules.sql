@@ -108,6 +108,7 @@ SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 DECLARE s scrinalia.archive_worker_schedules;
 BEGIN
+    PERFORM scrinalia.require_worker(p_worker_name);
     IF p_enabled IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'SW002', MESSAGE = 'enabled must be true or false, not NULL';
     END IF;
@@ -130,6 +131,7 @@ SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 DECLARE s scrinalia.archive_worker_schedules;
 BEGIN
+    PERFORM scrinalia.require_worker(p_worker_name);
     DELETE FROM scrinalia.archive_worker_schedules WHERE worker_name = p_worker_name
     RETURNING * INTO s;
     IF NOT FOUND THEN

@@ -23,6 +23,7 @@ SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 DECLARE n integer;
 BEGIN
+    PERFORM scrinalia.require_worker(p_worker_name);
     UPDATE scrinalia.archive_worker_units
        SET processed_at = now()
      WHERE worker_name = p_worker_name AND unit_key = ANY (p_unit_keys) AND processed_at IS NULL;

@@ -111,3 +111,10 @@ def test_delete_and_missing_schedules(db):
         db.execute("SELECT scrinalia.delete_schedule('ocr')")
     with raises_sqlstate("SW005"):
         db.execute("SELECT scrinalia.set_schedule_enabled('ocr', false)")
+
+
+def test_unknown_worker_and_missing_schedule_are_told_apart(db):
+    with raises_sqlstate("SW001", "unknown worker 'ghost'"):
+        db.execute("SELECT scrinalia.delete_schedule('ghost')")
+    with raises_sqlstate("SW001"):
+        db.execute("SELECT scrinalia.set_schedule_enabled('ghost', true)")
