@@ -1,34 +1,36 @@
-"""One line per decision, as text or as JSON objects (--json)."""
+"""One line per decision: plain `ts event key=value ...` or, with --json, a JSON object."""
 
 from __future__ import annotations
 
 import json
 import sys
 from datetime import datetime, timezone
-from typing import Any, TextIO
 
-
-def _text(v: Any) -> str:
-    if isinstance(v, datetime):
-        return v.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    s = str(v)
-    return json.dumps(s) if (" " in s or not s) else s
+LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
 
 class EventLog:
-    def __init__(self, component: str, as_json: bool = False, out: TextIO | None = None):
-        self.component = component
-        self.as_json = as_json
-        self.out = out or sys.stderr
+    def __init__(self, json_lines: bool = False, level: str = "info", stream=None):
+        self.json_lines = json_lines
+        self.threshold = LEVELS.get(level.lower(), 20)
+        self.stream = stream or sys.stderr
 
-    def __call__(self, event: str, **fields: Any) -> None:
-        ts = datetime.now(timezone.utc)
-        if self.as_json:
-            record = {"ts": _text(ts), "component": self.component, "event": event}
-            record.update({k: (_text(v) if isinstance(v, datetime) else v) for k, v in fields.items()})
-            line = json.dumps(record, default=str)
+    def __call__(self, event: str, level: str = "info", **fields) -> None:
+        if LEVELS.get(level, 20) < self.threshold:
+            return
+        ts = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        if self.json_lines:
+            line = json.dumps({"ts": ts, "event": event, "level": level, **fields}, default=str)
         else:
-            parts = [_text(ts), self.component, event]
-            parts += [f"{k}={_text(v)}" for k, v in fields.items() if v is not None]
-            line = " ".join(parts)
-        print(line, file=self.out, flush=True)
+            parts = " ".join(f"{k}={v}" for k, v in fields.items())
+            line = f"{ts} {level.upper()} {event}" + (f" {parts}" if parts else "")
+        try:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass  # a closed pipe must not stop the daemon
+
+
+def one_line(error: object) -> str:
+    """An error's text on one line (libpq messages carry a second, indented line)."""
+    return " ".join(str(error).split()) or type(error).__name__

@@ -1,4 +1,8 @@
-"""The start-up check: refuse to run against a schema older (or newer) than this code."""
+"""The start-up check: refuse to run against a schema this code was not written for.
+
+Uses only catalog queries and scrinalia.schema_head(), which every scrinalia group
+may call: the scheduler's role has no more than USAGE on the schema.
+"""
 
 from __future__ import annotations
 
@@ -7,43 +11,41 @@ import psycopg
 from .errors import SchemaMismatch
 
 EXPECTED_HEAD = "0004_roles"
-
-# What ADR 0015 added, checked in the catalog so that any of the four roles can ask.
-_ADR_0015 = """
-SELECT (SELECT count(*) FROM pg_catalog.pg_attribute
-         WHERE attrelid = 'scrinalia.archive_worker_runs'::regclass AND NOT attisdropped
-           AND attname IN ('attempt', 'retry_of', 'not_before', 'scheduled_for', 'retry_pending')) = 5,
-       EXISTS (SELECT 1 FROM pg_catalog.pg_enum
-                WHERE enumtypid = 'scrinalia.run_trigger'::regtype AND enumlabel = 'SCHEDULE')
-"""
-
-_HINT = "run `scrinalia-workers migrate` with the owner's credentials"
+REQUIRED_COLUMNS = ("attempt", "retry_of", "not_before", "scheduled_for")
+_FIX = "run `scrinalia-workers migrate`"
 
 
 def check_schema(conn: psycopg.Connection) -> str:
-    """Returns the schema head; raises SchemaMismatch with what to do about it."""
+    """Returns the head, or raises SchemaMismatch with a one-line message."""
     try:
         with conn.transaction():
             head = conn.execute("SELECT scrinalia.schema_head()").fetchone()[0]
-            columns_ok, enum_ok = conn.execute(_ADR_0015).fetchone()
+    except psycopg.errors.UndefinedFunction:
+        head = None
+    except psycopg.errors.InvalidSchemaName:
+        raise SchemaMismatch(f"the database has no scrinalia schema, this scrinalia-workers "
+                             f"needs {EXPECTED_HEAD}: {_FIX}") from None
     except psycopg.errors.InsufficientPrivilege as e:
-        raise SchemaMismatch(
-            f"cannot read the scrinalia schema as this user ({e.diag.message_primary}): "
-            "grant it one of the scrinalia_* groups"
-        ) from None
-    except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName,
-            psycopg.errors.UndefinedTable, psycopg.errors.UndefinedObject):
-        raise SchemaMismatch(
-            f"the database has no scrinalia schema, or an old one: this scrinalia-workers "
-            f"needs {EXPECTED_HEAD}; {_HINT}"
-        ) from None
+        raise SchemaMismatch(f"cannot read the schema head ({e.diag.message_primary}): "
+                             "grant this login a scrinalia_* role") from None
     if head != EXPECTED_HEAD:
-        raise SchemaMismatch(
-            f"the database schema is at {head}, this scrinalia-workers needs {EXPECTED_HEAD}; {_HINT}"
-        )
-    if not (columns_ok and enum_ok):
-        raise SchemaMismatch(
-            "the database lacks the ADR 0015 columns or the SCHEDULE trigger although its "
-            f"code says {head}; {_HINT}"
-        )
+        raise SchemaMismatch(f"database schema is at {head or 'an unknown version (no schema_head())'}, "
+                             f"this scrinalia-workers needs {EXPECTED_HEAD}: {_FIX}")
+    cols = {r[0] for r in conn.execute(
+        "SELECT a.attname FROM pg_catalog.pg_attribute a"
+        " WHERE a.attrelid = to_regclass('scrinalia.archive_worker_runs')"
+        " AND a.attnum > 0 AND NOT a.attisdropped")}
+    missing = [c for c in REQUIRED_COLUMNS if c not in cols]
+    if missing:
+        raise SchemaMismatch(f"database schema is at {head} but archive_worker_runs lacks "
+                             f"{', '.join(missing)}; this scrinalia-workers needs {EXPECTED_HEAD}: {_FIX}")
+    has_enum = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_enum e"
+        " JOIN pg_catalog.pg_type t ON t.oid = e.enumtypid"
+        " JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace"
+        " WHERE n.nspname = 'scrinalia' AND t.typname = 'run_trigger' AND e.enumlabel = 'SCHEDULE')"
+    ).fetchone()[0]
+    if not has_enum:
+        raise SchemaMismatch(f"database schema is at {head} but run_trigger lacks SCHEDULE; "
+                             f"this scrinalia-workers needs {EXPECTED_HEAD}: {_FIX}")
     return head
