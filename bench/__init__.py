@@ -1,0 +1,1 @@
+"""The benchmarks of issue 4: `python -m bench` (see bench/README.md)."""

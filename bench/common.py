@@ -1,0 +1,82 @@
+"""What every benchmark shares: connections, timing, percentiles, the result shape."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import psycopg
+
+from scrinalia_workers.db import connect
+
+now = time.perf_counter
+
+
+class InvariantError(AssertionError):
+    """A benchmark's own correctness check failed: its figures mean nothing."""
+
+
+def check(cond: bool, message: str) -> None:
+    if not cond:
+        raise InvariantError(message)
+
+
+def conn(dsn: str, autocommit: bool = True, name: str = "scrinalia-bench") -> psycopg.Connection:
+    return connect(dsn, autocommit=autocommit, application_name=name)
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest-rank percentile (p in 0..100) of a non-empty list."""
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, int(round(p / 100 * len(s) + 0.5)) - 1))
+    return s[k]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+def secs(seconds: float) -> str:
+    return f"{seconds:.3f} s"
+
+
+@dataclass
+class Result:
+    """One benchmark's outcome, as printed and as written to BENCHMARKS.md."""
+
+    key: str
+    title: str
+    setup: list[str]
+    headers: list[str]
+    rows: list[list[str]]
+    target: str
+    met: bool | None  # None: no target applies, or it could not be measured
+    notes: list[str] = field(default_factory=list)
+    headline: str = ""  # the figure the summary table shows
+    extra_md: str = ""  # e.g. an EXPLAIN, already formatted
+    data: dict = field(default_factory=dict)  # raw figures for tests and later analysis
+
+    @property
+    def verdict(self) -> str:
+        return {True: "met", False: "NOT met", None: "n/a"}[self.met]
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table, which also reads well on a terminal."""
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
+    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    out = [line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out += [line(r) for r in rows]
+    return "\n".join(out)
+
+
+def vacuum_analyze(dsn: str, *tables: str) -> None:
+    with conn(dsn) as c:
+        for t in tables or ("scrinalia.archive_worker_runs", "scrinalia.archive_worker_schedules",
+                            "scrinalia.archive_workers"):
+            c.execute(f"VACUUM ANALYZE {t}")

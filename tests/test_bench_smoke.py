@@ -1,0 +1,48 @@
+"""The benchmarks' quick mode still runs and its own correctness checks still pass.
+
+CI does not run the benchmarks (python -m bench); this keeps their code from
+rotting: the tick and claim benchmarks at smoke sizes on the test database.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import claim_bench, tick_bench  # noqa: E402
+from bench.common import InvariantError  # noqa: E402
+
+
+def test_quick_tick_decides_every_schedule_once(db_dsn):
+    r = tick_bench.run(db_dsn, quick=True)
+    for f in r.data["figures"]:
+        assert f["reps"] >= 1
+        for t in f["all"]:
+            assert t["due"] == f["n"]
+            assert t["decisions"] == {"ENQUEUED": f["n"] - f["active"], "SKIPPED": f["active"]}
+            assert t["python"] > 0 and t["sql_tick"] > 0
+    assert len(r.rows) == len(r.data["figures"])
+
+
+def test_quick_claim_has_no_double_claim_and_loses_nothing(db_dsn):
+    r = claim_bench.run(db_dsn, quick=True)
+    modes = {f["mode"] for f in r.data["figures"]}
+    assert modes == {"processes", "threads"}
+    for f in r.data["figures"]:
+        assert f["twice"] == 0 and f["lost"] == 0
+        assert sum(f["per_runner"]) == f["n"]
+        assert f["rate"] > 0
+
+
+def test_tick_check_catches_a_wrong_count(db_dsn):
+    """The checks the benchmarks rely on do fail: a tick claimed to skip one more than it did."""
+    active = tick_bench.prepare(db_dsn, 200)
+    with claim_bench.conn(db_dsn) as c:
+        t = tick_bench.tick_once(c)
+    tick_bench.verify(db_dsn, 200, active, t)
+    with pytest.raises(InvariantError, match="SKIPPED"):
+        tick_bench.verify(db_dsn, 200, active + 1, t)
