@@ -191,3 +191,15 @@ def test_runs_as_the_least_privileged_scheduler_role(db, db_dsn, role_logins, pr
     a.wait_event("lock acquired")
     a.wait_event("enqueued", worker="ocr")
     assert a.stop() == 0
+
+
+def test_the_lock_connection_asks_the_server_for_keepalives_too(db_dsn):
+    from scrinalia_workers import db as dbmod
+
+    with dbmod.connect(db_dsn, server_keepalives=True) as conn:
+        got = dict(conn.execute(
+            "SELECT name, setting FROM pg_settings WHERE name IN "
+            "('tcp_keepalives_idle', 'tcp_keepalives_interval', 'tcp_keepalives_count', 'tcp_user_timeout')"
+        ).fetchall())
+    assert got == {"tcp_keepalives_idle": "5", "tcp_keepalives_interval": "2",
+                   "tcp_keepalives_count": "3", "tcp_user_timeout": "10000"}

@@ -17,6 +17,11 @@ KEEPALIVES = {
     "keepalives_count": 3,
 }
 
+# The server's side of the same: the backend of a holder whose host vanished
+# without closing its socket notices within seconds too, and so frees the lock.
+SERVER_KEEPALIVES = ("-c tcp_keepalives_idle=5 -c tcp_keepalives_interval=2 "
+                     "-c tcp_keepalives_count=3 -c tcp_user_timeout=10000")
+
 LIBPQ_VARS = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE")
 
 
@@ -43,12 +48,16 @@ def require_dsn(dsn: str | None = None) -> str:
 
 def connect(
     dsn: str, *, autocommit: bool = True, application_name: str = "scrinalia-workers",
-    connect_timeout: int = 10,
+    connect_timeout: int = 10, server_keepalives: bool = False,
 ) -> psycopg.Connection:
+    extra = {}
+    if server_keepalives:
+        given = psycopg.conninfo.conninfo_to_dict(dsn).get("options") or os.environ.get("PGOPTIONS", "")
+        extra["options"] = f"{given} {SERVER_KEEPALIVES}".strip()
     try:
         return psycopg.connect(
             dsn, autocommit=autocommit, application_name=application_name,
-            connect_timeout=connect_timeout, **KEEPALIVES,
+            connect_timeout=connect_timeout, **KEEPALIVES, **extra,
         )
     except psycopg.OperationalError as e:
         raise ConfigError(f"cannot connect to the database: {str(e).strip()}") from e

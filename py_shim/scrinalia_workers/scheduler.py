@@ -72,7 +72,8 @@ class Scheduler:
 
     def _acquire(self) -> bool:
         """One attempt at the lock; True when held (and the connections are ready)."""
-        self.lock_conn = db.connect(self.dsn, application_name="scrinalia-scheduler lock")
+        self.lock_conn = db.connect(self.dsn, application_name="scrinalia-scheduler lock",
+                                    server_keepalives=True)
         got = self.lock_conn.execute(
             "SELECT pg_try_advisory_lock(scrinalia.scheduler_lock_key())").fetchone()[0]
         if not got:
