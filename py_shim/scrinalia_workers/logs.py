@@ -34,3 +34,11 @@ class EventLog:
 def one_line(error: object) -> str:
     """An error's text on one line (libpq messages carry a second, indented line)."""
     return " ".join(str(error).split()) or type(error).__name__
+
+
+def startup_error(log: "EventLog", prog: str, as_json: bool, e: BaseException) -> None:
+    """One line: a JSON event with --json, plain text on stderr otherwise."""
+    if as_json:
+        log("config error", level="error", reason=one_line(e))
+    else:
+        print(f"{prog}: {one_line(e)}", file=sys.stderr)

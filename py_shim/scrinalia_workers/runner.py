@@ -29,8 +29,8 @@ from psycopg.rows import dict_row
 
 from . import db
 from .errors import LEASE_LOST, ConfigError, SchemaMismatch
-from .logs import EventLog, one_line
-from .schema import check_schema
+from .logs import EventLog, one_line, startup_error
+from .schema import preflight
 
 Handler = Callable[[dict], Any]
 MAX_IDLE = 5.0
@@ -202,15 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         if not 1 <= args.lease <= 86400:
             raise ConfigError("--lease must be between 1 and 86400 seconds")
         handlers = load_handlers(args.handlers)
-        dsn = db.require_dsn(args.dsn)
-        with db.connect(dsn, application_name="scrinalia-runner check") as conn:
-            check_schema(conn)
+        dsn = preflight(args.dsn, "scrinalia-runner check")
     except (ConfigError, SchemaMismatch) as e:
-        # one line: JSON for --json, plain text otherwise
-        if args.json:
-            log("config error", level="error", reason=one_line(e))
-        else:
-            print(f"scrinalia-runner: {one_line(e)}", file=sys.stderr)
+        startup_error(log, "scrinalia-runner", args.json, e)
         return 2
     runner = Runner(dsn, handlers, runner_id=args.runner_id, lease=timedelta(seconds=args.lease), log=log)
     stop = threading.Event()

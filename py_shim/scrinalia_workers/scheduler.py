@@ -31,8 +31,8 @@ import psycopg
 
 from . import cron, db
 from .errors import ConfigError, SchemaMismatch
-from .logs import EventLog, one_line
-from .schema import check_schema
+from .logs import EventLog, one_line, startup_error
+from .schema import preflight
 
 EXIT_CONFIG = 2
 
@@ -229,15 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         log("config error", level="error", reason="--standby-retry and --max-sleep must be positive")
         return EXIT_CONFIG
     try:
-        dsn = db.require_dsn(args.dsn)
-        with db.connect(dsn, application_name="scrinalia-scheduler check") as conn:
-            check_schema(conn)
+        dsn = preflight(args.dsn, "scrinalia-scheduler check")
     except (ConfigError, SchemaMismatch) as e:
-        # one line: JSON for --json, plain text otherwise
-        if args.json:
-            log("config error", level="error", reason=one_line(e))
-        else:
-            print(f"scrinalia-scheduler: {one_line(e)}", file=sys.stderr)
+        startup_error(log, "scrinalia-scheduler", args.json, e)
         return EXIT_CONFIG
     sched = Scheduler(dsn, name=args.name, standby_retry=args.standby_retry,
                       max_sleep=args.max_sleep, log=log)

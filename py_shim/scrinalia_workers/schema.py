@@ -49,3 +49,13 @@ def check_schema(conn: psycopg.Connection) -> str:
         raise SchemaMismatch(f"database schema is at {head} but run_trigger lacks SCHEDULE; "
                              f"this scrinalia-workers needs {EXPECTED_HEAD}: {_FIX}")
     return head
+
+
+def preflight(dsn: str | None, application_name: str) -> str:
+    """The start-up of a daemon: a configured DSN that reaches a schema at the head."""
+    from . import db
+
+    dsn = db.require_dsn(dsn)
+    with db.connect(dsn, application_name=application_name) as conn:
+        check_schema(conn)
+    return dsn
