@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import psycopg
 import pytest
 
 from helpers import make_worker, put_schedule, raises_sqlstate, tick
