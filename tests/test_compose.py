@@ -254,8 +254,9 @@ def test_dockerfile_builds_what_compose_runs(compose):
 
 def test_procfile():
     types = dict(re.findall(r"^([a-z]+): (.+)$", (ROOT / "Procfile").read_text(), re.M))
-    assert set(types) == {"release", "scheduler", "runner"}
+    assert set(types) == {"release", "migrate", "scheduler", "runner"}
     assert types["release"] == "scrinalia-workers migrate"  # release phase: once per deploy, before the daemons
+    assert types["migrate"] == "scrinalia-workers migrate"  # the same, as a one-off process type
     assert types["scheduler"].startswith("scrinalia-scheduler ")
     assert types["runner"].startswith("scrinalia-runner ")
 
