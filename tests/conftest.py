@@ -104,6 +104,20 @@ def db(db_dsn):
         yield conn
 
 
+@pytest.fixture
+def own_cluster():
+    """A cluster of the test's own, for tests that restart PostgreSQL under load."""
+    from scrinalia_workers.pgserver import LocalCluster, find_bin_dir
+
+    if find_bin_dir() is None:
+        pytest.skip("needs PostgreSQL server binaries (the embedded server cannot restart)")
+    cluster = LocalCluster(find_bin_dir()).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 GROUPS = ("reader", "operator", "runner", "scheduler")
 
 

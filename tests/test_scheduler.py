@@ -143,20 +143,6 @@ def test_unevaluable_zone_does_not_block_others(db, db_dsn, procs):
     assert "Mars/Olympus" in err["timezone"]
 
 
-@pytest.fixture
-def own_cluster():
-    """A cluster of this test's own: restarting the shared one would break the session's
-    admin connection (see the report: conftest could reconnect it)."""
-    from scrinalia_workers.pgserver import LocalCluster, find_bin_dir
-    if find_bin_dir() is None:
-        pytest.skip("needs PostgreSQL server binaries (the embedded server cannot restart)")
-    cluster = LocalCluster(find_bin_dir()).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
 def test_restart_reconnects_and_never_enqueues_twice(own_cluster, procs):
     import psycopg
     from scrinalia_workers.migrate import migrate

@@ -15,28 +15,15 @@ import time
 from datetime import datetime, timedelta
 
 import psycopg
-import pytest
 from psycopg.types.json import Jsonb
 
 from invariants import busy_slots, check_all
 from procs import start_runner, start_scheduler, wait_for
 from scrinalia_workers.demo_handlers import DEMO_OPTIONS
 from scrinalia_workers.migrate import migrate
-from scrinalia_workers.pgserver import LocalCluster, find_bin_dir
 
 SCHEDULES = int(os.environ.get("RELIABILITY_DAEMON_SCHEDULES", "2000"))
 RUNNERS = 8
-
-
-@pytest.fixture
-def cluster():
-    if find_bin_dir() is None:
-        pytest.skip("needs PostgreSQL server binaries (the embedded server cannot restart)")
-    c = LocalCluster(find_bin_dir()).start()
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 def _seed(db: psycopg.Connection) -> None:
@@ -52,7 +39,8 @@ def _seed(db: psycopg.Connection) -> None:
                (Jsonb({"options": {"seconds": 0.002, "fail_rate": 0.1}}),))
 
 
-def test_real_daemons_under_load_through_a_restart(cluster):
+def test_real_daemons_under_load_through_a_restart(own_cluster):
+    cluster = own_cluster
     dsn = cluster.dsn("postgres")
     migrate(dsn)
     db = psycopg.connect(dsn, autocommit=True)
@@ -62,7 +50,6 @@ def test_real_daemons_under_load_through_a_restart(cluster):
     schedulers = [start_scheduler(dsn, "--standby-retry", "0.5", "--name", f"s{i}") for i in (1, 2)]
     runners = [start_runner(dsn, "scrinalia_workers.demo_handlers", "--lease", "5", "--runner-id", f"r{i}")
                for i in range(RUNNERS)]
-    procs = schedulers + runners
     try:
         wait_for(lambda: db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs "
                                     "WHERE status = 'SUCCEEDED'").fetchone()[0] > SCHEDULES // 4,
