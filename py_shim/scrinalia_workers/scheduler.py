@@ -26,6 +26,7 @@ import socket
 import sys
 import threading
 import time
+from datetime import datetime
 
 import psycopg
 
@@ -45,6 +46,30 @@ _HOLDS_LOCK = (
 
 class LockLost(Exception):
     pass
+
+
+class UnsafeConnection(ConfigError):
+    """The lock connection cannot hold a session lock (a transaction-mode pooler)."""
+
+
+class _Occurrences:
+    """cron.next_occurrence, computed once per (expr, zone, after) within a tick: a
+    tick of 100,000 schedules shares a few hundred of them. Failures are kept too."""
+
+    def __init__(self):
+        self._memo: dict[tuple, datetime | Exception] = {}
+
+    def __call__(self, expr: str, tz: str, after: datetime) -> datetime:
+        key = (expr, tz, after)
+        if key not in self._memo:
+            try:
+                self._memo[key] = cron.next_occurrence(expr, tz, after)
+            except (ValueError, LookupError) as e:
+                self._memo[key] = e
+        r = self._memo[key]
+        if isinstance(r, Exception):
+            raise r
+        return r
 
 
 class Scheduler:
@@ -80,7 +105,7 @@ class Scheduler:
             self._close()
             return False
         if not self.lock_conn.execute(_HOLDS_LOCK).fetchone()[0]:
-            raise ConfigError("the advisory lock is not held by this connection's backend: a "
+            raise UnsafeConnection("the advisory lock is not held by this connection's backend: a "
                               "transaction-mode pooler is in the way; connect directly or use "
                               "a session-mode pool")
         self.lock_conn.execute("LISTEN scrinalia_scheduler")
@@ -111,10 +136,11 @@ class Scheduler:
             if not due:
                 return
             db_now = due[0][4]
+            occurrence = _Occurrences()
             names, nexts, exprs = [], [], {}
             for worker, expr, tz, _was, _ in due:
                 try:
-                    nxt = cron.next_occurrences([(expr, tz)], after=db_now)[0]
+                    nxt = occurrence(expr, tz, db_now)
                 except (ValueError, LookupError) as e:
                     # one bad schedule must not block the others
                     self.log("tick error", level="error", worker=worker, cron=expr, timezone=tz,
@@ -135,7 +161,7 @@ class Scheduler:
                 self.log("armed", worker=worker, next_run_at=nxt_s)
             elif decision == "ENQUEUED":
                 expr, tz = exprs[worker]
-                catch_up = cron.next_occurrence(expr, tz, sched_for) <= db_now
+                catch_up = occurrence(expr, tz, sched_for) <= db_now
                 self.log("enqueued", worker=worker, run_id=run_id, scheduled_for=sched_for.isoformat(),
                          next_run_at=nxt_s, catch_up=catch_up)
                 if catch_up:
@@ -192,9 +218,9 @@ class Scheduler:
                 self._close()
                 self.stop.wait(backoff)
                 backoff = min(backoff * 2, self.standby_retry)
+            except UnsafeConnection:
+                raise
             except (psycopg.OperationalError, ConfigError) as e:
-                if isinstance(e, ConfigError) and "pooler" in str(e):
-                    raise
                 was_holding = self.work_conn is not None
                 self.log("lock lost" if was_holding else "standby", level="warning", name=self.name,
                          reason=f"database unavailable: {one_line(e)}")
