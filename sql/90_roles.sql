@@ -15,6 +15,9 @@ GRANT USAGE ON SCHEMA scrinalia
 -- shared by all four: the start-up check and the pure helpers
 GRANT EXECUTE ON FUNCTION
     scrinalia.schema_head(),
+    scrinalia.max_attempts(),
+    scrinalia.active_statuses(),
+    scrinalia.terminal_statuses(),
     scrinalia.validate_cron(text),
     scrinalia.validate_timezone(text),
     scrinalia.retry_delay(integer, double precision)

@@ -1,17 +1,19 @@
-"""The errors the shim raises, and the SQLSTATEs the stored functions raise."""
+"""The errors the shim raises, and the SQLSTATEs the stored functions raise.
+
+Two kinds of trouble, two types: `ConfigError` (and its subclasses) is
+misconfiguration that no retry will fix — a bad DSN, a missing grant, an old
+schema: the daemons print one line and exit 2. `DatabaseUnavailable` is transient
+— the server restarting, a dropped connection, an admin shutdown: the daemons log
+it and reconnect with backoff (see backoff.py).
+"""
 
 # SQLSTATEs raised by the stored functions (see docs/sql-api.md).
 UNKNOWN_WORKER = "SW001"
-INVALID_REQUEST = "SW002"
 INVALID_CRON = "SW003"
 INVALID_TIMEZONE = "SW004"
 NO_SCHEDULE = "SW005"
 SLOT_BUSY = "SW010"
-NOT_CANCELLABLE = "SW011"
 LEASE_LOST = "SW020"
-BAD_FINISH_STATUS = "SW021"
-BAD_RUNNER = "SW022"
-BAD_TICK_INPUT = "SW030"
 
 
 class ScrinaliaError(Exception):
@@ -19,8 +21,16 @@ class ScrinaliaError(Exception):
 
 
 class ConfigError(ScrinaliaError):
-    """The database or the command line was not configured usably."""
+    """The database or the command line was not configured usably: one line, exit 2."""
 
 
-class SchemaMismatch(ScrinaliaError):
+class SchemaMismatch(ConfigError):
     """The database's schema is not the one this code was written for."""
+
+
+class MissingPrivilege(ConfigError):
+    """The login lacks a group or grant the process needs."""
+
+
+class DatabaseUnavailable(ScrinaliaError):
+    """A transient failure to reach the database: retry with backoff."""
