@@ -244,7 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-sleep", type=float, default=5.0, metavar="SECONDS")
     p.add_argument("--name", help="recorded as the ticker (default host:pid)")
     p.add_argument("--json", action="store_true", help="JSON log lines")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-level", default="info", type=str.lower, choices=["debug", "info", "warning", "error"],
+                   help="case-insensitive: debug, info, warning, error")
     return p
 
 
