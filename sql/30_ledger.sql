@@ -67,10 +67,12 @@ LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF p_runner_id IS NULL OR p_runner_id !~ '^[[:alnum:]_.:@/-]{1,200}$' THEN
+    -- ASCII only, as the runner's --runner-id parser: [[:alnum:]] would let any
+    -- script's letters in, and lookalike letters make two runners read the same
+    IF p_runner_id IS NULL OR p_runner_id !~ '^[A-Za-z0-9_.:@/-]{1,200}$' THEN
         RAISE EXCEPTION USING ERRCODE = 'SW022',
             MESSAGE = format('invalid runner id %s', coalesce(quote_literal(left(p_runner_id, 100)), 'NULL')),
-            HINT = 'a runner id is 1 to 200 letters, digits or _ . : @ / -';
+            HINT = 'a runner id is 1 to 200 ASCII letters, digits or _ . : @ / -';
     END IF;
     IF p_lease IS NULL OR p_lease < interval '1 second' OR p_lease > interval '1 day' THEN
         RAISE EXCEPTION USING ERRCODE = 'SW022',
@@ -146,8 +148,10 @@ BEGIN
     RETURN expires;
 END $$;
 
--- Reports the outcome. A SCHEDULE attempt 1 or 2 that failed is marked for a retry,
--- which the scheduler creates; the runner itself never retries.
+-- Reports the outcome: SUCCEEDED, FAILED, or INTERRUPTED (the runner shut down
+-- before its handler returned). A SCHEDULE attempt below max_attempts() that FAILED
+-- or was INTERRUPTED is marked for a retry, by the same rule as a reaped lease;
+-- the scheduler creates it. The runner itself never retries.
 CREATE FUNCTION scrinalia.finish(p_run_id bigint, p_lease_token uuid, p_status scrinalia.run_status,
                                  p_error text DEFAULT NULL, p_error_fingerprint text DEFAULT NULL)
 RETURNS scrinalia.archive_worker_runs
@@ -156,18 +160,21 @@ SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 DECLARE run scrinalia.archive_worker_runs;
 BEGIN
-    IF p_status IS NULL OR p_status NOT IN ('SUCCEEDED', 'FAILED') THEN
+    IF p_status IS NULL OR p_status NOT IN ('SUCCEEDED', 'FAILED', 'INTERRUPTED') THEN
         RAISE EXCEPTION USING ERRCODE = 'SW021',
-            MESSAGE = format('a runner reports SUCCEEDED or FAILED, not %s', coalesce(p_status::text, 'NULL'));
+            MESSAGE = format('a runner reports SUCCEEDED, FAILED or INTERRUPTED, not %s',
+                             coalesce(p_status::text, 'NULL'));
     END IF;
     UPDATE scrinalia.archive_worker_runs
        SET status = p_status, finished_at = now(), duration = now() - started_at,
            lease_token = NULL, lease_expires_at = NULL,
-           error = CASE WHEN p_status = 'FAILED' THEN left(coalesce(p_error, 'failed without an error text'), 10000) END,
-           error_fingerprint = CASE WHEN p_status = 'FAILED' THEN
+           error = CASE WHEN p_status <> 'SUCCEEDED' THEN
+               left(coalesce(p_error, lower(p_status::text) || ' without an error text'), 10000) END,
+           error_fingerprint = CASE WHEN p_status <> 'SUCCEEDED' THEN
                left(coalesce(p_error_fingerprint,
                              md5(regexp_replace(coalesce(p_error, ''), '[0-9]+', 'N', 'g'))), 200) END,
-           retry_pending = (p_status = 'FAILED' AND trigger = 'SCHEDULE' AND attempt < 3)
+           retry_pending = (p_status <> 'SUCCEEDED' AND trigger = 'SCHEDULE'
+                            AND attempt < scrinalia.max_attempts())
      WHERE run_id = p_run_id AND status = 'RUNNING'
        AND lease_token = p_lease_token AND lease_expires_at > now()
     RETURNING * INTO run;

@@ -1,71 +1,110 @@
-"""A reference runner: claim a run, keep its lease alive, run the handler, report.
+"""The reference runner: claim a run, keep its lease alive, run the handler, report.
 
-    python -m scrinalia_workers.runner --handlers mypkg.handlers [--json]
+    scrinalia-runner --handlers mypkg.handlers [--lease 30] [--grace 30] [--json]
 
-The handlers module exposes HANDLERS: dict[worker_name, callable(run: dict)]; a
-handler under "*" takes the runs of every worker the others do not name. The
-runner never retries: a failure is reported FAILED and the scheduler decides. A
-heartbeat that answers SW020 (lease lost) means another party owns the run now:
-the runner drops it without reporting.
+The handler contract is docs/handlers.md. The runner never retries: a failure is
+reported FAILED and the scheduler decides. A heartbeat that answers SW020 (lease
+lost) means another party owns the run now: the runner drops it without reporting.
+
+Threads: the main thread claims, heartbeats (every lease/3, on its own connection,
+which is idle while a handler runs), reports, and handles signals; one long-lived
+handler thread calls the handlers. SIGTERM/SIGINT: stop claiming, give the running
+handler --grace seconds, then report the run INTERRUPTED "runner shut down" (the
+retry policy applies as to a reaped lease) and exit 0. A second signal exits at once
+with 128 + the signal number; the run is then left to its lease.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import importlib
+import math
 import os
+import queue
+import re
 import signal
 import socket
 import sys
 import threading
 import time
-import traceback
 from datetime import timedelta
-from typing import Any, Callable
 
 import psycopg
 from psycopg.rows import dict_row
 
 from . import db
-from .errors import LEASE_LOST, ConfigError, SchemaMismatch
+from .backoff import Backoff, is_transient
+from .errors import LEASE_LOST, ConfigError, DatabaseUnavailable, MissingPrivilege
+from .failure import printable
+from .handlers import ANY_WORKER, Handler, Outcome, call, handler_for, load_handlers
 from .logs import EventLog, one_line, startup_error
-from .schema import preflight
+from .schema import check_schema
 
-Handler = Callable[[dict], Any]
-MAX_IDLE = 5.0
+MAX_IDLE = 5.0           # an idle runner re-checks next_claimable_at at least this often
+SIGNAL_CHECK = 0.5       # an idle runner notices a stop request within this
+SHUTDOWN_ERROR = "runner shut down"
+SHUTDOWN_FINGERPRINT = "runner-shutdown"
+
+# A runner id: what scrinalia.check_runner accepts (docs/sql-api.md, claim_next).
+RUNNER_ID = re.compile(r"[A-Za-z0-9_.:@/-]{1,200}")
+LEASE_RANGE = (1.0, 86400.0)   # check_runner: 1 second .. 1 day
+GRACE_RANGE = (0.1, 3600.0)
+
+# What a runner calls; membership in scrinalia_runner grants them (sql/90_roles.sql).
+RUNNER_GROUP = "scrinalia_runner"
+RUNNER_FUNCTIONS = ("claim_next", "heartbeat", "finish", "next_claimable_at")
 
 
-def describe_failure(exc: BaseException) -> tuple[str, str]:
-    """(error text, fingerprint): type + message + traceback tail; type + location hashed."""
-    tb = traceback.extract_tb(exc.__traceback__)
-    tail = "".join(traceback.format_list(tb[-3:]))
-    text = f"{type(exc).__name__}: {exc}\n{tail}".strip()
-    where = f"{tb[-1].filename}:{tb[-1].name}:{tb[-1].lineno}" if tb else ""
-    fp = hashlib.sha1(f"{type(exc).__module__}.{type(exc).__qualname__}@{where}".encode()).hexdigest()[:16]
-    return text, fp
+def default_runner_id() -> str:
+    host = re.sub(r"[^A-Za-z0-9_.:@/-]", "-", socket.gethostname())[:180] or "runner"
+    return f"{host}:{os.getpid()}"
 
 
-ANY_WORKER = "*"  # a handler registered under "*" takes the runs of every worker
+class _HandlerThread:
+    """One long-lived daemon thread that calls handlers; it reports to `events`."""
+
+    def __init__(self, events: queue.SimpleQueue):
+        self._events = events
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self.busy = False
+
+    def submit(self, run_id: int, handler: Handler, run: dict) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="scrinalia-handler", daemon=True)
+            self._thread.start()
+        self.busy = True
+        self._jobs.put((run_id, handler, run))
+
+    def _loop(self) -> None:
+        while True:
+            run_id, handler, run = self._jobs.get()
+            try:
+                outcome = call(handler, run)
+            except BaseException:  # call() does not raise; this thread must never die silently
+                outcome = Outcome("FAILED", "the runner could not describe the failure", "runner-internal")
+            self.busy = False
+            self._events.put(("done", run_id, outcome))
 
 
 class Runner:
     def __init__(self, dsn: str, handlers: dict[str, Handler] | None = None, runner_id: str | None = None,
                  lease: timedelta = timedelta(seconds=30), workers: list[str] | None = None,
-                 log: EventLog | None = None):
+                 log: EventLog | None = None, grace: float = 30.0):
         self.dsn = dsn
         self.handlers = dict(handlers or {})
-        self.runner_id = runner_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.runner_id = runner_id or default_runner_id()
         self.lease = lease
+        self.grace = grace
         self._workers = workers
         self.log = log or EventLog()
         self.conn: psycopg.Connection | None = None
-
-    def handler(self, worker_name: str):
-        def register(fn: Handler) -> Handler:
-            self.handlers[worker_name] = fn
-            return fn
-        return register
+        # ("done", run_id, Outcome) from the handler thread, ("signal", signum) from
+        # signal handlers: SimpleQueue.put is safe to call from a signal handler.
+        self._events: queue.SimpleQueue = queue.SimpleQueue()
+        self._handler_thread = _HandlerThread(self._events)
+        self._backoff = Backoff()
+        self.stopping = False
+        self._signals = 0
 
     @property
     def workers(self) -> list[str] | None:
@@ -74,16 +113,51 @@ class Runner:
             return self._workers
         return None if ANY_WORKER in self.handlers else sorted(self.handlers)
 
+    @property
+    def handler_busy(self) -> bool:
+        return self._handler_thread.busy
+
+    # -- signals -----------------------------------------------------------------
+
+    def on_signal(self, signum: int, frame=None) -> None:
+        """First SIGTERM/SIGINT: stop after the grace. Second: exit at once."""
+        self._signals += 1
+        if self._signals > 1:
+            self.log("exiting at once", level="warning", signal=signal.Signals(signum).name,
+                     reason="second signal; a running run is left to its lease")
+            os._exit(128 + signum)
+        self.stopping = True
+        self._events.put(("signal", signum))
+
+    def request_stop(self) -> None:
+        self.stopping = True
+        self._events.put(("signal", 0))
+
+    # -- the connection ------------------------------------------------------------
+
     def _connect(self) -> psycopg.Connection:
-        if self.conn is None or self.conn.closed:
-            self.conn = db.connect(self.dsn, application_name=f"scrinalia-runner {self.runner_id}")
+        if self.conn is None or self.conn.closed or self.conn.broken:
+            self.close()
+            try:
+                self.conn = db.connect(self.dsn, application_name=f"scrinalia-runner {self.runner_id}")
+            except ConfigError as e:
+                # db.connect names every failed connect a ConfigError; after start-up
+                # (which proved the DSN) an unreachable server is transient
+                if e.__cause__ is not None and is_transient(e.__cause__):
+                    raise DatabaseUnavailable(one_line(e)) from e
+                raise
             self.conn.execute("LISTEN scrinalia_runs")
         return self.conn
 
     def close(self) -> None:
         if self.conn is not None:
-            self.conn.close()
+            try:
+                self.conn.close()
+            except Exception:
+                pass
             self.conn = None
+
+    # -- one run -------------------------------------------------------------------
 
     def run_once(self) -> dict | None:
         """Claims and runs one run; returns the claimed row (with 'outcome') or None."""
@@ -93,125 +167,284 @@ class Runner:
                           (self.runner_id, self.lease, self.workers)).fetchone()
         if run is None:
             return None
+        self._backoff.reset()
         self.log("claimed", run_id=run["run_id"], worker=run["worker_name"], trigger=run["trigger"],
                  attempt=run["attempt"])
-        lost = threading.Event()
-        done = threading.Event()
-        hb = threading.Thread(target=self._heartbeat, args=(run, lost, done), daemon=True)
-        hb.start()
-        error = None
-        try:
-            (self.handlers.get(run["worker_name"]) or self.handlers[ANY_WORKER])(dict(run))
-        except Exception as e:
-            error = describe_failure(e)
-        finally:
-            done.set()
-            hb.join()
-        if lost.is_set():
+        handler = handler_for(self.handlers, run["worker_name"])
+        if handler is None:  # claimed by --workers for a worker no handler takes
+            outcome: Outcome | None = Outcome("FAILED", f"no handler for worker {run['worker_name']}",
+                                              "no-handler")
+            lost = False
+        else:
+            self._handler_thread.submit(run["run_id"], handler, run)
+            outcome, lost = self._supervise(run)
+        if lost:
             run["outcome"] = "LEASE_LOST"
-            return run
-        status = "FAILED" if error else "SUCCEEDED"
-        try:
-            conn.execute("SELECT scrinalia.finish(%s, %s, %s, %s, %s)",
-                         (run["run_id"], run["lease_token"], status,
-                          error[0] if error else None, error[1] if error else None))
-        except psycopg.Error as e:
-            if e.sqlstate != LEASE_LOST:
-                raise
-            self.log("lease lost", level="warning", run_id=run["run_id"], reason=e.diag.message_primary)
-            run["outcome"] = "LEASE_LOST"
-            return run
-        self.log("finished", run_id=run["run_id"], worker=run["worker_name"], status=status,
-                 **({"error": error[0].splitlines()[0], "fingerprint": error[1]} if error else {}))
-        run["outcome"] = status
+        elif outcome is None:  # the grace ran out
+            run["outcome"] = self._report(run, "INTERRUPTED", SHUTDOWN_ERROR, SHUTDOWN_FINGERPRINT)
+        else:
+            run["outcome"] = self._report(run, outcome.status, outcome.error, outcome.fingerprint,
+                                          outcome.summary)
         return run
 
-    def _heartbeat(self, run: dict, lost: threading.Event, done: threading.Event) -> None:
+    def _supervise(self, run: dict) -> tuple[Outcome | None, bool]:
+        """Waits for the handler, heartbeating; (outcome or None when the grace ran out, lease lost)."""
         interval = max(self.lease.total_seconds() / 3, 0.2)
-        conn = None
-        while not done.wait(interval):
+        next_beat = time.monotonic() + interval
+        grace_ends = None
+        lost = False
+        while True:
+            now = time.monotonic()
+            if self.stopping and grace_ends is None:
+                grace_ends = now + self.grace
+                self.log("stopping", run_id=run["run_id"], grace=self.grace,
+                         reason="waiting for the running handler")
+            if self.stopping and lost:
+                return None, True  # nothing left to report: no reason to wait for the handler
+            if grace_ends is not None and now >= grace_ends:
+                self.log("grace over", level="warning", run_id=run["run_id"], grace=self.grace)
+                return None, False
+            deadlines = [grace_ends] if grace_ends is not None else []
+            if not lost:
+                deadlines.append(next_beat)
+            timeout = max(min(deadlines) - now, 0) if deadlines else None
             try:
-                if conn is None or conn.closed:
-                    conn = db.connect(self.dsn, application_name=f"scrinalia-runner {self.runner_id} heartbeat")
-                conn.execute("SELECT scrinalia.heartbeat(%s, %s)", (run["run_id"], run["lease_token"]))
+                event = self._events.get(timeout=timeout)
+            except queue.Empty:
+                if not lost and time.monotonic() >= next_beat:
+                    lost = not self._heartbeat(run)
+                    next_beat = time.monotonic() + interval
+                continue
+            if event[0] == "done" and event[1] == run["run_id"]:
+                return event[2], lost
+
+    def _heartbeat(self, run: dict) -> bool:
+        """Extends the lease; False when it is lost. Never raises: a failed heartbeat is
+        logged and the next one tries again (the lease is three heartbeats long)."""
+        try:
+            self._connect().execute("SELECT scrinalia.heartbeat(%s, %s)", (run["run_id"], run["lease_token"]))
+            return True
+        except psycopg.Error as e:
+            if e.sqlstate == LEASE_LOST:
+                self.log("lease lost", level="warning", run_id=run["run_id"], reason=e.diag.message_primary)
+                return False
+            self.log("heartbeat error", level="warning", run_id=run["run_id"], reason=one_line(e))
+            if is_transient(e):
+                self.close()
+        except Exception as e:  # DatabaseUnavailable or anything else: try again next beat
+            self.log("heartbeat error", level="warning", run_id=run["run_id"], reason=one_line(e))
+        return True
+
+    def _report(self, run: dict, status: str, error: str | None, fingerprint: str | None,
+                summary: str | None = None) -> str:
+        """finish(); returns the outcome. Transient errors are retried until the lease
+        would be gone; after that the reaper ends the run and the retry policy applies."""
+        give_up = time.monotonic() + self.lease.total_seconds()
+        backoff = Backoff(base=0.1, cap=2.0)
+        while True:
+            try:
+                self._finish(run, status, error, fingerprint)
+                break
             except psycopg.Error as e:
                 if e.sqlstate == LEASE_LOST:
-                    self.log("lease lost", level="warning", run_id=run["run_id"],
-                             reason=e.diag.message_primary)
-                    lost.set()
-                    break
-                self.log("heartbeat error", level="warning", run_id=run["run_id"],
-                         reason=one_line(e))
-                if conn is not None:
-                    conn.close()
-                conn = None
-            except ConfigError as e:
-                self.log("heartbeat error", level="warning", run_id=run["run_id"], reason=str(e))
-        if conn is not None:
-            conn.close()
+                    self.log("lease lost", level="warning", run_id=run["run_id"], reason=e.diag.message_primary)
+                    return "LEASE_LOST"
+                if not is_transient(e):
+                    raise
+                reason = one_line(e)
+            except DatabaseUnavailable as e:
+                reason = one_line(e)
+            self.close()
+            if time.monotonic() >= give_up:
+                self.log("report abandoned", level="error", run_id=run["run_id"], status=status,
+                         reason=f"database unavailable for the lease's length: {reason}")
+                return "UNREPORTED"
+            self.log("database unavailable", level="warning", run_id=run["run_id"], reason=reason)
+            time.sleep(backoff.next_delay())
+        fields = {}
+        if error:
+            fields = {"error": error.splitlines()[0][:500], "fingerprint": fingerprint}
+        elif summary:
+            fields = {"summary": summary}
+        self.log("interrupted" if status == "INTERRUPTED" else "finished", run_id=run["run_id"],
+                 worker=run["worker_name"], status=status, **fields)
+        return status
 
-    def _idle(self, stop: threading.Event) -> None:
+    def _finish(self, run: dict, status: str, error: str | None, fingerprint: str | None) -> None:
         conn = self._connect()
-        wait = conn.execute("SELECT extract(epoch FROM scrinalia.next_claimable_at(%s) - now())",
+        args = (run["run_id"], run["lease_token"], status)
+        try:
+            conn.execute("SELECT scrinalia.finish(%s, %s, %s, %s, %s)", (*args, error, fingerprint))
+        except psycopg.errors.DataException:
+            # the text did not fit the database's encoding (a LATIN1 database and a
+            # Chinese file name): store it ASCII-escaped rather than not at all
+            conn.execute("SELECT scrinalia.finish(%s, %s, %s, %s, %s)",
+                         (*args, error.encode("ascii", "backslashreplace").decode("ascii") if error else None,
+                          fingerprint))
+
+    # -- the loop ------------------------------------------------------------------
+
+    def _idle(self) -> None:
+        conn = self._connect()
+        wait = conn.execute("SELECT extract(epoch FROM scrinalia.next_claimable_at(%s) - now()) AS wait",
                             (self.workers,)).fetchone()[0]
         delay = MAX_IDLE if wait is None else min(max(float(wait), 0.01), MAX_IDLE)
         deadline = time.monotonic() + delay
-        while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
-            for _ in conn.notifies(timeout=min(left, 0.5), stop_after=1):
+        while not self.stopping and (left := deadline - time.monotonic()) > 0:
+            for _ in conn.notifies(timeout=min(left, SIGNAL_CHECK), stop_after=1):
                 return
 
-    def run_forever(self, stop: threading.Event) -> None:
-        backoff = 0.2
-        self.log("runner started", runner_id=self.runner_id, workers=",".join(self.workers or [ANY_WORKER]))
-        while not stop.is_set():
+    def _pause(self, seconds: float) -> None:
+        """Sleeps, unless a stop request comes first."""
+        deadline = time.monotonic() + seconds
+        while not self.stopping and (left := deadline - time.monotonic()) > 0:
             try:
-                if self.run_once() is None:
-                    self._idle(stop)
-                backoff = 0.2
-            except (psycopg.OperationalError, ConfigError) as e:
-                self.log("database unavailable", level="warning",
-                         reason=one_line(e))
-                self.close()
-                stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-        self.log("stopping", runner_id=self.runner_id)
-        self.close()
+                self._events.get(timeout=left)
+            except queue.Empty:
+                return
+
+    def run_forever(self) -> None:
+        """Claims until stopped. Transient database errors: log, back off, reconnect.
+        ConfigError (a lost grant included) propagates: one line, exit 2."""
+        self.log("runner started", runner_id=self.runner_id, workers=",".join(self.workers or [ANY_WORKER]),
+                 lease=self.lease.total_seconds(), grace=self.grace)
+        try:
+            while not self.stopping:
+                try:
+                    if self.run_once() is None:
+                        self._idle()
+                    self._backoff.reset()
+                except psycopg.errors.InsufficientPrivilege as e:
+                    raise MissingPrivilege(f"login lost a privilege: {e.diag.message_primary}") from None
+                except (psycopg.Error, DatabaseUnavailable) as e:
+                    transient = is_transient(e)
+                    self.log("database unavailable" if transient else "database error",
+                             level="warning" if transient else "error", reason=one_line(e))
+                    self.close()
+                    self._pause(self._backoff.next_delay())
+        finally:
+            self.close()
+        self.log("stopped", runner_id=self.runner_id)
 
 
-def load_handlers(module: str) -> dict[str, Handler]:
-    try:
-        mod = importlib.import_module(module)
-    except ImportError as e:
-        raise ConfigError(f"cannot import handlers module {module!r}: {e}") from None
-    handlers = getattr(mod, "HANDLERS", None)
-    if not isinstance(handlers, dict) or not handlers:
-        raise ConfigError(f"handlers module {module!r} has no HANDLERS dict of worker name -> callable")
-    return handlers
+# -- start-up ----------------------------------------------------------------------
+
+def check_privileges(conn: psycopg.Connection) -> None:
+    """MissingPrivilege naming the group or grant this login lacks to claim runs.
+
+    Reads only the catalogs (readable by any login), so it speaks even to a login
+    without USAGE on the schema. Functions that do not exist are left to check_schema.
+    """
+    cur = conn.cursor(row_factory=dict_row)
+    row = cur.execute(
+        """SELECT current_user AS login,
+                  n.oid IS NOT NULL AS has_schema,
+                  coalesce(has_schema_privilege(n.oid, 'USAGE'), false) AS usage,
+                  EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = %(group)s)
+                      AND pg_has_role(%(group)s, 'MEMBER') AS member,
+                  ARRAY(SELECT format('scrinalia.%%s(%%s)', p.proname, pg_get_function_identity_arguments(p.oid))
+                          FROM pg_catalog.pg_proc p
+                         WHERE p.pronamespace = n.oid AND p.proname = ANY (%(functions)s)
+                           AND NOT has_function_privilege(p.oid, 'EXECUTE')
+                         ORDER BY array_position(%(functions)s, p.proname::text)) AS denied
+             FROM (SELECT 1) one
+             LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = 'scrinalia'""",
+        {"group": RUNNER_GROUP, "functions": list(RUNNER_FUNCTIONS)}).fetchone()
+    if not row["has_schema"]:
+        return
+    lacks = ([] if row["usage"] else ["USAGE on schema scrinalia"]) + \
+        [f"EXECUTE on {f}" for f in row["denied"]]
+    if not lacks:
+        return
+    login = printable(row["login"])
+    if row["member"]:
+        raise MissingPrivilege(f"login {login} is in {RUNNER_GROUP} but lacks {', '.join(lacks)}: "
+                               f"the group's grants are incomplete (sql/90_roles.sql; run `scrinalia-workers migrate`)")
+    raise MissingPrivilege(f"login {login} cannot claim runs: it is not in {RUNNER_GROUP} and lacks "
+                           f"{', '.join(lacks)}: GRANT {RUNNER_GROUP} TO {login}")
+
+
+def startup_check(dsn: str | None) -> str:
+    """The DSN, once it reaches a schema at the head with a login that may claim."""
+    dsn = db.require_dsn(dsn)
+    with db.connect(dsn, application_name="scrinalia-runner check") as conn:
+        check_privileges(conn)
+        check_schema(conn)
+    return dsn
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        """One line and exit 2: no usage block, never a traceback."""
+        self.exit(2, f"{self.prog}: {' '.join(message.split())}\n")
+
+
+def _runner_id(value: str) -> str:
+    if not RUNNER_ID.fullmatch(value):
+        raise argparse.ArgumentTypeError(
+            f"invalid runner id {printable(value[:100])!r}: 1 to 200 ASCII letters, digits or _ . : @ / -")
+    return value
+
+
+def _seconds(lo: float, hi: float):
+    def parse(value: str) -> float:
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = math.nan
+        if not lo <= seconds <= hi:  # NaN fails too
+            raise argparse.ArgumentTypeError(f"{printable(value[:40])!r} is not a number of seconds "
+                                             f"between {lo:g} and {hi:g}")
+        return seconds
+    return parse
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = _Parser(prog="scrinalia-runner", description="the reference runner (handler contract: docs/handlers.md)")
+    p.add_argument("--dsn", help="database (else DATABASE_URL or the PG* variables)")
+    p.add_argument("--handlers", metavar="MODULE", required=False,
+                   help="the module whose HANDLERS dict maps worker names to handlers (required)")
+    p.add_argument("--runner-id", type=_runner_id, help="1 to 200 of A-Z a-z 0-9 _ . : @ / - (default host:pid)")
+    p.add_argument("--lease", type=_seconds(*LEASE_RANGE), default=30.0, metavar="SECONDS",
+                   help="lease of a claimed run; the runner heartbeats every lease/3 (default 30)")
+    p.add_argument("--grace", type=_seconds(*GRACE_RANGE), default=30.0, metavar="SECONDS",
+                   help="on SIGTERM/SIGINT, how long the running handler may still take (default 30)")
+    p.add_argument("--json", action="store_true", help="log JSON lines")
+    args = p.parse_args(argv)
+    if not args.handlers:
+        p.error("--handlers MODULE is required (the demo's is scrinalia_workers.demo_handlers)")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="scrinalia-runner", description="the reference runner")
-    p.add_argument("--dsn", help="database (else DATABASE_URL or the PG* variables)")
-    p.add_argument("--handlers", default="scrinalia_workers.demo", metavar="MODULE")
-    p.add_argument("--runner-id")
-    p.add_argument("--lease", type=float, default=30.0, metavar="SECONDS")
-    p.add_argument("--json", action="store_true")
-    args = p.parse_args(argv)
+    args = parse_args(argv)
     log = EventLog(json_lines=args.json)
     try:
-        if not 1 <= args.lease <= 86400:
-            raise ConfigError("--lease must be between 1 and 86400 seconds")
         handlers = load_handlers(args.handlers)
-        dsn = preflight(args.dsn, "scrinalia-runner check")
-    except (ConfigError, SchemaMismatch) as e:
+        dsn = startup_check(args.dsn)
+    except ConfigError as e:
         startup_error(log, "scrinalia-runner", args.json, e)
         return 2
-    runner = Runner(dsn, handlers, runner_id=args.runner_id, lease=timedelta(seconds=args.lease), log=log)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *a: stop.set())
-    signal.signal(signal.SIGINT, lambda *a: stop.set())
-    runner.run_forever(stop)
-    return 0
+    runner = Runner(dsn, handlers, runner_id=args.runner_id, lease=timedelta(seconds=args.lease),
+                    grace=args.grace, log=log)
+    signal.signal(signal.SIGTERM, runner.on_signal)
+    signal.signal(signal.SIGINT, runner.on_signal)
+    code = 0
+    try:
+        runner.run_forever()
+    except ConfigError as e:
+        startup_error(log, "scrinalia-runner", args.json, e)
+        code = 2
+    if runner.handler_busy:
+        # a handler outlived the grace: leave without waiting for its thread (a daemon
+        # thread holding stdout's lock could otherwise abort the interpreter's exit)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":
