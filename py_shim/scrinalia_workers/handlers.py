@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from .errors import ConfigError
 from .failure import check_return, describe_failure, summary
+from .logs import one_line
 
 Handler = Callable[[dict], Any]
 ANY_WORKER = "*"  # a handler registered under "*" takes the runs of every worker
@@ -35,9 +36,9 @@ def load_handlers(module: str) -> dict[str, Handler]:
         raise ConfigError(f"--handlers {module!r} is not a Python module name (e.g. mypkg.handlers)")
     try:
         mod = importlib.import_module(module)
-    except Exception as e:  # an import error, or the module's own code failing
+    except BaseException as e:  # an import error, or the module's own code failing (even exiting)
         raise ConfigError(f"cannot import handlers module {module!r}: "
-                          f"{type(e).__name__}: {' '.join(str(e).split())}") from None
+                          f"{one_line(describe_failure(e)[0].splitlines()[0])}") from None
     handlers = getattr(mod, "HANDLERS", None)
     if not isinstance(handlers, dict) or not handlers:
         raise ConfigError(f"handlers module {module!r} has no HANDLERS dict of worker name -> callable")
