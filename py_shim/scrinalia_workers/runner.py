@@ -220,19 +220,22 @@ class Runner:
 
     def _heartbeat(self, run: dict) -> bool:
         """Extends the lease; False when it is lost. Never raises: a failed heartbeat is
-        logged and the next one tries again (the lease is three heartbeats long)."""
-        try:
-            self._connect().execute("SELECT scrinalia.heartbeat(%s, %s)", (run["run_id"], run["lease_token"]))
-            return True
-        except psycopg.Error as e:
-            if e.sqlstate == LEASE_LOST:
-                self.log("lease lost", level="warning", run_id=run["run_id"], reason=e.diag.message_primary)
-                return False
-            self.log("heartbeat error", level="warning", run_id=run["run_id"], reason=one_line(e))
-            if is_transient(e):
+        logged and tried again (once at once on a new connection, then next beat)."""
+        for attempt in (1, 2):
+            try:
+                self._connect().execute("SELECT scrinalia.heartbeat(%s, %s)", (run["run_id"], run["lease_token"]))
+                return True
+            except psycopg.Error as e:
+                if e.sqlstate == LEASE_LOST:
+                    self.log("lease lost", level="warning", run_id=run["run_id"], reason=e.diag.message_primary)
+                    return False
+                self.log("heartbeat error", level="warning", run_id=run["run_id"], reason=one_line(e))
+                if not is_transient(e):
+                    return True
                 self.close()
-        except Exception as e:  # DatabaseUnavailable or anything else: try again next beat
-            self.log("heartbeat error", level="warning", run_id=run["run_id"], reason=one_line(e))
+            except Exception as e:  # DatabaseUnavailable (no server), or anything else
+                self.log("heartbeat error", level="warning", run_id=run["run_id"], reason=one_line(e))
+                return True
         return True
 
     def _report(self, run: dict, status: str, error: str | None, fingerprint: str | None,
