@@ -162,7 +162,7 @@ DECLARE run scrinalia.archive_worker_runs;
 BEGIN
     IF p_status IS NULL OR p_status NOT IN ('SUCCEEDED', 'FAILED', 'INTERRUPTED') THEN
         RAISE EXCEPTION USING ERRCODE = 'SW021',
-            MESSAGE = format('a runner reports SUCCEEDED, FAILED or INTERRUPTED, not %s',
+            MESSAGE = format('a runner reports SUCCEEDED or FAILED (or INTERRUPTED when it shuts down), not %s',
                              coalesce(p_status::text, 'NULL'));
     END IF;
     UPDATE scrinalia.archive_worker_runs
