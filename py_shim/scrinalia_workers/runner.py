@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 from datetime import timedelta
+from typing import NamedTuple
 
 import psycopg
 from psycopg.rows import dict_row
@@ -52,6 +53,13 @@ GRACE_RANGE = (0.1, 3600.0)
 # What a runner calls; membership in scrinalia_runner grants them (sql/90_roles.sql).
 RUNNER_GROUP = "scrinalia_runner"
 RUNNER_FUNCTIONS = ("claim_next", "heartbeat", "finish", "next_claimable_at")
+
+
+class _Event(NamedTuple):
+    """What wakes the main thread: a handler done ("done") or a signal ("signal")."""
+    kind: str
+    run_id: int | None = None
+    outcome: Outcome | None = None
 
 
 def default_runner_id() -> str:
@@ -83,7 +91,7 @@ class _HandlerThread:
             except BaseException:  # call() does not raise; this thread must never die silently
                 outcome = Outcome("FAILED", "the runner could not describe the failure", "runner-internal")
             self.busy = False
-            self._events.put(("done", run_id, outcome))
+            self._events.put(_Event("done", run_id, outcome))
 
 
 class Runner:
@@ -98,8 +106,8 @@ class Runner:
         self._workers = workers
         self.log = log or EventLog()
         self.conn: psycopg.Connection | None = None
-        # ("done", run_id, Outcome) from the handler thread, ("signal", signum) from
-        # signal handlers: SimpleQueue.put is safe to call from a signal handler.
+        # _Events from the handler thread and from signal handlers: SimpleQueue.put
+        # is safe to call from a signal handler (Event.set is not: it takes a lock).
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._handler_thread = _HandlerThread(self._events)
         self._backoff = Backoff()
@@ -127,11 +135,11 @@ class Runner:
                      reason="second signal; a running run is left to its lease")
             os._exit(128 + signum)
         self.stopping = True
-        self._events.put(("signal", signum))
+        self._events.put(_Event("signal"))
 
     def request_stop(self) -> None:
         self.stopping = True
-        self._events.put(("signal", 0))
+        self._events.put(_Event("signal"))
 
     # -- the connection ------------------------------------------------------------
 
@@ -215,8 +223,8 @@ class Runner:
                     lost = not self._heartbeat(run)
                     next_beat = time.monotonic() + interval
                 continue
-            if event[0] == "done" and event[1] == run["run_id"]:
-                return event[2], lost
+            if event.kind == "done" and event.run_id == run["run_id"]:
+                return event.outcome, lost
 
     def _heartbeat(self, run: dict) -> bool:
         """Extends the lease; False when it is lost. Never raises: a failed heartbeat is
@@ -289,8 +297,9 @@ class Runner:
 
     def _idle(self) -> None:
         conn = self._connect()
-        wait = conn.execute("SELECT extract(epoch FROM scrinalia.next_claimable_at(%s) - now()) AS wait",
-                            (self.workers,)).fetchone()[0]
+        wait = conn.cursor(row_factory=dict_row).execute(
+            "SELECT extract(epoch FROM scrinalia.next_claimable_at(%s) - now()) AS wait",
+            (self.workers,)).fetchone()["wait"]
         delay = MAX_IDLE if wait is None else min(max(float(wait), 0.01), MAX_IDLE)
         deadline = time.monotonic() + delay
         while not self.stopping and (left := deadline - time.monotonic()) > 0:
