@@ -6,9 +6,10 @@ process (python -m scrinalia_workers.runner) and a real database.
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
-import textwrap
 
 import psycopg
 import pytest
@@ -18,7 +19,6 @@ from procs import start_runner, wait_for
 
 
 def _run(*args: str, env: dict | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
-    import os
     return subprocess.run([sys.executable, "-m", "scrinalia_workers.runner", *args], capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
@@ -84,7 +84,12 @@ def test_unreachable_database_at_start_up(tmp_path):
                           "--handlers", "scrinalia_workers.demo_handlers"), "cannot connect")
 
 
-@pytest.mark.parametrize("group", ["reader", "scheduler", "nobody"])
+@pytest.mark.parametrize("dsn", ["not a dsn", "dbname='unterminated", "postgresql://[::1"])
+def test_a_malformed_dsn_is_one_line_exit_2(dsn):
+    _one_line_exit_2(_run("--dsn", dsn, "--handlers", "scrinalia_workers.demo_handlers"), "DSN")
+
+
+@pytest.mark.parametrize("group", ["reader", "operator", "scheduler", "nobody"])
 def test_a_login_that_cannot_claim_is_told_which_group(db_dsn, role_logins, group):
     dsn = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins[group])
     line = _one_line_exit_2(_run("--dsn", dsn, "--handlers", "scrinalia_workers.demo_handlers"),
@@ -144,3 +149,46 @@ def test_default_runner_id_is_valid(monkeypatch):
     from scrinalia_workers import runner
     monkeypatch.setattr(socket, "gethostname", lambda: "h\u00f4te d'\u00e9t\u00e9" + "x" * 300)
     assert runner.RUNNER_ID.fullmatch(runner.default_runner_id())
+
+
+@pytest.mark.slow
+def test_a_privilege_lost_while_running_is_one_line_exit_2(db, db_dsn, role_logins):
+    login = role_logins["runner"]
+    db.execute(f'CREATE ROLE "sw_login_runner_tmp" LOGIN IN ROLE scrinalia_runner')
+    try:
+        dsn = psycopg.conninfo.make_conninfo(db_dsn, user="sw_login_runner_tmp")
+        p = start_runner(dsn, "demo_handlers")
+        try:
+            p.wait_event("runner started")
+            db.execute('REVOKE scrinalia_runner FROM "sw_login_runner_tmp"')
+            make_worker(db, "ok")
+            db.execute("SELECT scrinalia.enqueue('ok')")  # wakes it: the claim is refused
+            assert p.popen.wait(15) == 2
+        finally:
+            if p.popen.poll() is None:
+                p.kill()
+        errors = [e for e in p.events if e.get("event") == "config error"]
+        assert len(errors) == 1 and "permission denied" in errors[0]["reason"]
+        assert not any("Traceback" in line for line in p.raw)
+    finally:
+        db.execute('DROP ROLE "sw_login_runner_tmp"')
+    assert login  # the shared login was left alone
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_start_up_exits_without_a_traceback(db_dsn, tmp_path, sig):
+    (tmp_path / "slow_import.py").write_text(
+        "import sys, time\nprint('importing', file=sys.stderr, flush=True)\ntime.sleep(30)\nHANDLERS = {}\n")
+    p = subprocess.Popen([sys.executable, "-m", "scrinalia_workers.runner", "--dsn", db_dsn,
+                          "--handlers", "slow_import"], stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    try:
+        assert p.stderr.readline().strip() == "importing"
+        p.send_signal(sig)
+        assert p.wait(10) == 128 + sig
+        assert "Traceback" not in p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()

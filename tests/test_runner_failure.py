@@ -115,3 +115,11 @@ def test_every_text_is_accepted_by_finish(db):
         row = db.execute("SELECT status::text, error FROM scrinalia.finish(%s, %s, 'FAILED', %s, %s)",
                          (run_id, token, text, fp)).fetchone()
         assert row == ("FAILED", text)
+
+
+def test_cap_says_what_was_cut():
+    from scrinalia_workers.failure import cap
+    assert cap("short", 100) == "short"
+    long = cap("x" * 10_000, 200)
+    assert len(long) <= 200 and long.endswith(f"[... {10_000 - long.index(' [')} characters cut]")
+    assert cap("kept", 100, original=5000) == "kept [... 4996 characters cut]"

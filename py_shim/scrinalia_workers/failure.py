@@ -27,11 +27,13 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def cap(text: str, limit: int) -> str:
-    if len(text) <= limit:
+def cap(text: str, limit: int, original: int | None = None) -> str:
+    """At most `limit` characters, saying about how many of the `original` were cut."""
+    original = len(text) if original is None else original
+    if len(text) <= limit and original <= len(text):
         return text
-    note = f" [... {len(text) - limit} characters cut]"
-    return text[: max(limit - len(note), 0)] + note
+    kept = max(min(len(text), limit - 40), 0)  # room for the note
+    return (text[:kept] + f" [... {max(original - kept, 1)} characters cut]")[:limit]
 
 
 def _message(exc: BaseException) -> str:
@@ -72,7 +74,9 @@ def describe_failure(exc: BaseException) -> tuple[str, str]:
         where = f"{frames[-1].filename}:{frames[-1].name}" if frames else ""
     except BaseException:
         tail, where = "", ""
-    msg = cap(printable(_message(exc)), MAX_MESSAGE_CHARS)
+    raw = _message(exc)
+    # escape only what can be kept of a 10 MB message; the note counts raw characters
+    msg = cap(printable(raw[:MAX_MESSAGE_CHARS]), MAX_MESSAGE_CHARS, original=len(raw))
     head = f"{name}: {msg}" if msg else name
     text = cap(f"{head}\n{printable(tail)}".strip(), MAX_ERROR_CHARS)
     try:
@@ -108,4 +112,4 @@ def summary(value: object, limit: int = 200) -> str | None:
         text = value if isinstance(value, str) else repr(value)
     except BaseException:
         text = "<unprintable summary>"
-    return cap(" ".join(printable(text).split()), limit)
+    return cap(" ".join(printable(text[: limit * 2]).split()), limit)

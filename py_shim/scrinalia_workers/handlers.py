@@ -54,7 +54,9 @@ def load_handlers(module: str) -> dict[str, Handler]:
 
 
 def handler_for(handlers: dict[str, Handler], worker_name: str) -> Handler | None:
-    return handlers.get(worker_name) or handlers.get(ANY_WORKER)
+    if worker_name in handlers:
+        return handlers[worker_name]
+    return handlers.get(ANY_WORKER)
 
 
 def call(handler: Handler, run: dict) -> Outcome:

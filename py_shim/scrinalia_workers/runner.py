@@ -131,9 +131,11 @@ class Runner:
         """First SIGTERM/SIGINT: stop after the grace. Second: exit at once."""
         self._signals += 1
         if self._signals > 1:
-            self.log("exiting at once", level="warning", signal=signal.Signals(signum).name,
-                     reason="second signal; a running run is left to its lease")
-            os._exit(128 + signum)
+            try:  # the main thread may have been inside a log write: never let that stop us
+                self.log("exiting at once", level="warning", signal=signal.Signals(signum).name,
+                         reason="second signal; a running run is left to its lease")
+            finally:
+                os._exit(128 + signum)
         self.stopping = True
         self._events.put(_Event("signal"))
 
@@ -250,7 +252,8 @@ class Runner:
                 summary: str | None = None) -> str:
         """finish(); returns the outcome. Transient errors are retried until the lease
         would be gone; after that the reaper ends the run and the retry policy applies."""
-        give_up = time.monotonic() + self.lease.total_seconds()
+        # shutting down, the container's stop timeout is near: a few seconds, not a lease
+        give_up = time.monotonic() + min(self.lease.total_seconds(), 5.0 if self.stopping else math.inf)
         backoff = Backoff(base=0.1, cap=2.0)
         while True:
             try:
@@ -379,6 +382,10 @@ def check_privileges(conn: psycopg.Connection) -> None:
 def startup_check(dsn: str | None) -> str:
     """The DSN, once it reaches a schema at the head with a login that may claim."""
     dsn = db.require_dsn(dsn)
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as e:  # db.connect lets a malformed DSN through as is
+        raise ConfigError(f"invalid database DSN: {one_line(e)}") from None
     with db.connect(dsn, application_name="scrinalia-runner check") as conn:
         check_privileges(conn)
         check_schema(conn)
@@ -428,15 +435,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _exit_now(signum: int, frame=None) -> None:
+    """A signal during start-up: nothing claimed, nothing to report, no traceback."""
+    os._exit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _exit_now)
     args = parse_args(argv)
     log = EventLog(json_lines=args.json)
-    try:
-        handlers = load_handlers(args.handlers)
-        dsn = startup_check(args.dsn)
-    except ConfigError as e:
-        startup_error(log, "scrinalia-runner", args.json, e)
-        return 2
+    backoff = Backoff()
+    while True:
+        try:
+            handlers = load_handlers(args.handlers)
+            dsn = startup_check(args.dsn)
+            break
+        except ConfigError as e:
+            startup_error(log, "scrinalia-runner", args.json, e)
+            return 2
+        except DatabaseUnavailable as e:  # transient: the server is not up yet
+            log("database unavailable", level="warning", reason=one_line(e))
+            time.sleep(backoff.next_delay())
     runner = Runner(dsn, handlers, runner_id=args.runner_id, lease=timedelta(seconds=args.lease),
                     grace=args.grace, log=log)
     signal.signal(signal.SIGTERM, runner.on_signal)
