@@ -181,7 +181,7 @@ class Runner:
         self.log("claimed", run_id=run["run_id"], worker=run["worker_name"], trigger=run["trigger"],
                  attempt=run["attempt"])
         handler = handler_for(self.handlers, run["worker_name"])
-        if handler is None:  # claimed by --workers for a worker no handler takes
+        if handler is None:  # Runner(workers=...) named a worker no handler takes
             outcome: Outcome | None = Outcome("FAILED", f"no handler for worker {run['worker_name']}",
                                               "no-handler")
             lost = False
@@ -304,9 +304,14 @@ class Runner:
             "SELECT extract(epoch FROM scrinalia.next_claimable_at(%s) - now()) AS wait",
             (self.workers,)).fetchone()["wait"]
         delay = MAX_IDLE if wait is None else min(max(float(wait), 0.01), MAX_IDLE)
+        # notifications that came in during a long run wait in psycopg's backlog: one
+        # claim attempt answers them all, not one attempt each
+        if sum(1 for _ in conn.notifies(timeout=0)):
+            return
         deadline = time.monotonic() + delay
         while not self.stopping and (left := deadline - time.monotonic()) > 0:
             for _ in conn.notifies(timeout=min(left, SIGNAL_CHECK), stop_after=1):
+                sum(1 for _ in conn.notifies(timeout=0))  # and any that came with it
                 return
 
     def _pause(self, seconds: float) -> None:
