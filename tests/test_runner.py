@@ -153,3 +153,27 @@ def test_bad_handlers_module_is_one_line_exit_2(db_dsn):
     r = subprocess.run([sys.executable, "-m", "scrinalia_workers.runner", "--dsn", db_dsn,
                         "--handlers", "no_such_module_xyz"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "no_such_module_xyz" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_notify_backlog_costs_one_claim_attempt(db, db_dsn, quiet):
+    # NOTIFYs that arrive while a handler runs pile up in the connection's backlog;
+    # the next idle drains them all at once instead of one claim attempt each
+    import psycopg
+    make_worker(db, "noisy")
+    _enqueue(db, "noisy")
+
+    def handler(run):
+        with psycopg.connect(db_dsn, autocommit=True) as c:
+            for _ in range(200):
+                c.execute("SELECT pg_notify('scrinalia_runs', 'noisy')")
+
+    r = Runner(db_dsn, {"noisy": handler}, log=quiet)
+    try:
+        assert r.run_once()["outcome"] == "SUCCEEDED"
+        r.conn.execute("SELECT 1")  # whatever is still in flight lands in the backlog
+        t0 = time.monotonic()
+        r._idle()  # returns at once: there was something to wake up for
+        assert time.monotonic() - t0 < 1
+        assert list(r.conn.notifies(timeout=0)) == []
+    finally:
+        r.close()

@@ -310,7 +310,7 @@ class Runner:
             return
         deadline = time.monotonic() + delay
         while not self.stopping and (left := deadline - time.monotonic()) > 0:
-            for _ in conn.notifies(timeout=min(left, SIGNAL_CHECK), stop_after=1):
+            if sum(1 for _ in conn.notifies(timeout=min(left, SIGNAL_CHECK), stop_after=1)):
                 sum(1 for _ in conn.notifies(timeout=0))  # and any that came with it
                 return
 
