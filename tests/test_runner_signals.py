@@ -132,3 +132,22 @@ def test_no_claim_after_the_signal(db, db_dsn, monkeypatch):
             p.kill()
     assert run_row(db, first)["status"] == "SUCCEEDED"
     assert run_row(db, second)["status"] == "QUEUED"
+
+
+def test_threads_a_handler_leaves_behind_do_not_hold_the_exit(db, db_dsn, tmp_path, monkeypatch):
+    (tmp_path / "leaky.py").write_text(
+        "import threading, time\n"
+        "def leak(run):\n"
+        "    threading.Thread(target=time.sleep, args=(600,)).start()  # not a daemon\n"
+        "HANDLERS = {'leak': leak}\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    make_worker(db, "leak")
+    run_id = db.execute("SELECT run_id FROM scrinalia.enqueue('leak')").fetchone()[0]
+    p = start_runner(db_dsn, "leaky")
+    try:
+        p.wait_event("finished", run_id=run_id, status="SUCCEEDED")
+        p.kill(signal.SIGTERM)
+        assert _exit_code(p, 10) == 0
+    finally:
+        if p.popen.poll() is None:
+            p.kill()

@@ -445,43 +445,58 @@ def _exit_now(signum: int, frame=None) -> None:
     os._exit(128 + signum)
 
 
-def main(argv: list[str] | None = None) -> int:
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _exit_now)
-    args = parse_args(argv)
-    log = EventLog(json_lines=args.json)
+def _start(args: argparse.Namespace, log: EventLog) -> Runner:
+    """The runner, once its handlers load and its database and login check out."""
+    handlers = load_handlers(args.handlers)
     backoff = Backoff()
     while True:
         try:
-            handlers = load_handlers(args.handlers)
             dsn = startup_check(args.dsn)
             break
-        except ConfigError as e:
-            startup_error(log, "scrinalia-runner", args.json, e)
-            return 2
         except DatabaseUnavailable as e:  # transient: the server is not up yet
             log("database unavailable", level="warning", reason=one_line(e))
             time.sleep(backoff.next_delay())
-    runner = Runner(dsn, handlers, runner_id=args.runner_id, lease=timedelta(seconds=args.lease),
-                    grace=args.grace, log=log)
-    signal.signal(signal.SIGTERM, runner.on_signal)
-    signal.signal(signal.SIGINT, runner.on_signal)
-    code = 0
+    return Runner(dsn, handlers, runner_id=args.runner_id, lease=timedelta(seconds=args.lease),
+                  grace=args.grace, log=log)
+
+
+def _lingering_threads(runner: Runner) -> bool:
+    """A handler still running, or threads a handler started and left behind."""
+    return runner.handler_busy or any(
+        t.is_alive() and not t.daemon and t is not threading.main_thread() for t in threading.enumerate())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    log = EventLog(json_lines=args.json)
+    previous = {sig: signal.signal(sig, _exit_now) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        runner.run_forever()
-    except ConfigError as e:
-        startup_error(log, "scrinalia-runner", args.json, e)
-        code = 2
-    if runner.handler_busy:
-        # a handler outlived the grace: leave without waiting for its thread (a daemon
-        # thread holding stdout's lock could otherwise abort the interpreter's exit)
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        os._exit(code)
-    return code
+        try:
+            runner = _start(args, log)
+        except ConfigError as e:
+            startup_error(log, "scrinalia-runner", args.json, e)
+            return 2
+        for sig in previous:
+            signal.signal(sig, runner.on_signal)
+        code = 0
+        try:
+            runner.run_forever()
+        except ConfigError as e:  # a grant lost while running
+            startup_error(log, "scrinalia-runner", args.json, e)
+            code = 2
+        if _lingering_threads(runner):
+            # leave without waiting for them: a non-daemon thread would hold the exit
+            # forever, a daemon one holding stdout's lock could abort it
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:
+                    pass
+            os._exit(code)
+        return code
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":
