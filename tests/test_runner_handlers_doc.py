@@ -63,3 +63,15 @@ def test_the_documented_example_runs_as_written(db, db_dsn, role_logins, tmp_pat
             p.kill()
     assert run_row(db, first)["lease_owner"] == "doc-example"
     assert any("a.pdf done" in line for line in p.raw)  # the handler's own log lines
+
+
+def test_the_log_table_names_every_event_the_runner_logs():
+    source = (Path(__file__).resolve().parents[1] / "py_shim" / "scrinalia_workers" / "runner.py").read_text()
+    logged = set(re.findall(r'\blog\(\s*"([^"]+)"', source))
+    for a, b in re.findall(r'\blog\(\s*"([a-z ]+)" if [^,]+ else "([a-z ]+)"', source):
+        logged |= {a, b}
+    logged.add("config error")  # logs.startup_error's event under --json
+    table = DOC.read_text().split("## What the runner logs", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"^\| `([a-z ]+)` \|", table, re.M))
+    assert documented == logged
+    assert len(logged) >= 14
