@@ -118,3 +118,41 @@ def test_hostile_handlers_end_failed_and_the_runner_goes_on(db, db_dsn, hostile_
     assert not any("Traceback" in line for line in p.raw), "".join(p.raw[-20:])
     # every finished run was logged on one line each, none dropped
     assert p.count("finished") == len(FAILING) + len(SUCCEEDING) + 1
+
+
+@pytest.fixture
+def latin1_dsn(admin, admin_dsn):
+    import os
+
+    from conftest import dsn_for
+    from scrinalia_workers.migrate import migrate
+    name = f"sw_latin1_{os.getpid()}"
+    admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+    admin.execute(f"CREATE DATABASE \"{name}\" ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+    dsn = dsn_for(admin_dsn, name)
+    migrate(dsn)
+    yield dsn
+    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_a_text_the_database_encoding_cannot_hold_is_stored_escaped(latin1_dsn, tmp_path, monkeypatch):
+    import psycopg
+    (tmp_path / "cjk_handlers.py").write_text(
+        "def fail(run):\n    raise FileNotFoundError('\u6587\u6863.pdf missing, caf\u00e9 closed')\n"
+        "HANDLERS = {'cjk': fail, 'ok': lambda run: None}\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    with psycopg.connect(latin1_dsn, autocommit=True) as db:
+        for w in ("cjk", "ok"):
+            make_worker(db, w)
+        failed = db.execute("SELECT run_id FROM scrinalia.enqueue('cjk')").fetchone()[0]
+        p = start_runner(latin1_dsn, "cjk_handlers")
+        try:
+            p.wait_event("finished", run_id=failed, status="FAILED")
+            after = db.execute("SELECT run_id FROM scrinalia.enqueue('ok')").fetchone()[0]
+            p.wait_event("finished", run_id=after, status="SUCCEEDED")
+            assert p.stop() == 0
+        finally:
+            if p.popen.poll() is None:
+                p.kill()
+        error = run_row(db, failed)["error"]
+    assert error.startswith("FileNotFoundError: \\u6587\\u6863.pdf missing, caf\\xe9 closed")

@@ -289,9 +289,10 @@ class Runner:
         args = (run["run_id"], run["lease_token"], status)
         try:
             conn.execute("SELECT scrinalia.finish(%s, %s, %s, %s, %s)", (*args, error, fingerprint))
-        except psycopg.errors.DataException:
-            # the text did not fit the database's encoding (a LATIN1 database and a
-            # Chinese file name): store it ASCII-escaped rather than not at all
+        except (psycopg.errors.DataException, UnicodeEncodeError):
+            # the text does not fit the database's encoding (a LATIN1 database and a
+            # Chinese file name; psycopg refuses it, or the server): store it
+            # ASCII-escaped rather than not at all
             conn.execute("SELECT scrinalia.finish(%s, %s, %s, %s, %s)",
                          (*args, error.encode("ascii", "backslashreplace").decode("ascii") if error else None,
                           fingerprint))
@@ -340,6 +341,10 @@ class Runner:
                     transient = is_transient(e)
                     self.log("database unavailable" if transient else "database error",
                              level="warning" if transient else "error", reason=one_line(e))
+                    self.close()
+                    self._pause(self._backoff.next_delay())
+                except Exception as e:  # a bug of ours: say so, back off, never crash-loop
+                    self.log("runner error", level="error", reason=f"{type(e).__name__}: {one_line(e)}")
                     self.close()
                     self._pause(self._backoff.next_delay())
         finally:
