@@ -177,3 +177,32 @@ def test_a_notify_backlog_costs_one_claim_attempt(db, db_dsn, quiet):
         assert list(r.conn.notifies(timeout=0)) == []
     finally:
         r.close()
+
+
+def test_a_report_whose_answer_was_lost_is_not_called_a_lost_lease(db, db_dsn):
+    # finish() committed, then the connection died before its answer arrived: the
+    # retry's SW020 says "the run is SUCCEEDED", which is this runner's own report
+    import io
+    import json
+
+    import psycopg
+    make_worker(db, "ok")
+    run_id = _enqueue(db, "ok")
+    out = io.StringIO()
+    r = Runner(db_dsn, {"ok": demo_handlers.ok}, log=EventLog(json_lines=True, stream=out))
+    real_finish, calls = r._finish, []
+
+    def finish_then_drop(*args):
+        real_finish(*args)
+        calls.append(1)
+        if len(calls) == 1:
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    r._finish = finish_then_drop
+    try:
+        assert r.run_once()["outcome"] == "SUCCEEDED"
+    finally:
+        r.close()
+    events = [json.loads(line)["event"] for line in out.getvalue().splitlines()]
+    assert "lease lost" not in events and events[-1] == "finished"
+    assert run_row(db, run_id)["status"] == "SUCCEEDED"

@@ -6,9 +6,9 @@ The handler contract is docs/handlers.md. The runner never retries: a failure is
 reported FAILED and the scheduler decides. A heartbeat that answers SW020 (lease
 lost) means another party owns the run now: the runner drops it without reporting.
 
-Threads: the main thread claims, heartbeats (every lease/3, on its own connection,
-which is idle while a handler runs), reports, and handles signals; one long-lived
-handler thread calls the handlers. SIGTERM/SIGINT: stop claiming, give the running
+Threads: the main thread claims, heartbeats (every lease/3, on the runner's one
+connection, which is idle while a handler runs), reports, and handles signals; one
+long-lived handler thread calls the handlers. SIGTERM/SIGINT: stop claiming, give the running
 handler --grace seconds, then report the run INTERRUPTED "runner shut down" (the
 retry policy applies as to a reaped lease) and exit 0. A second signal exits at once
 with 128 + the signal number; the run is then left to its lease.
@@ -231,7 +231,7 @@ class Runner:
     def _heartbeat(self, run: dict) -> bool:
         """Extends the lease; False when it is lost. Never raises: a failed heartbeat is
         logged and tried again (once at once on a new connection, then next beat)."""
-        for attempt in (1, 2):
+        for _ in range(2):
             try:
                 self._connect().execute("SELECT scrinalia.heartbeat(%s, %s)", (run["run_id"], run["lease_token"]))
                 return True
@@ -255,13 +255,17 @@ class Runner:
         # shutting down, the container's stop timeout is near: a few seconds, not a lease
         give_up = time.monotonic() + min(self.lease.total_seconds(), 5.0 if self.stopping else math.inf)
         backoff = Backoff(base=0.1, cap=2.0)
+        retried = False
         while True:
             try:
                 self._finish(run, status, error, fingerprint)
                 break
             except psycopg.Error as e:
+                reason = e.diag.message_primary or ""
+                if e.sqlstate == LEASE_LOST and retried and reason.endswith(f"the run is {status}"):
+                    break  # the first finish() committed; only its answer was lost
                 if e.sqlstate == LEASE_LOST:
-                    self.log("lease lost", level="warning", run_id=run["run_id"], reason=e.diag.message_primary)
+                    self.log("lease lost", level="warning", run_id=run["run_id"], reason=reason)
                     return "LEASE_LOST"
                 if not is_transient(e):
                     raise
@@ -275,6 +279,7 @@ class Runner:
                 return "UNREPORTED"
             self.log("database unavailable", level="warning", run_id=run["run_id"], reason=reason)
             time.sleep(backoff.next_delay())
+            retried = True
         fields = {}
         if error:
             fields = {"error": error.splitlines()[0][:500], "fingerprint": fingerprint}
