@@ -103,7 +103,7 @@ def test_a_runner_group_missing_a_grant_is_named(db, db_dsn, role_logins):
     db.execute("REVOKE EXECUTE ON FUNCTION scrinalia.heartbeat(bigint, uuid) FROM scrinalia_runner")
     dsn = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["runner"])
     _one_line_exit_2(_run("--dsn", dsn, "--handlers", "scrinalia_workers.demo_handlers"),
-                     "is in scrinalia_runner but lacks EXECUTE on scrinalia.heartbeat(p_run_id bigint, p_lease_token uuid)")
+                     "is in scrinalia_runner but lacks EXECUTE on scrinalia.heartbeat(bigint, uuid)")
 
 
 def test_json_start_up_errors_are_one_json_line(db_dsn, role_logins):
@@ -192,3 +192,21 @@ def test_a_signal_during_start_up_exits_without_a_traceback(db_dsn, tmp_path, si
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_the_checked_signatures_are_the_schemas(db):
+    # the start-up check skips what does not exist: a renamed or re-typed function
+    # must fail here rather than go unchecked
+    from scrinalia_workers.runner import RUNNER_FUNCTIONS
+    found = {r[0] for r in db.execute(
+        "SELECT format('%s(%s)', p.proname, replace(oidvectortypes(p.proargtypes), 'scrinalia.', ''))"
+        "  FROM pg_proc p WHERE p.pronamespace = 'scrinalia'::regnamespace")}
+    assert set(RUNNER_FUNCTIONS) <= found, set(RUNNER_FUNCTIONS) - found
+
+
+def test_a_revoked_finish_is_named_with_its_signature(db, db_dsn, role_logins):
+    db.execute("REVOKE EXECUTE ON FUNCTION scrinalia.finish(bigint, uuid, scrinalia.run_status, text, text)"
+               " FROM scrinalia_runner")
+    dsn = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["runner"])
+    _one_line_exit_2(_run("--dsn", dsn, "--handlers", "scrinalia_workers.demo_handlers"),
+                     "lacks EXECUTE on scrinalia.finish(bigint, uuid, run_status, text, text)")

@@ -50,9 +50,15 @@ RUNNER_ID = re.compile(r"[A-Za-z0-9_.:@/-]{1,200}")
 LEASE_RANGE = (1.0, 86400.0)   # check_runner: 1 second .. 1 day
 GRACE_RANGE = (0.1, 3600.0)
 
-# What a runner calls; membership in scrinalia_runner grants them (sql/90_roles.sql).
+# What a runner calls, by exact signature (types of the scrinalia schema unqualified);
+# membership in scrinalia_runner grants them (sql/90_roles.sql).
 RUNNER_GROUP = "scrinalia_runner"
-RUNNER_FUNCTIONS = ("claim_next", "heartbeat", "finish", "next_claimable_at")
+RUNNER_FUNCTIONS = (
+    "claim_next(text, interval, text[])",
+    "heartbeat(bigint, uuid)",
+    "finish(bigint, uuid, run_status, text, text)",
+    "next_claimable_at(text[])",
+)
 
 
 class _Event(NamedTuple):
@@ -372,11 +378,13 @@ def check_privileges(conn: psycopg.Connection) -> None:
                   coalesce(has_schema_privilege(n.oid, 'USAGE'), false) AS usage,
                   EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = %(group)s)
                       AND pg_has_role(%(group)s, 'MEMBER') AS member,
-                  ARRAY(SELECT format('scrinalia.%%s(%%s)', p.proname, pg_get_function_identity_arguments(p.oid))
-                          FROM pg_catalog.pg_proc p
-                         WHERE p.pronamespace = n.oid AND p.proname = ANY (%(functions)s)
-                           AND NOT has_function_privilege(p.oid, 'EXECUTE')
-                         ORDER BY array_position(%(functions)s, p.proname::text)) AS denied
+                  ARRAY(SELECT 'scrinalia.' || f.sig
+                          FROM unnest(%(functions)s::text[]) WITH ORDINALITY AS f(sig, i)
+                          JOIN pg_catalog.pg_proc p ON p.pronamespace = n.oid
+                           AND format('%%s(%%s)', p.proname, replace(pg_catalog.oidvectortypes(p.proargtypes),
+                                                                     'scrinalia.', '')) = f.sig
+                         WHERE NOT has_function_privilege(p.oid, 'EXECUTE')
+                         ORDER BY f.i) AS denied
              FROM (SELECT 1) one
              LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = 'scrinalia'""",
         {"group": RUNNER_GROUP, "functions": list(RUNNER_FUNCTIONS)}).fetchone()
