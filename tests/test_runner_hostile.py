@@ -124,12 +124,12 @@ def test_hostile_handlers_end_failed_and_the_runner_goes_on(db, db_dsn, hostile_
 def latin1_dsn(admin, admin_dsn):
     import os
 
-    from conftest import dsn_for
+    import psycopg
     from scrinalia_workers.migrate import migrate
     name = f"sw_latin1_{os.getpid()}"
     admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
     admin.execute(f"CREATE DATABASE \"{name}\" ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
-    dsn = dsn_for(admin_dsn, name)
+    dsn = psycopg.conninfo.make_conninfo(admin_dsn, dbname=name)
     migrate(dsn)
     yield dsn
     admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

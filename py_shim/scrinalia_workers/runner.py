@@ -21,6 +21,7 @@ import math
 import os
 import queue
 import re
+import select
 import signal
 import socket
 import sys
@@ -61,11 +62,41 @@ RUNNER_FUNCTIONS = (
 )
 
 
-class _Event(NamedTuple):
-    """What wakes the main thread: a handler done ("done") or a signal ("signal")."""
-    kind: str
-    run_id: int | None = None
-    outcome: Outcome | None = None
+class _Done(NamedTuple):
+    """A handler's outcome, posted by the handler thread."""
+    run_id: int
+    outcome: Outcome
+
+
+class _Wakeup:
+    """A self-pipe: what wakes the main thread. The handler thread rings it when a
+    handler returns; signal.set_wakeup_fd makes the C-level signal handler ring it,
+    so a signal that lands just before the main thread blocks is never missed (a
+    Python-level handler alone may run only when the wait times out)."""
+
+    def __init__(self):
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        os.set_blocking(self.write_fd, False)
+
+    def ring(self) -> None:
+        try:
+            os.write(self.write_fd, b"\0")
+        except OSError:  # full (it will wake anyway) or closed
+            pass
+
+    def wait(self, timeout: float | None) -> None:
+        """Returns when rung, or after timeout seconds."""
+        try:
+            ready, _, _ = select.select([self.read_fd], [], [], timeout)
+        except (OSError, ValueError):
+            return
+        if ready:
+            try:
+                while os.read(self.read_fd, 4096):
+                    pass
+            except OSError:  # drained (BlockingIOError)
+                pass
 
 
 def default_runner_id() -> str:
@@ -74,10 +105,12 @@ def default_runner_id() -> str:
 
 
 class _HandlerThread:
-    """One long-lived daemon thread that calls handlers; it reports to `events`."""
+    """One long-lived daemon thread that calls handlers; it posts each outcome to
+    `done` and rings `wakeup`."""
 
-    def __init__(self, events: queue.SimpleQueue):
-        self._events = events
+    def __init__(self, done: queue.SimpleQueue, wakeup: _Wakeup):
+        self._done = done
+        self._wakeup = wakeup
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self.busy = False
@@ -97,7 +130,8 @@ class _HandlerThread:
             except BaseException:  # call() does not raise; this thread must never die silently
                 outcome = Outcome("FAILED", "the runner could not describe the failure", "runner-internal")
             self.busy = False
-            self._events.put(_Event("done", run_id, outcome))
+            self._done.put(_Done(run_id, outcome))
+            self._wakeup.ring()
 
 
 class Runner:
@@ -112,10 +146,9 @@ class Runner:
         self._workers = workers
         self.log = log or EventLog()
         self.conn: psycopg.Connection | None = None
-        # _Events from the handler thread and from signal handlers: SimpleQueue.put
-        # is safe to call from a signal handler (Event.set is not: it takes a lock).
-        self._events: queue.SimpleQueue = queue.SimpleQueue()
-        self._handler_thread = _HandlerThread(self._events)
+        self.wakeup = _Wakeup()
+        self._done: queue.SimpleQueue = queue.SimpleQueue()
+        self._handler_thread = _HandlerThread(self._done, self.wakeup)
         self._backoff = Backoff()
         self.stopping = False
         self._signals = 0
@@ -143,11 +176,11 @@ class Runner:
             finally:
                 os._exit(128 + signum)
         self.stopping = True
-        self._events.put(_Event("signal"))
+        self.wakeup.ring()  # in case the C-level ring was drained before this ran
 
     def request_stop(self) -> None:
         self.stopping = True
-        self._events.put(_Event("signal"))
+        self.wakeup.ring()
 
     # -- the connection ------------------------------------------------------------
 
@@ -210,6 +243,12 @@ class Runner:
         grace_ends = None
         lost = False
         while True:
+            try:
+                done = self._done.get_nowait()
+            except queue.Empty:
+                done = None
+            if done is not None and done.run_id == run["run_id"]:
+                return done.outcome, lost
             now = time.monotonic()
             if self.stopping and grace_ends is None:
                 grace_ends = now + self.grace
@@ -220,19 +259,12 @@ class Runner:
             if grace_ends is not None and now >= grace_ends:
                 self.log("grace over", level="warning", run_id=run["run_id"], grace=self.grace)
                 return None, False
-            deadlines = [grace_ends] if grace_ends is not None else []
-            if not lost:
-                deadlines.append(next_beat)
-            timeout = max(min(deadlines) - now, 0) if deadlines else None
-            try:
-                event = self._events.get(timeout=timeout)
-            except queue.Empty:
-                if not lost and time.monotonic() >= next_beat:
-                    lost = not self._heartbeat(run)
-                    next_beat = time.monotonic() + interval
+            if not lost and now >= next_beat:
+                lost = not self._heartbeat(run)
+                next_beat = time.monotonic() + interval
                 continue
-            if event.kind == "done" and event.run_id == run["run_id"]:
-                return event.outcome, lost
+            deadlines = ([grace_ends] if grace_ends is not None else []) + ([] if lost else [next_beat])
+            self.wakeup.wait(max(min(deadlines) - now, 0) if deadlines else None)
 
     def _heartbeat(self, run: dict) -> bool:
         """Extends the lease; False when it is lost. Never raises: a failed heartbeat is
@@ -330,10 +362,7 @@ class Runner:
         """Sleeps, unless a stop request comes first."""
         deadline = time.monotonic() + seconds
         while not self.stopping and (left := deadline - time.monotonic()) > 0:
-            try:
-                self._events.get(timeout=left)
-            except queue.Empty:
-                return
+            self.wakeup.wait(left)
 
     def run_forever(self) -> None:
         """Claims until stopped. Transient database errors: log, back off, reconnect.
@@ -496,6 +525,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         for sig in previous:
             signal.signal(sig, runner.on_signal)
+        signal.set_wakeup_fd(runner.wakeup.write_fd, warn_on_full_buffer=False)
         code = 0
         try:
             runner.run_forever()
@@ -513,6 +543,7 @@ def main(argv: list[str] | None = None) -> int:
             os._exit(code)
         return code
     finally:
+        signal.set_wakeup_fd(-1)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
