@@ -42,7 +42,6 @@ from .logs import EventLog, one_line, startup_error
 from .schema import check_schema
 
 MAX_IDLE = 5.0           # an idle runner re-checks next_claimable_at at least this often
-SIGNAL_CHECK = 0.5       # an idle runner notices a stop request within this
 SHUTDOWN_ERROR = "runner shut down"
 SHUTDOWN_FINGERPRINT = "runner-shutdown"
 
@@ -85,18 +84,21 @@ class _Wakeup:
         except OSError:  # full (it will wake anyway) or closed
             pass
 
-    def wait(self, timeout: float | None) -> None:
-        """Returns when rung, or after timeout seconds."""
+    def wait(self, timeout: float | None, also: int | None = None) -> bool:
+        """Returns when rung, or after timeout seconds; or when the file descriptor
+        `also` is readable, and then True."""
+        fds = [self.read_fd] if also is None else [self.read_fd, also]
         try:
-            ready, _, _ = select.select([self.read_fd], [], [], timeout)
+            ready, _, _ = select.select(fds, [], [], timeout)
         except (OSError, ValueError):
-            return
-        if ready:
+            return False
+        if self.read_fd in ready:
             try:
                 while os.read(self.read_fd, 4096):
                     pass
             except OSError:  # drained (BlockingIOError)
                 pass
+        return also is not None and also in ready
 
 
 def default_runner_id() -> str:
@@ -354,8 +356,8 @@ class Runner:
             return
         deadline = time.monotonic() + delay
         while not self.stopping and (left := deadline - time.monotonic()) > 0:
-            if sum(1 for _ in conn.notifies(timeout=min(left, SIGNAL_CHECK), stop_after=1)):
-                sum(1 for _ in conn.notifies(timeout=0))  # and any that came with it
+            # the connection's socket (a NOTIFY) or the wake-up pipe (a signal)
+            if self.wakeup.wait(left, also=conn.fileno()) and sum(1 for _ in conn.notifies(timeout=0)):
                 return
 
     def _pause(self, seconds: float) -> None:
