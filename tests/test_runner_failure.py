@@ -29,7 +29,21 @@ class StrRaisesBase(Exception):
         raise GeneratorExit
 
 
+class Sly(str):
+    def __getitem__(self, item):
+        raise RuntimeError("no slicing")
+
+    def encode(self, *args):
+        raise RuntimeError("no encoding")
+
+
+class StrReturnsSly(Exception):
+    def __str__(self):
+        return Sly("sly text")
+
+
 @pytest.mark.parametrize("exc,head", [
+    (StrReturnsSly(), "StrReturnsSly: sly text"),
     (RuntimeError("a\x00b"), "RuntimeError: a\\x00b"),
     (RuntimeError(os.fsdecode(b"\xff\xfe.pdf")), "RuntimeError: \\udcff\\udcfe.pdf"),
     (RuntimeError("bell\x07 esc\x1b del\x7f c1\x85"), "RuntimeError: bell\\x07 esc\\x1b del\\x7f c1\\x85"),

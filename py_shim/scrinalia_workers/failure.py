@@ -40,9 +40,7 @@ def _message(exc: BaseException) -> str:
     # str() may raise anything (even SystemExit) or return a non-str: never let it out
     try:
         msg = str(exc)
-        if not isinstance(msg, str):
-            raise TypeError
-        return msg
+        return msg if type(msg) is str else str.__str__(msg)  # a str subclass's methods may lie
     except BaseException:
         return "<exception str() failed>"
 
