@@ -137,3 +137,8 @@ def test_cap_says_what_was_cut():
     long = cap("x" * 10_000, 200)
     assert len(long) <= 200 and long.endswith(f"[... {10_000 - long.index(' [')} characters cut]")
     assert cap("kept", 100, original=5000) == "kept [... 4996 characters cut]"
+
+
+def test_a_returned_str_subclass_that_lies_is_still_success():
+    out = call(lambda run: Sly("done"), {})
+    assert out.status == "SUCCEEDED" and out.summary == "done"

@@ -107,7 +107,9 @@ def summary(value: object, limit: int = 200) -> str | None:
     if value is None:
         return None
     try:
-        text = value if isinstance(value, str) else repr(value)
+        text = str.__str__(value) if isinstance(value, str) else repr(value)
+        if type(text) is not str:
+            text = str.__str__(text)
+        return cap(" ".join(printable(text[: limit * 2]).split()), limit)
     except BaseException:
-        text = "<unprintable summary>"
-    return cap(" ".join(printable(text[: limit * 2]).split()), limit)
+        return "<unprintable summary>"
