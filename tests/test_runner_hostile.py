@@ -41,7 +41,19 @@ HOSTILE = textwrap.dedent('''
     def _gen():
         yield 1
 
+    import threading
+
+    class Haunted:
+        def __del__(self):
+            raise RuntimeError("raised in __del__")
+
+    def _stray(run):
+        threading.Thread(target=lambda: 1 / 0, name="stray").start()
+        Haunted()
+        return None
+
     HANDLERS = {
+        "stray": _stray,
         "nul": lambda run: (_ for _ in ()).throw(RuntimeError("bad\\x00byte in \\x00 text")),
         "surrogate": lambda run: (_ for _ in ()).throw(FileNotFoundError(2, "missing", os.fsdecode(b"\\xff.pdf"))),
         "huge": lambda run: (_ for _ in ()).throw(RuntimeError("x" * 10_000_000)),
@@ -63,7 +75,7 @@ HOSTILE = textwrap.dedent('''
 
 FAILING = ["nul", "surrogate", "huge", "sysexit", "kbint", "genexit", "custom", "badstr", "worsestr",
            "ret_int", "ret_false", "ret_coro", "ret_gen"]
-SUCCEEDING = ["ret_none", "ret_dict", "ret_str"]
+SUCCEEDING = ["ret_none", "ret_dict", "ret_str", "stray"]
 MAX_ERROR = 4000  # failure.MAX_ERROR_CHARS, restated as the fact under test
 
 
@@ -116,6 +128,7 @@ def test_hostile_handlers_end_failed_and_the_runner_goes_on(db, db_dsn, hostile_
         if p.popen.poll() is None:
             p.kill()
     assert not any("Traceback" in line for line in p.raw), "".join(p.raw[-20:])
+    assert p.count("thread error", thread="stray") == 1 and p.count("unraisable error") == 1
     # every finished run was logged on one line each, none dropped
     assert p.count("finished") == len(FAILING) + len(SUCCEEDING) + 1
 

@@ -515,9 +515,30 @@ def _lingering_threads(runner: Runner) -> bool:
         t.is_alive() and not t.daemon and t is not threading.main_thread() for t in threading.enumerate())
 
 
+def _log_stray_errors(log: EventLog) -> None:
+    """Errors in threads a handler started, or in its objects' __del__, become one log
+    line each rather than a traceback on stderr (which would break --json's lines)."""
+    from .failure import describe_failure
+
+    def thread_error(args) -> None:
+        if args.exc_value is not None:
+            text, fp = describe_failure(args.exc_value)
+            log("thread error", level="warning", thread=printable(getattr(args.thread, "name", "?")),
+                error=text.splitlines()[0][:500], fingerprint=fp)
+
+    def unraisable(u) -> None:
+        if u.exc_value is not None:
+            text, fp = describe_failure(u.exc_value)
+            log("unraisable error", level="warning", error=text.splitlines()[0][:500], fingerprint=fp)
+
+    threading.excepthook = thread_error
+    sys.unraisablehook = unraisable
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     log = EventLog(json_lines=args.json)
+    _log_stray_errors(log)
     previous = {sig: signal.signal(sig, _exit_now) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         try:
