@@ -377,6 +377,8 @@ class Runner:
                     if self.run_once() is None:
                         self._idle()
                     self._backoff.reset()
+                except ConfigError:
+                    raise  # misconfiguration: one line and exit 2, never retried
                 except psycopg.errors.InsufficientPrivilege as e:
                     raise MissingPrivilege(f"login lost a privilege: {e.diag.message_primary}") from None
                 except (psycopg.Error, DatabaseUnavailable) as e:
