@@ -110,6 +110,7 @@ def test_lease_lost_mid_run_is_not_overwritten(db, db_dsn, quiet):
     assert row["status"] == "INTERRUPTED" and row["error_fingerprint"] == "lease-expired"
 
 
+@pytest.mark.slow
 def test_killed_runner_interrupted_then_retry_succeeds(db, db_dsn):
     make_worker(db, "hang")
     run_id = _scheduled_run(db, "hang")
@@ -132,6 +133,7 @@ def test_killed_runner_interrupted_then_retry_succeeds(db, db_dsn):
     assert row["status"] == "SUCCEEDED" and row["lease_owner"] == "second" and row["retry_of"] == run_id
 
 
+@pytest.mark.slow
 def test_notify_wakes_an_idle_runner(db, db_dsn):
     make_worker(db, "ok")
     p = start_runner(db_dsn, "demo_handlers")
@@ -148,6 +150,7 @@ def test_notify_wakes_an_idle_runner(db, db_dsn):
             p.kill()
 
 
+@pytest.mark.slow
 def test_bad_handlers_module_is_one_line_exit_2(db_dsn):
     import subprocess, sys
     r = subprocess.run([sys.executable, "-m", "scrinalia_workers.runner", "--dsn", db_dsn,

@@ -15,7 +15,9 @@ import psycopg
 import pytest
 
 from helpers import make_worker, raises_sqlstate, run_row
-from procs import start_runner, wait_for
+from procs import start_runner
+
+pytestmark = pytest.mark.slow  # each test starts the real process
 
 
 def _run(*args: str, env: dict | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
@@ -151,7 +153,6 @@ def test_default_runner_id_is_valid(monkeypatch):
     assert runner.RUNNER_ID.fullmatch(runner.default_runner_id())
 
 
-@pytest.mark.slow
 def test_a_privilege_lost_while_running_is_one_line_exit_2(db, db_dsn, role_logins):
     login = role_logins["runner"]
     db.execute(f'CREATE ROLE "sw_login_runner_tmp" LOGIN IN ROLE scrinalia_runner')
@@ -175,7 +176,6 @@ def test_a_privilege_lost_while_running_is_one_line_exit_2(db, db_dsn, role_logi
     assert login  # the shared login was left alone
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_during_start_up_exits_without_a_traceback(db_dsn, tmp_path, sig):
     (tmp_path / "slow_import.py").write_text(
