@@ -197,6 +197,9 @@ class Runner:
                 if e.__cause__ is not None and is_transient(e.__cause__):
                     raise DatabaseUnavailable(one_line(e)) from e
                 raise
+            # no server-side prepared statements: a deploy re-creating the functions
+            # (or a migration adding a column to SELECT *) must not fail a cached plan
+            self.conn.prepare_threshold = None
             self.conn.execute("LISTEN scrinalia_runs")
         return self.conn
 
