@@ -210,3 +210,8 @@ def test_a_revoked_finish_is_named_with_its_signature(db, db_dsn, role_logins):
     dsn = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["runner"])
     _one_line_exit_2(_run("--dsn", dsn, "--handlers", "scrinalia_workers.demo_handlers"),
                      "lacks EXECUTE on scrinalia.finish(bigint, uuid, run_status, text, text)")
+
+
+def test_an_unmigrated_database_is_one_line_exit_2(empty_db_dsn):
+    _one_line_exit_2(_run("--dsn", empty_db_dsn, "--handlers", "scrinalia_workers.demo_handlers"),
+                     "scrinalia-workers migrate")
