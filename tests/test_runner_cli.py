@@ -215,3 +215,12 @@ def test_a_revoked_finish_is_named_with_its_signature(db, db_dsn, role_logins):
 def test_an_unmigrated_database_is_one_line_exit_2(empty_db_dsn):
     _one_line_exit_2(_run("--dsn", empty_db_dsn, "--handlers", "scrinalia_workers.demo_handlers"),
                      "scrinalia-workers migrate")
+
+
+def test_the_installed_console_script_refuses_the_same_way():
+    from pathlib import Path
+    script = Path(sys.executable).parent / "scrinalia-runner"
+    if not script.exists():
+        pytest.skip("scrinalia-runner is not installed beside this interpreter")
+    r = subprocess.run([str(script), "--runner-id", "r\u00e9"], capture_output=True, text=True, timeout=30)
+    _one_line_exit_2(r, "scrinalia-runner: ", "ASCII")
