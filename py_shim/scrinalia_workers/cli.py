@@ -408,6 +408,19 @@ def cmd_demo(args) -> int:
     return run(duration=args.duration, dsn=args.dsn)
 
 
+def cmd_demo_seed(args) -> int:
+    from .demo_setup import seed
+
+    with _connect(args) as conn:
+        done = seed(conn)
+    if args.json:
+        print_json([{"worker": w, "cron": c, "schedule_changed": ch} for w, c, _, ch in done])
+        return EXIT_OK
+    for w, c, what, changed in done:
+        print(f"{w:<16} {c:<12} {'scheduled' if changed else 'already scheduled'}: {what}")
+    return EXIT_OK
+
+
 def _delegate(name: str, argv: list[str]) -> int:
     if name == "scheduler":
         from .scheduler import main as target
@@ -486,6 +499,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--duration", type=float, metavar="SECONDS")
     d.add_argument("--dsn", help="use this database instead of a throwaway one")
     d.set_defaults(func=cmd_demo)
+
+    ds = sub.add_parser("demo-seed", parents=[common],
+                        help="DEMO ONLY: register the demo-* workers and schedules (compose's demo profile)")
+    ds.set_defaults(func=cmd_demo_seed)
 
     for name, text in (("scheduler", "run the scheduler daemon (its own --help)"),
                        ("runner", "run the reference runner (its own --help)")):
