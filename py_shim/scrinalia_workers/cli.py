@@ -403,8 +403,6 @@ def cmd_prune(args) -> int:
 def cmd_demo(args) -> int:
     from .demo import run
 
-    if args.duration is None:  # the demo's own default length
-        return run(dsn=args.dsn)
     return run(duration=args.duration, dsn=args.dsn)
 
 
