@@ -229,7 +229,7 @@ def test_cancel(db_dsn, db, ocr):
     assert f"run #{run_id} CANCELLED" in r.out
     assert one(db, "SELECT status::text FROM scrinalia.archive_worker_runs WHERE run_id = %s", run_id)[0] == "CANCELLED"
     assert_one_line_error(cli("cancel", str(run_id), dsn=db_dsn), 1, "[SW011]", "it is CANCELLED")
-    assert_one_line_error(cli("cancel", "abc", dsn=db_dsn), 2, "invalid int value")
+    assert_one_line_error(cli("cancel", "abc", dsn=db_dsn), 2, "RUN_ID", "'abc' is not a run id")
 
 
 def test_settings_put(db_dsn, db, ocr):
