@@ -123,12 +123,12 @@ def _option_values(v: Any, specs: dict, where: str) -> None:
 def check_worker(w: Any, where: str) -> dict:
     """The worker, with every part defaulted to {}; raises _Bad naming the part."""
     w = _object(w, where)
-    _only(w, WORKER_KEYS, where)
     name = w.get("name")
     if not isinstance(name, str) or not NAME.fullmatch(name):
         raise _Bad(f"{where}.name", f"invalid worker name {json.dumps(name)}: 1 to 63 characters, a lowercase "
                                     "letter, then lowercase letters, digits, _ . or -")
     where = f"{where} ({name})"
+    _only(w, WORKER_KEYS, where)
     description = w.get("description", "")
     if not isinstance(description, str):
         raise _Bad(f"{where}.description", f"must be a string, got {_kind(description)}")
