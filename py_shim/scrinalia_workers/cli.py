@@ -571,9 +571,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 # PostgreSQL's own errors that mean "not set up", with what to do about them.
 SETUP_HINTS = {
-    "3F000": "the database is not migrated: run scrinalia-workers migrate",
-    "42P01": "the database is not migrated (or is an old release): run scrinalia-workers migrate",
-    "42883": "the database is not migrated (or is an old release): run scrinalia-workers migrate",
+    "3F000": "the database is not migrated: run scrinalia-workers migrate as the database owner",
+    "42P01": "the database is not migrated (or is an old release): run scrinalia-workers migrate as the database owner",
+    "42883": "the database is not migrated (or is an old release): run scrinalia-workers migrate as the database owner",
     "42501": "this login lacks the group the command needs (docs/sql-api.md, Roles)",
 }
 # the catalogue is the owner's: no group reads or writes it
