@@ -52,6 +52,7 @@ class Demo:
         self.procs: list[subprocess.Popen] = []
         self.seen: dict[int, str] = {}
         self.hastened: set[int] = set()
+        self.skips: dict[str, datetime] = {}
         self.last_said = time.monotonic()
         self._last_table: str | None = None
 
@@ -128,6 +129,16 @@ class Demo:
                 conn.execute("UPDATE scrinalia.archive_worker_runs SET not_before = now() WHERE run_id = %s",
                              (r["run_id"],))
                 conn.execute("NOTIFY scrinalia_runs")
+
+    def observe_skips(self, conn: psycopg.Connection) -> None:
+        for w, at, reason, nxt in conn.execute(
+                "SELECT worker_name, last_skipped_at, last_skip_reason, next_run_at"
+                " FROM scrinalia.archive_worker_schedules WHERE worker_name = ANY (%s)"
+                " AND last_skipped_at IS NOT NULL ORDER BY worker_name", (DEMO_WORKERS,)).fetchall():
+            if self.skips.get(w) != at:
+                self.skips[w] = at
+                self.say(f"{w}: a period came at {iso(at)} while {reason}: skipped, not queued "
+                         f"(one slot per worker); its next period is {iso(nxt)}")
 
     def shown(self, conn: psycopg.Connection) -> dict[str, bool]:
         """What the demo set out to show, and whether the ledger shows it yet."""
@@ -216,6 +227,7 @@ class Demo:
         next_table = time.monotonic() + 5
         while time.monotonic() < end:
             self.observe(conn)
+            self.observe_skips(conn)
             if time.monotonic() >= next_table:
                 self.table(conn)
                 next_table = time.monotonic() + 5
@@ -225,6 +237,7 @@ class Demo:
                 self.waiting(conn)
             time.sleep(0.3)
         self.observe(conn)
+        self.observe_skips(conn)
         self.table(conn)
         missing = [k for k, v in self.shown(conn).items() if not v]
         if missing:
