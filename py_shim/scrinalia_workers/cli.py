@@ -584,7 +584,7 @@ def _db_error_line(e: psycopg.Error, command: str | None) -> str:
     diag = e.diag
     msg = diag.message_primary or str(e)
     line = f"[{e.sqlstate}] {msg}" if e.sqlstate else msg
-    hint = diag.message_hint or (CATALOGUE_HINT if e.sqlstate == "42501" and command in ("worker", "demo-seed")
+    hint = diag.message_hint or (CATALOGUE_HINT if e.sqlstate == "42501" and command in ("worker", "demo", "demo-seed")
                                  else SETUP_HINTS.get(e.sqlstate or ""))
     if hint:
         line += f" (hint: {hint})"
