@@ -100,23 +100,30 @@ def test_the_demo_shows_enqueue_natural_skip_catch_up_retry_and_tidies_up(empty_
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_the_demo_and_pauses_its_schedules(empty_db_dsn):
+@pytest.mark.parametrize("how", ["Ctrl-C", "SIGTERM"])
+def test_ctrl_c_stops_the_demo_and_pauses_its_schedules(empty_db_dsn, how):
     p = demo_cli("--dsn", empty_db_dsn, start_new_session=True)
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(p.stdout), daemon=True).start()
     try:
         wait_for(lambda: any("runner started runner_id=demo-runner-2" in ln for ln in lines), 30, "the runners")
-        os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole group
+        if how == "Ctrl-C":
+            os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole group
+        else:
+            p.terminate()  # a supervisor's stop: the demo alone
         assert p.wait(30) == 130
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
     text = "".join(lines)
-    assert "interrupted (Ctrl-C)" in text and "paused the demo's schedules" in text, text
+    assert "interrupted" in text and "paused the demo's schedules" in text, text
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         assert conn.execute("SELECT worker_name FROM scrinalia.archive_worker_schedules WHERE enabled").fetchall() == []
         # its scheduler and runners are gone with it
+        wait_for(lambda: one(conn, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                                   " AND application_name ~ '^scrinalia-(scheduler|runner)'")[0] == 0, 5,
+                 "the demo's daemons gone")
         assert one(conn, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
                          " AND application_name ~ '^scrinalia-(scheduler|runner)'")[0] == 0
 
@@ -229,3 +236,19 @@ def test_a_silence_says_what_the_demo_waits_for(db, db_dsn):
     line = out.getvalue().strip()
     assert re.fullmatch(r"\.\.\. waiting for the \d{4}-\d\d-\d\dT\d\d:\d\d:00Z period of demo-ocr, "
                         rf"demo-thumbnails \(in \d+ s\); run #{running} of demo-export is QUEUED", line), line
+
+
+@pytest.mark.slow
+def test_the_demos_daemons_die_with_it(empty_db_dsn):
+    p = demo_cli("--dsn", empty_db_dsn, start_new_session=True)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(p.stdout), daemon=True).start()
+    try:
+        wait_for(lambda: any("runner started runner_id=demo-runner-2" in ln for ln in lines), 30, "the runners")
+    finally:
+        p.kill()  # no chance to tidy up: its children must not outlive it all the same
+        p.wait()
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        wait_for(lambda: one(conn, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                                   " AND application_name ~ '^scrinalia-(scheduler|runner)'")[0] == 0, 15,
+                 "the orphaned daemons gone")

@@ -16,6 +16,7 @@ schedules it created. Without one it starts a throwaway PostgreSQL (pgserver.py)
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import threading
@@ -85,10 +86,11 @@ class Demo:
             self.say(f"[{label}] {line.rstrip()}")
 
     def start(self, label: str, module: str, *args: str) -> None:
-        # a session of its own: Ctrl-C reaches the demo, which stops them in order
+        # a session of its own: Ctrl-C reaches the demo, which stops them in order;
+        # and they die with the demo even if it is killed outright (Linux)
         p = subprocess.Popen([sys.executable, "-m", module, "--dsn", self.dsn, *args],
                              stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                             start_new_session=True)
+                             start_new_session=True, preexec_fn=_die_with_parent)
         self.procs.append(p)
         threading.Thread(target=self._pipe, args=(p, label), daemon=True).start()
         self.say(f"started the {label} (pid {p.pid}): python -m {module} {' '.join(args)}")
@@ -244,6 +246,21 @@ class Demo:
             self.say(f"the demo ended before it could show: {', '.join(missing)}")
 
 
+def _die_with_parent() -> None:
+    # SIGKILL: the demo itself was killed outright; a run its runner held is reaped
+    # when its 10 s lease ends, like any crashed runner's
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: stop() and the SIGTERM handler still stop them
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt  # SIGTERM tidies up like Ctrl-C
+
+
 def _migrate(dsn: str, create_groups: bool) -> None:
     """Migrates; on the throwaway cluster it also creates the cluster-wide groups.
 
@@ -263,6 +280,8 @@ def run(duration: float | None = None, dsn: str | None = None, out=sys.stdout) -
     user_db = dsn is not None
     cluster = None
     demo = None
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         if user_db:
             # refused before anything is written, migrations included
@@ -278,7 +297,7 @@ def run(duration: float | None = None, dsn: str | None = None, out=sys.stdout) -
         demo = Demo(dsn, duration, out, user_db)
         return demo.run()
     except KeyboardInterrupt:
-        out.write("interrupted (Ctrl-C)\n")
+        out.write("interrupted (Ctrl-C or SIGTERM)\n")
         return 130
     finally:
         if cluster is not None:
