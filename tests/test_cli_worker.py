@@ -183,3 +183,16 @@ def test_the_readme_example_file_registers(db_dsn, db, tmp_path):
     r = cli("worker", "register", f, "--dsn", db_dsn)
     assert r.code == 0, r.err
     assert yaml.safe_load(block)["workers"][0]["name"] in catalogue(db)
+
+
+def test_register_from_stdin(db_dsn, db):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    p = subprocess.run([sys.executable, "-m", "scrinalia_workers", "worker", "register", "-", "--dsn", db_dsn],
+                       input=YAML_FILE, capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "from <stdin>: ocr (new), thumbnails (new)" in p.stdout
+    assert list(catalogue(db)) == ["ocr", "thumbnails"]
