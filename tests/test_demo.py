@@ -252,3 +252,21 @@ def test_the_demos_daemons_die_with_it(empty_db_dsn):
         wait_for(lambda: one(conn, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
                                    " AND application_name ~ '^scrinalia-(scheduler|runner)'")[0] == 0, 15,
                  "the orphaned daemons gone")
+
+
+def test_the_load_handler_takes_every_worker(db, db_dsn):
+    """load_handlers ("*") is the load tests' module: any worker, driven by the options."""
+    from scrinalia_workers import load_handlers
+
+    make_worker(db, "anything")
+    db.execute("SELECT scrinalia.register_worker('loaded', p_options => %s)", (Jsonb(load_handlers.DEMO_OPTIONS),))
+    a = one(db, "SELECT run_id FROM scrinalia.enqueue('anything', '{}', 'CLI')")[0]
+    b = one(db, "SELECT run_id FROM scrinalia.enqueue('loaded', %s, 'CLI')",
+            Jsonb({"options": {"seconds": 0, "fail_rate": 1}}))[0]
+    r = Runner(db_dsn, load_handlers.HANDLERS, log=EventLog(stream=open(os.devnull, "w")))
+    try:
+        assert {r.run_once()["outcome"], r.run_once()["outcome"]} == {"SUCCEEDED", "FAILED"}
+    finally:
+        r.close()
+    assert dict(db.execute("SELECT run_id, status::text FROM scrinalia.archive_worker_runs").fetchall()) == {
+        a: "SUCCEEDED", b: "FAILED"}
