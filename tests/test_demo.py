@@ -270,3 +270,16 @@ def test_the_load_handler_takes_every_worker(db, db_dsn):
         r.close()
     assert dict(db.execute("SELECT run_id, status::text FROM scrinalia.archive_worker_runs").fetchall()) == {
         a: "SUCCEEDED", b: "FAILED"}
+
+
+@pytest.mark.slow
+def test_a_migrated_empty_database_then_the_demos_own_are_accepted(db, db_dsn):
+    # migrated, but no workers, runs or schedules: accepted; then it holds only the
+    # demo's own objects (paused by the first run): accepted again, resumed
+    for attempt in (1, 2):
+        out = io.StringIO()
+        assert demo.run(duration=3, dsn=db_dsn, out=out) == 0, out.getvalue()
+        assert "demo finished" in out.getvalue()
+        assert [r[0] for r in db.execute("SELECT worker_name FROM scrinalia.archive_workers ORDER BY 1")] == DEMO_WORKERS
+        assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_schedules WHERE enabled").fetchone()[0] == 0
+    assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] > 0
