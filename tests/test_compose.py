@@ -27,6 +27,8 @@ import psycopg
 import pytest
 import yaml
 
+from scrinalia_workers import demo_handlers
+
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "compose.yaml"
 README = ROOT / "README.md"
@@ -260,6 +262,14 @@ def test_the_stack_runs_as_compose_resolves_it(empty_db_dsn, tmp_path):
     assert seed.wait() == 0, "".join(seed.lines)
     again = Service("demo-seed", s["demo-seed"], 2)  # idempotent: the second run changes nothing
     assert again.wait() == 0 and "already scheduled" in "".join(again.lines), "".join(again.lines)
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        assert [r[0] for r in conn.execute("SELECT worker_name FROM scrinalia.archive_worker_schedules"
+                                           " WHERE enabled ORDER BY 1")] == sorted(demo_handlers.WORKERS)
+        # only the quick one stays on: a minute boundary during the test must not start
+        # demo-ocr's minute-long run, which would hold the runner's stop below
+        for w in demo_handlers.WORKERS:
+            if w != "demo-thumbnails":
+                conn.execute("SELECT scrinalia.set_schedule_enabled(%s, false)", (w,))
 
     started: list[Service] = []
     try:
