@@ -70,10 +70,15 @@ class Demo:
             self.say(f"schedule {name:<16} {cron:<12} {what}")
         now, period = conn.execute("SELECT now(), date_trunc('minute', now())").fetchone()
         quick = ["demo-thumbnails", "demo-ocr", "demo-export"]
+        if (now - period).total_seconds() < 50:
+            when = f"this minute's period {iso(period)} (it began {(now - period).total_seconds():.0f} s ago)"
+        else:  # so close to the next minute that this one would be a catch-up: take the next
+            period += timedelta(minutes=1)
+            when = f"the next minute's period {iso(period)} (in {(period - now).total_seconds():.0f} s)"
         conn.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = %s"
                      " WHERE worker_name = ANY (%s)", (period, quick))
-        self.say(f"demo: armed {', '.join(quick)} on this minute's period {iso(period)} (it began "
-                 f"{(now - period).total_seconds():.0f} s ago), so they start now rather than at the next minute")
+        self.say(f"demo: armed {', '.join(quick)} on {when}, so they start now rather than at the next "
+                 "period the scheduler would compute")
         back = conn.execute(
             "UPDATE scrinalia.archive_worker_schedules SET next_run_at = "
             "date_trunc('day', now()) - interval '3 days' + interval '3 hours'"
@@ -197,8 +202,10 @@ class Demo:
         with db.connect(self.dsn, application_name="scrinalia-workers demo") as conn:
             start = datetime.now(timezone.utc)
             if self.duration is None:
+                # demo-ocr's run must outlast the next minute: see setup()
+                about = (60 if start.second < 50 else 120) - start.second + 5
                 self.say("this demo runs until it has shown everything: the next minute plus a few seconds, "
-                         f"about {70 - start.second} s, at most until {iso(start + timedelta(seconds=MAX_SECONDS))}; "
+                         f"about {about} s, at most until {iso(start + timedelta(seconds=MAX_SECONDS))}; "
                          "Ctrl-C stops it at any time")
             else:
                 self.say(f"this demo runs {self.duration:g} s, until {iso(start + timedelta(seconds=self.duration))}; "
