@@ -8,7 +8,9 @@ ALTER TABLE scrinalia.archive_worker_schedules
     ADD COLUMN arm_error text,
     -- Since when it has failed, and when the scheduler tries it again.
     ADD COLUMN arm_error_since timestamptz,
-    ADD COLUMN arm_retry_at timestamptz;
+    ADD COLUMN arm_retry_at timestamptz,
+    -- Periods skipped because the slot was busy, for ever (a metric's counter).
+    ADD COLUMN skipped_count bigint NOT NULL DEFAULT 0;
 
 CREATE INDEX ix_worker_schedules_set_aside
     ON scrinalia.archive_worker_schedules (arm_retry_at)
@@ -20,3 +22,8 @@ ALTER TABLE scrinalia.scheduler_state
     ADD COLUMN heartbeat_pid integer,        -- the session holding the lock
     ADD COLUMN heartbeat_work_pid integer,   -- the holder's session that ticks
     ADD COLUMN heartbeat_by text;
+
+-- Leases reaped recently: what the alerts read, without scanning the history.
+CREATE INDEX ix_worker_runs_reaped
+    ON scrinalia.archive_worker_runs (finished_at)
+    WHERE error_fingerprint = 'lease-expired';

@@ -154,6 +154,7 @@ BEGIN
                last_run_id = coalesce(x.run_id, s.last_run_id),
                last_skipped_at = CASE WHEN x.decision = 'SKIPPED' THEN now() ELSE s.last_skipped_at END,
                last_skip_reason = CASE WHEN x.decision = 'SKIPPED' THEN x.reason ELSE s.last_skip_reason END,
+               skipped_count = s.skipped_count + (x.decision = 'SKIPPED')::int,
                arm_error = NULL, arm_error_since = NULL, arm_retry_at = NULL
           FROM decided x
          WHERE s.worker_name = x.worker_name

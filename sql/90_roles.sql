@@ -29,7 +29,11 @@ GRANT EXECUTE ON FUNCTION
     scrinalia.get_schedule(text),
     scrinalia.scheduler_status(),
     scrinalia.scheduler_health(interval),
-    scrinalia.default_timezone()
+    scrinalia.default_timezone(),
+    scrinalia.current_alerts(),
+    scrinalia.worker_metrics(),
+    scrinalia.run_counts(),
+    scrinalia.scheduler_metrics()
    TO scrinalia_reader;
 
 GRANT scrinalia_reader TO scrinalia_operator;

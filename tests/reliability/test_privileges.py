@@ -16,7 +16,8 @@ DENIED = "42501"
 
 SHARED = {"schema_head", "validate_cron", "validate_timezone", "retry_delay",
           "max_attempts", "active_statuses", "terminal_statuses"}
-READER = SHARED | {"get_schedule", "scheduler_status", "scheduler_health", "default_timezone"}
+READER = SHARED | {"get_schedule", "scheduler_status", "scheduler_health", "default_timezone",
+                   "current_alerts", "worker_metrics", "run_counts", "scheduler_metrics"}
 OPERATOR = READER | {"put_schedule", "set_schedule_enabled", "delete_schedule", "put_settings",
                      "set_default_timezone", "enqueue", "cancel_run", "add_units", "prune_runs"}
 SCHEDULER = SHARED | {"due_schedules", "tick", "create_retries", "reap_expired_leases", "next_wakeup",
