@@ -51,14 +51,15 @@ def test_watch_refreshes_in_place_and_stops_cleanly(busy, db_dsn, role_logins):
     class Screen(io.StringIO):
         def write(self, s):
             frames.append(s)
-            if len(frames) >= 3:
+            if len(frames) == 3:
                 raise KeyboardInterrupt  # as Ctrl-C does, between two refreshes
             return len(s)
 
     code = watch.watch(lambda: psycopg.connect(dsn, autocommit=True), 0.05, out=Screen(), width=80)
     assert code == 0
     screens = [f for f in frames if f.startswith(watch.CLEAR)]
-    assert len(screens) == 2 and all("AGENDA" in s for s in screens)
+    assert frames[-1] == "\n"  # the screen is left with the cursor on a new line
+    assert len(screens) == 3 and all("AGENDA" in s for s in screens)
 
 
 def test_the_timeline_shows_each_attempt_with_its_outcome_and_backoff(busy):
