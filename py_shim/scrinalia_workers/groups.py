@@ -75,7 +75,7 @@ def missing_message(gone: list[str]) -> str:
 
 def _privilege_hint(conn: psycopg.Connection, e: psycopg.Error) -> str:
     msg = e.diag.message_primary or str(e)
-    if "admin option" in msg:
+    if "admin option" in f"{msg} {e.diag.message_detail or ''}".lower():  # PG 15 / PG 16+ wording
         return (f"{msg}: this login needs ADMIN OPTION on the groups to grant the membership "
                 "(the login that created them has it; or run as a superuser)")
     attrs = conn.execute("SELECT rolcreaterole, rolsuper FROM pg_catalog.pg_roles "
