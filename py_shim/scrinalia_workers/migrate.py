@@ -1,8 +1,8 @@
 """Apply the migrations (yoyo) and then the code in sql/ (replaced whole each time).
 
 The tables are versioned by migrations/; the functions, views and grants in sql/ are
-dropped and re-created in one transaction after them, so that an upgrade never
-leaves a function of the previous release behind.
+created or replaced in one transaction after them, and what an earlier release
+defined and this one does not is dropped in it too (see apply_code).
 
 Migrate runs as a powerful login (the owner, often a superuser), so nothing it runs may
 resolve a name in a schema another login can create in (issue 9): both its connection
@@ -14,6 +14,7 @@ yoyo's bookkeeping tables live in a schema of ours (BOOKKEEPING_SCHEMA), not in
 from __future__ import annotations
 
 import logging
+import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -313,10 +314,33 @@ def head_ids() -> list[str]:
 
 # --- the commands ---------------------------------------------------------------------
 
+# sql/ may say CREATE FUNCTION / CREATE VIEW: the code is always replaced in place.
+_CREATE = re.compile(r"^CREATE (FUNCTION|VIEW|PROCEDURE) ", re.M)
+
+
+def _in_place(sql: str) -> str:
+    return _CREATE.sub(r"CREATE OR REPLACE \1 ", sql)
+
+
 def apply_code(conn: psycopg.Connection) -> None:
+    """Creates or replaces every function and view of sql/ in one transaction, then drops
+    those of an earlier release that this one no longer defines (99_drop_obsolete.sql).
+
+    Replacing in place keeps each function's OID: a client calling it meanwhile sees
+    the old or the new body, never a missing function (issue 13). The price: a
+    function cannot change its return type or parameter names, nor a view drop, rename
+    or retype a column, in place; such a change is a new name (`name_v2`), and the old
+    one goes when no longer defined."""
     with conn.transaction():
         for f in paths.sql_files():
-            conn.execute(f.read_text())
+            try:
+                conn.execute(_in_place(f.read_text()))
+            except (psycopg.errors.InvalidFunctionDefinition, psycopg.errors.InvalidTableDefinition) as e:
+                raise ConfigError(
+                    f"sql/{f.name}: {e.diag.message_primary}: the code is replaced in place while "
+                    "clients run, so a function whose return type or parameter names change, or a "
+                    "view whose columns change other than by appending, needs a new name (e.g. "
+                    "name_v2); nothing was changed") from None
 
 
 def migrate(dsn: str, *, create_groups: bool = False,
