@@ -1,7 +1,7 @@
 """Issue 13: a migrate while clients run gives them no error (rolling deploy).
 
 Threads logged in as the group logins loop enqueue -> claim_next -> finish (and a
-reader reads the views) while the code is re-installed twice; every call overlapping a
+reader reads the views) while the code is re-installed 40 times; every call overlapping a
 migrate must succeed. The latencies of those calls are what clients wait for."""
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from scrinalia_workers import migrate as m
 
 pytestmark = pytest.mark.slow
 
-CLIENTS = int(__import__("os").environ.get("ROLLING_CLIENTS", "3"))
+CLIENTS = 4
+# The old drop-and-recreate failed a client in 2 runs of 3 at 30 migrates: 40 it is.
+MIGRATES = 40
 
 
 class Calls:
@@ -87,12 +89,12 @@ def test_clients_see_no_error_while_migrate_reinstalls_the_code(db, db_dsn, role
     windows = []
     try:
         _await(lambda: calls.count() > 50, 20, "the clients to get going")
-        for _ in range(int(__import__("os").environ.get("ROLLING_MIGRATES", "2"))):
+        for _ in range(MIGRATES):
             before = calls.count()
             t0 = time.monotonic()
             assert m.migrate(db_dsn) == []
             windows.append((t0, time.monotonic()))
-            _await(lambda: calls.count() > before + 50, 20, "calls after the migrate")
+            _await(lambda: calls.count() > before + 20, 20, "calls after the migrate")
     finally:
         stop.set()
         for t in threads:
@@ -101,6 +103,7 @@ def test_clients_see_no_error_while_migrate_reinstalls_the_code(db, db_dsn, role
     overlapping = [e - s for s, e, _ in calls.done if any(s < we and e > ws for ws, we in windows)]
     assert len(overlapping) >= 2 * CLIENTS, "the clients must really run during the migrates"
     outside = sorted(e - s for s, e, _ in calls.done if not any(s < we and e > ws for ws, we in windows))
-    print(f"\nmigrate took {[round(we - ws, 3) for ws, we in windows]} s; {len(calls.done)} calls, "
+    took = sorted(we - ws for ws, we in windows)
+    print(f"\n{MIGRATES} migrates, median {took[len(took) // 2]:.3f} s, max {took[-1]:.3f} s; {len(calls.done)} calls, "
           f"{len(overlapping)} overlapping a migrate: max {max(overlapping) * 1000:.0f} ms; "
           f"others p50 {outside[len(outside) // 2] * 1000:.1f} ms, max {outside[-1] * 1000:.0f} ms")
