@@ -104,6 +104,11 @@ def test_clients_see_no_error_while_migrate_reinstalls_the_code(db, db_dsn, role
     assert len(overlapping) >= 2 * CLIENTS, "the clients must really run during the migrates"
     outside = sorted(e - s for s, e, _ in calls.done if not any(s < we and e > ws for ws, we in windows))
     took = sorted(we - ws for ws, we in windows)
+    worst = {}
+    for s_, e_, what in calls.done:
+        if any(s_ < we and e_ > ws for ws, we in windows):
+            worst[what] = max(worst.get(what, 0), e_ - s_)
+    print("\nmax per call during a migrate (ms):", {k: round(v * 1000) for k, v in sorted(worst.items())})
     print(f"\n{MIGRATES} migrates, median {took[len(took) // 2]:.3f} s, max {took[-1]:.3f} s; {len(calls.done)} calls, "
           f"{len(overlapping)} overlapping a migrate: max {max(overlapping) * 1000:.0f} ms; "
           f"others p50 {outside[len(outside) // 2] * 1000:.1f} ms, max {outside[-1] * 1000:.0f} ms")
