@@ -82,3 +82,18 @@ def test_a_killed_migrates_yoyo_lock_row_does_not_block_the_next(empty_db_dsn):
     assert time.monotonic() - started < 5
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         assert conn.execute(f"SELECT count(*) FROM {m.BOOKKEEPING_SCHEMA}.yoyo_lock").fetchone()[0] == 0
+
+
+def test_a_yoyo_lock_row_held_by_an_open_transaction_is_waited_for_a_bounded_time(empty_db_dsn):
+    m.migrate(empty_db_dsn)
+    holder = psycopg.connect(empty_db_dsn)  # a transaction left open on yoyo's lock row
+    holder.execute(f"INSERT INTO {m.BOOKKEEPING_SCHEMA}.yoyo_lock (locked, ctime, pid) VALUES (1, now(), 4242)")
+    try:
+        started = time.monotonic()
+        with pytest.raises(m.MigrateLockBusy, match=f"pid {holder.info.backend_pid}"):
+            m.migrate(empty_db_dsn, lock_timeout=1)
+        assert time.monotonic() - started < 10
+    finally:
+        holder.rollback()
+        holder.close()
+    assert m.migrate(empty_db_dsn, lock_timeout=1) == []

@@ -269,15 +269,33 @@ def _ensure_bookkeeping(conn: psycopg.Connection) -> None:
         log.info("moved yoyo's tables from schema %s into %s", source, BOOKKEEPING_SCHEMA)
 
 
-def _clear_stale_yoyo_lock(conn: psycopg.Connection) -> None:
+def _clear_stale_yoyo_lock(conn: psycopg.Connection, timeout: float) -> None:
     """Under our advisory lock no other migrate runs: a row in yoyo's lock table is the
     leftover of a migrate that was killed, which would otherwise block every deploy."""
-    with conn.transaction():
-        conn.execute("SET LOCAL lock_timeout = 5000")
-        for pid, ctime in conn.execute(
-                f"DELETE FROM {BOOKKEEPING_SCHEMA}.yoyo_lock RETURNING pid, ctime").fetchall():
-            log.warning("removed yoyo's lock row of process %s (taken %s UTC) left by a migrate "
-                        "that did not finish", pid, ctime)
+    table = f"{BOOKKEEPING_SCHEMA}.yoyo_lock"
+    try:
+        with conn.transaction():
+            conn.execute(f"SET LOCAL lock_timeout = {max(int(timeout * 1000), 1)}")
+            for pid, ctime in conn.execute(f"DELETE FROM {table} RETURNING pid, ctime").fetchall():
+                log.warning("removed yoyo's lock row of process %s (taken %s UTC) left by a migrate "
+                            "that did not finish", pid, ctime)
+    except psycopg.errors.LockNotAvailable:
+        raise _yoyo_lock_busy(conn, timeout) from None
+
+
+def _yoyo_lock_busy(conn: psycopg.Connection, timeout: float) -> MigrateLockBusy:
+    """Names the sessions (other than ours and yoyo's) with a lock on yoyo's lock table:
+    an open transaction that wrote its row."""
+    table = f"{BOOKKEEPING_SCHEMA}.yoyo_lock"
+    rows = conn.execute(
+        "SELECT DISTINCT l.pid, a.usename, a.application_name, a.backend_start, a.client_addr"
+        "  FROM pg_catalog.pg_locks l"
+        "  LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) l.pid"
+        " WHERE l.relation OPERATOR(pg_catalog.=) pg_catalog.to_regclass(%s) AND l.granted"
+        "   AND a.application_name OPERATOR(pg_catalog.!~~) 'scrinalia-workers migrate%%'", (table,)).fetchall()
+    who = "; ".join(Holder(*r).describe() for r in rows) or "a session that has since let go"
+    return MigrateLockBusy(f"yoyo's lock table {table} stayed taken for {timeout:.0f}s by an open "
+                           f"transaction: {who}. End it (SELECT pg_terminate_backend(pid))")
 
 
 @contextmanager
@@ -295,14 +313,16 @@ def _migrating(dsn: str, *, lock_timeout: float, create_groups: bool = False,
         backend = PinnedBackend(_resolved_conninfo(conn))
         try:
             backend.init_database()  # creates yoyo's lock table in our schema
-            _clear_stale_yoyo_lock(conn)
+            _clear_stale_yoyo_lock(conn, max(lock_timeout - (time.monotonic() - started), 1.0))
             remaining = max(lock_timeout - (time.monotonic() - started), 1.0)
+            # yoyo polls its lock row for `remaining` seconds; a row held by an open
+            # transaction would block its INSERT outright: bound that wait as well.
+            backend.connection.execute(f"SET lock_timeout = {int(remaining * 1000)}")
             try:
                 with backend.lock(timeout=remaining):
                     yield conn, backend, read_migrations(str(paths.migrations_dir()))
-            except yoyo_exceptions.LockTimeout as e:
-                raise MigrateLockBusy(f"yoyo's lock table {BOOKKEEPING_SCHEMA}.yoyo_lock stayed "
-                                      f"taken for {remaining:.0f}s: {e}") from None
+            except yoyo_exceptions.LockTimeout:
+                raise _yoyo_lock_busy(conn, remaining) from None
         finally:
             backend.connection.close()
 
