@@ -89,7 +89,14 @@ CREATE TABLE public._yoyo_log (id varchar(36) PRIMARY KEY, migration_hash varcha
     hostname varchar(255), comment varchar(255), created_at_utc timestamp);
 CREATE TRIGGER trap BEFORE INSERT ON public._yoyo_log
     FOR EACH ROW EXECUTE FUNCTION public.yoyo_trap();
-GRANT ALL ON public.yoyo_lock, public._yoyo_log TO PUBLIC;
+-- and yoyo's record of what was applied, claiming the first migration is done
+CREATE TABLE public._yoyo_migration (migration_hash varchar(64) PRIMARY KEY,
+    migration_id varchar(255), applied_at_utc timestamp);
+INSERT INTO public._yoyo_migration VALUES
+    (encode(sha256('0001_ledger'::bytea), 'hex'), '0001_ledger', now());
+CREATE TRIGGER trap BEFORE INSERT OR DELETE ON public._yoyo_migration
+    FOR EACH ROW EXECUTE FUNCTION public.yoyo_trap();
+GRANT ALL ON public.yoyo_lock, public._yoyo_log, public._yoyo_migration TO PUBLIC;
 """
 
 
@@ -157,4 +164,19 @@ def test_code_installed_by_migrate_binds_built_ins_whatever_the_callers_path(att
         conn.execute("SELECT * FROM scrinalia.worker_agenda")
         conn.execute("SELECT scrinalia.register_worker('w1', '{}', '{}', '{}', '{}')")
         conn.execute("SELECT * FROM scrinalia.enqueue('w1', '{}', 'CLI', 'me')")
+    assert _hits(attacked_db) == []
+
+
+def test_a_bookkeeping_schema_pre_created_by_another_login_is_refused(attacked_db, admin):
+    """A login given CREATE on the database creates our bookkeeping schema first, to own
+    what migrate would put there: migrate refuses, naming it, and changes nothing."""
+    dbname = psycopg.conninfo.conninfo_to_dict(attacked_db)["dbname"]
+    admin.execute(f'GRANT CREATE ON DATABASE "{dbname}" TO {ATTACKER}')
+    with psycopg.connect(psycopg.conninfo.make_conninfo(attacked_db, user=ATTACKER), autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {m.BOOKKEEPING_SCHEMA}")
+    with pytest.raises(m.ConfigError, match=f"schema {m.BOOKKEEPING_SCHEMA} is owned by {ATTACKER}"):
+        m.migrate(attacked_db, create_groups=True)
+    with psycopg.connect(attacked_db, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'scrinalia'").fetchone()[0] == 0
+        assert conn.execute(f"SELECT count(*) FROM pg_tables WHERE schemaname = '{m.BOOKKEEPING_SCHEMA}'").fetchone()[0] == 0
     assert _hits(attacked_db) == []

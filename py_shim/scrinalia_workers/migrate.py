@@ -179,6 +179,20 @@ def _take_lock(conn: psycopg.Connection, timeout: float) -> None:
 
 # --- checks before changing anything --------------------------------------------------
 
+def _check_schema_owners(conn: psycopg.Connection) -> None:
+    """Our schemas, when they exist, belong to a login we trust: one that got CREATE on
+    the database could otherwise pre-create them and own what migrate puts there."""
+    rows = conn.execute(
+        "SELECT n.nspname::text, pg_catalog.pg_get_userbyid(n.nspowner)::text FROM pg_catalog.pg_namespace n"
+        " WHERE n.nspname OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[])"
+        f" AND NOT {_trusted_owner_sql('n.nspowner')}", (["scrinalia", BOOKKEEPING_SCHEMA],)).fetchall()
+    if rows:
+        names = ", ".join(f"schema {s} is owned by {o}" for s, o in rows)
+        raise ConfigError(f"refusing to migrate: {names}, neither this login, a superuser nor the "
+                          "database owner; inspect it (it may have been planted), then drop it or "
+                          "change its owner; nothing was changed")
+
+
 def _check_privileges(conn: psycopg.Connection) -> None:
     """Names the privilege this login lacks (not a group), before anything changes."""
     me = conn.execute("SELECT current_user, rolsuper FROM pg_catalog.pg_roles "
@@ -220,8 +234,10 @@ def _ensure_groups(conn: psycopg.Connection, create: bool) -> None:
 # --- yoyo's bookkeeping ---------------------------------------------------------------
 
 def _trusted_owner_sql(col: str) -> str:
-    """The owner is this login (or one it acts as), a superuser, or the database owner."""
-    return (f"(pg_catalog.pg_has_role(current_user, {col}, 'USAGE')"
+    """The owner is this very login, a superuser, or the database owner (not merely a
+    role this login is a member of: another member could have acted as it)."""
+    return (f"({col} OPERATOR(pg_catalog.=) (SELECT r.oid FROM pg_catalog.pg_roles r"
+            f"    WHERE r.rolname OPERATOR(pg_catalog.=) current_user)"
             f" OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) {col})"
             f" OR {col} OPERATOR(pg_catalog.=) (SELECT d.datdba FROM pg_catalog.pg_database d"
             f"    WHERE d.datname OPERATOR(pg_catalog.=) current_database()))")
@@ -308,6 +324,7 @@ def _migrating(dsn: str, *, lock_timeout: float, create_groups: bool = False,
         _take_lock(conn, lock_timeout)
         if check_groups:
             _ensure_groups(conn, create_groups)
+        _check_schema_owners(conn)
         _check_privileges(conn)
         _ensure_bookkeeping(conn)
         backend = PinnedBackend(_resolved_conninfo(conn))
