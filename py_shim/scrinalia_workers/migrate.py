@@ -1,4 +1,4 @@
-"""Apply the migrations (yoyo) and then the code in sql/ (replaced whole each time).
+"""Apply the migrations (yoyo) and then the code in sql/ (replaced in place each time).
 
 The tables are versioned by migrations/; the functions, views and grants in sql/ are
 created or replaced in one transaction after them, and what an earlier release
