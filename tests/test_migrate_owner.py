@@ -198,3 +198,32 @@ def test_granting_the_membership_without_admin_option_names_admin_option(pg16_cl
     assert_one_line_error(r, 1, "ADMIN OPTION")
     with psycopg.connect(cluster.dsn("postgres"), autocommit=True) as conn:
         assert groups.missing(conn) == ["scrinalia_operator IN ROLE scrinalia_reader"]
+
+
+def test_migrates_of_two_databases_creating_the_groups_at_once_both_succeed(cluster):
+    """The groups are cluster-wide, the migrate lock is per database: two deploys of two
+    databases may both find them missing and create them at the same moment."""
+    import threading
+
+    dsns = []
+    for db in ("archive_a", "archive_b"):
+        cluster.su.execute(f"CREATE DATABASE {db}")
+        dsns.append(cluster.dsn(db))
+    errors, barrier = [], threading.Barrier(2)
+
+    def go(dsn):
+        try:
+            barrier.wait()
+            m.migrate(dsn, create_groups=True)
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            errors.append(e)
+
+    threads = [threading.Thread(target=go, args=(d,)) for d in dsns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert cluster.groups_present() == set(groups.GROUPS)
+    for d in dsns:
+        assert m.applied_migrations(d) == m.head_ids()

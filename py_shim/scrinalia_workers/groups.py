@@ -36,7 +36,9 @@ SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_auth_members m
 def groups_sql() -> str:
     """The SQL of the step, idempotent, for a login with CREATEROLE (or a superuser)."""
     names = ", ".join(f"'{g}'" for g in GROUPS)
-    grants = "\n".join(f"GRANT {g} TO {m};" for m, g in MEMBERSHIPS)
+    # in a block: two of these at once (migrates of two databases) must both succeed
+    grants = "\n".join(f"DO $$ BEGIN GRANT {g} TO {m}; EXCEPTION WHEN unique_violation THEN NULL; END $$;"
+                        for m, g in MEMBERSHIPS)
     return f"""\
 -- scrinalia-workers: the cluster-wide groups, once per cluster (re-running is harmless).
 -- Needs CREATEROLE (and, on PostgreSQL 16+, ADMIN OPTION on the groups, which the
@@ -47,7 +49,11 @@ DECLARE g text;
 BEGIN
     FOREACH g IN ARRAY ARRAY[{names}] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = g) THEN
-            EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', g);
+            BEGIN
+                EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', g);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL;  -- created meanwhile by a migrate of another database
+            END;
         END IF;
     END LOOP;
 END $$;
