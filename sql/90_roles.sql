@@ -36,7 +36,6 @@ GRANT EXECUTE ON FUNCTION
     scrinalia.scheduler_metrics()
    TO scrinalia_reader;
 
-GRANT scrinalia_reader TO scrinalia_operator;
 GRANT EXECUTE ON FUNCTION
     scrinalia.put_schedule(text, text, text, jsonb, boolean, text, bigint),
     scrinalia.set_schedule_enabled(text, boolean, text),

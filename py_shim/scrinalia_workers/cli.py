@@ -152,7 +152,7 @@ def cmd_migrate(args) -> int:
 
     dsn = require_dsn(args.dsn)
     if args.rollback:
-        done = migrate.rollback(dsn, args.count)
+        done = migrate.rollback(dsn, args.count, lock_timeout=args.lock_timeout)
         if args.json:
             print_json({"rolled_back": done})
         elif done:
@@ -163,7 +163,7 @@ def cmd_migrate(args) -> int:
         return EXIT_OK
     if args.count is not None:
         raise UsageError("--count goes with --rollback")
-    applied = migrate.migrate(dsn)
+    applied = migrate.migrate(dsn, create_groups=args.create_groups, lock_timeout=args.lock_timeout)
     with connect(dsn, application_name=f"{PROG} migrate") as conn:
         head = conn.execute("SELECT scrinalia.schema_head()").fetchone()[0]
     if args.json:
@@ -174,6 +174,20 @@ def cmd_migrate(args) -> int:
     if not applied:
         print(f"already at the head ({head}): no migration to apply")
     print("re-installed the SQL code (functions, views, grants)")
+    return EXIT_OK
+
+
+def cmd_groups(args) -> int:
+    from . import groups
+
+    if args.action == "sql":
+        print(groups.groups_sql(), end="")
+        return EXIT_OK
+    done = groups.create_at(require_dsn(args.dsn))
+    if args.json:
+        print_json({"created": done})
+    else:
+        print(f"created {', '.join(done)}" if done else "the groups are already set up: nothing to do")
     return EXIT_OK
 
 
@@ -431,7 +445,17 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("migrate", parents=[common], help="apply the migrations and re-install the SQL code")
     m.add_argument("--rollback", action="store_true", help="roll back migrations instead (all, or --count)")
     m.add_argument("--count", type=int, metavar="N", help="with --rollback: how many, newest first")
+    m.add_argument("--create-groups", action="store_true",
+                   help="first create the cluster-wide groups when missing (needs CREATEROLE)")
+    m.add_argument("--lock-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="how long to wait for another migrate's lock (default 60)")
     m.set_defaults(func=cmd_migrate)
+
+    g = sub.add_parser("groups", help="the cluster-wide groups, once per cluster (before migrate)")
+    gs = g.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    gs.required = True
+    gs.add_parser("create", parents=[common], help="create them (needs CREATEROLE)").set_defaults(func=cmd_groups)
+    gs.add_parser("sql", help="print the SQL, for a DBA to run").set_defaults(func=cmd_groups)
 
     e = sub.add_parser("enqueue", parents=[common], help="enqueue a CLI run of a worker now")
     e.add_argument("worker")
