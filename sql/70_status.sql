@@ -35,6 +35,18 @@ AS $$
        AND has_function_privilege(p_role, 'scrinalia.tick(text[], timestamp with time zone[], text)', 'EXECUTE')
 $$;
 
+-- 0.2 grew scheduler_status() by the holder's role and the heartbeat: a return type
+-- cannot change in place, so the earlier one is dropped and re-created in this same
+-- transaction (nothing of ours calls it; a client sees the old or the new one).
+DO $$
+BEGIN
+    IF pg_catalog.to_regprocedure('scrinalia.scheduler_status()') IS NOT NULL
+       AND pg_catalog.strpos(pg_catalog.pg_get_function_result('scrinalia.scheduler_status()'::pg_catalog.regprocedure),
+                             'holder_role') OPERATOR(pg_catalog.=) 0 THEN
+        DROP FUNCTION scrinalia.scheduler_status();
+    END IF;
+END $$;
+
 -- Who holds the one-scheduler lock now (and whether that login can run the
 -- scheduler at all), its last heartbeat, and when the last tick ran.
 CREATE FUNCTION scrinalia.scheduler_status()

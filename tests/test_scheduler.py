@@ -151,7 +151,7 @@ def test_restart_reconnects_and_never_enqueues_twice(own_cluster, procs):
     import psycopg
     from scrinalia_workers.migrate import migrate
     dsn = own_cluster.dsn("postgres")
-    migrate(dsn)
+    migrate(dsn, create_groups=True)
     with psycopg.connect(dsn, autocommit=True) as db:
         make_worker(db, "ocr")
         put_schedule(db, "ocr", "* * * * *", "UTC")
