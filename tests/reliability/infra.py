@@ -30,21 +30,32 @@ from scrinalia_workers.pgserver import LocalCluster, find_bin_dir, free_port
 
 
 def pgbouncer_binary() -> str | None:
-    return os.environ.get("SCRINALIA_PGBOUNCER") or shutil.which("pgbouncer") \
-        or (os.path.exists("/usr/sbin/pgbouncer") and "/usr/sbin/pgbouncer") or None
+    """SCRINALIA_PGBOUNCER, else pgbouncer on PATH or in /usr/sbin (Debian's package)."""
+    given = os.environ.get("SCRINALIA_PGBOUNCER")
+    for candidate in ([given] if given else [shutil.which("pgbouncer"), "/usr/sbin/pgbouncer"]):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def _unavailable(reason: str):
+    """Skip, unless SCRINALIA_REQUIRE_INFRA is set (CI installs everything: fail there)."""
+    if os.environ.get("SCRINALIA_REQUIRE_INFRA"):
+        pytest.fail(f"SCRINALIA_REQUIRE_INFRA is set but this test {reason}")
+    pytest.skip(reason)
 
 
 def require_pgbouncer() -> str:
     found = pgbouncer_binary()
     if not found:
-        pytest.skip("needs the pgbouncer binary (apt-get install pgbouncer; .ci/run installs it)")
+        _unavailable("needs the pgbouncer binary (apt-get install pgbouncer; .ci/run installs it)")
     return found
 
 
 def require_server_binaries() -> Path:
     bin_dir = find_bin_dir()
     if bin_dir is None or not (bin_dir / "pg_basebackup").exists():
-        pytest.skip("needs PostgreSQL server binaries with pg_basebackup (Debian's postgresql)")
+        _unavailable("needs PostgreSQL server binaries with pg_basebackup (Debian's postgresql)")
     return bin_dir
 
 
