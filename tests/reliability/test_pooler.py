@@ -17,6 +17,7 @@ backend that has no such statement, or another client's statement of that name.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -165,6 +166,36 @@ def test_scheduler_works_through_a_session_pool(cluster, dbname, bouncers):
         codes = [s.stop() for s in scheds]
         direct.close()
     assert codes == [0, 0]
+
+
+def test_standby_takes_over_through_a_session_pool(cluster, dbname, bouncers):
+    """The holder is SIGKILLed: PgBouncer resets the server connection it held
+    (server_reset_query = DISCARD ALL, the default, runs pg_advisory_unlock_all) and
+    the standby takes the lock at its next retry."""
+    bouncer = bouncers("session")
+    direct = psycopg.connect(cluster.dsn(dbname), autocommit=True)
+    _due_schedule(direct)
+    scheds = [start_scheduler(bouncer.dsn(dbname), "--standby-retry", "0.5", "--max-sleep", "0.5",
+                              "--name", f"pooled{i}") for i in (1, 2)]
+    try:
+        wait_for(lambda: sum(s.count("lock acquired") for s in scheds) == 1
+                 and sum(s.count("standby") for s in scheds) == 1, timeout=15, what="one holder, one standby")
+        holder, standby = sorted(scheds, key=lambda s: s.count("lock acquired"), reverse=True)
+        killed = time.monotonic()
+        holder.kill(signal.SIGKILL)
+        standby.wait_event("lock acquired", timeout=10)
+        takeover = time.monotonic() - killed
+        _due_schedule(direct, "w02")
+        wait_for(lambda: direct.execute("SELECT count(*) FROM scrinalia.archive_worker_runs "
+                                        "WHERE worker_name = 'w02'").fetchone()[0] == 1,
+                 timeout=10, what="the new holder enqueuing a due period")
+    finally:
+        for s in scheds:
+            if s.popen.poll() is None:
+                assert s.stop() == 0
+        direct.close()
+    print(f"\nsession-pool takeover after SIGKILL: {takeover:.2f} s")
+    assert takeover < 3.0
 
 
 @pytest.mark.xfail(strict=True, reason=BUG_TRANSACTION_POOL_UNDETECTED)
