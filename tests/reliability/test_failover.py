@@ -10,7 +10,8 @@ FAIL_EVERY-th worker's handler raises: its retry must be created once.
 
 The scenario: the replica stops receiving WAL (its primary_conninfo is emptied:
 replication lag, as in a network partition) for LAG seconds; the primary is
-stopped with `pg_ctl stop -m immediate`; the replica is promoted. With
+stopped with `pg_ctl stop -m immediate`; OUTAGE seconds later (a failover manager
+detecting the loss) the replica is promoted. With
 asynchronous replication the primary goes on committing during the lag and those
 commits are lost; with a synchronous standby (synchronous_commit = remote_apply)
 the primary's commits wait instead and nothing acknowledged is lost. Measured and
@@ -42,6 +43,7 @@ PERIODS = 24          # one schedule per second, the first FIRST_AT s after seed
 FIRST_AT = 4
 FAIL_EVERY = 6        # p06, p12, p18, p24 raise
 LAG = 3.0             # seconds the replica receives nothing before the primary dies
+OUTAGE = 2.0          # seconds with no writable node: a failover manager's detection time
 FAILOVER_AFTER = 5    # successful runs before the lag starts
 TAKEOVER_BOUND = 10.0  # s from promotion to a lock held on the new primary
 RETRY = "0.5"         # --standby-retry
@@ -149,6 +151,8 @@ def test_failover_under_the_real_daemons(pair, handlers_module, replication):
         primary.kill()
         pconn.close()
         replica_lsn = rconn.execute("SELECT pg_last_wal_receive_lsn()").fetchone()[0]
+        time.sleep(OUTAGE)  # no writable node: the daemons retry against a read-only replica
+        assert all(p.popen.poll() is None for p in scheds + runners), "a daemon exited during the outage"
         replica.promote()
         promoted = datetime.now(timezone.utc)
         rconn.close()
@@ -241,6 +245,9 @@ def test_failover_under_the_real_daemons(pair, handlers_module, replication):
         "old_primary_rows_not_on_new": len(on_old_only),
         "periods_enqueued_again": len(redone),
         "max_lateness_of_those_s": round(late, 2),
+        "max_lateness_of_any_period_s": round(max((v[0]["created_at"] - v[0]["scheduled_for"]).total_seconds()
+                                                  for v in by_period.values()), 2),
+        "periods_due_while_no_primary": sum(1 for (_, sf) in by_period if killed < sf <= promoted),
         "retries": len(children),
     }
     print("\nFAILOVER " + json.dumps(report))
