@@ -31,7 +31,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from infra import multi_host_dsn, require_server_binaries
+from infra import multi_host_dsn, require_server_binaries, stop_all
 from invariants import check_all
 from procs import start_runner, start_scheduler, wait_for
 from scrinalia_workers.migrate import migrate
@@ -177,8 +177,7 @@ def test_failover_under_the_real_daemons(pair, handlers_module, replication):
             return now > last + timedelta(seconds=1) and pending == 0
         wait_for(settled, timeout=PERIODS + FIRST_AT + 20, interval=0.2, what="all periods ticked and run")
     finally:
-        sched_codes = [s.stop() for s in scheds]
-        runner_codes = [r.stop() for r in runners]
+        sched_codes, runner_codes = stop_all(scheds), stop_all(runners)
     assert sched_codes == [0, 0] and runner_codes == [0, 0]
 
     # a last retry pass, as the scheduler runs one every tick, then the ledger's invariants

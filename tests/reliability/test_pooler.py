@@ -27,7 +27,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from infra import PgBouncer, pgbouncer_version, require_pgbouncer, require_server_binaries
+from infra import PgBouncer, pgbouncer_version, require_pgbouncer, require_server_binaries, stop_all
 from procs import start_runner, start_scheduler, wait_for
 from scrinalia_workers.migrate import migrate
 from scrinalia_workers.pgserver import LocalCluster
@@ -163,7 +163,7 @@ def test_scheduler_works_through_a_session_pool(cluster, dbname, bouncers):
         assert not any(s.count("tick error") for s in scheds)
         assert direct.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 1
     finally:
-        codes = [s.stop() for s in scheds]
+        codes = stop_all(scheds)
         direct.close()
     assert codes == [0, 0]
 
@@ -190,10 +190,9 @@ def test_standby_takes_over_through_a_session_pool(cluster, dbname, bouncers):
                                         "WHERE worker_name = 'w02'").fetchone()[0] == 1,
                  timeout=10, what="the new holder enqueuing a due period")
     finally:
-        for s in scheds:
-            if s.popen.poll() is None:
-                assert s.stop() == 0
+        codes = stop_all(s for s in scheds if s.popen.poll() is None)
         direct.close()
+    assert codes == [0]
     print(f"\nsession-pool takeover after SIGKILL: {takeover:.2f} s")
     assert takeover < 3.0
 
@@ -296,7 +295,7 @@ def test_runners_through_a_pool(cluster, dbname, bouncers, handlers_module, pool
             direct.execute("SELECT scrinalia.enqueue(worker_name) FROM scrinalia.archive_workers")
         wait_for(drained("status = 'SUCCEEDED'", rounds * WORKERS), timeout=20, what="every run SUCCEEDED")
     finally:
-        codes = [r.stop() for r in runners]
+        codes = stop_all(runners)
         direct.close()
     assert codes == [0, 0, 0], "".join(line for r in runners for line in r.raw[-6:])
     assert sum(r.count("finished") for r in runners) == rounds * WORKERS
