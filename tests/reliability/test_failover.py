@@ -163,8 +163,15 @@ def test_failover_under_the_real_daemons(pair, handlers_module, replication):
                    if e.get("event") == "lock acquired" and _utc(e["ts"]) > killed]
             return min(evs, key=lambda x: x[0]) if evs else None
 
-        took, _holder = wait_for(lock_after_promotion, timeout=TAKEOVER_BOUND + 5,
-                                 what="a scheduler holding the lock on the new primary")
+        took, new_holder = wait_for(lock_after_promotion, timeout=TAKEOVER_BOUND + 5,
+                                    what="a scheduler holding the lock on the new primary")
+        old_holder = next(s for s in scheds if any(
+            e.get("event") == "lock acquired" and _utc(e["ts"]) < killed for e in list(s.events)))
+        # the runners found the new primary by themselves (their connection is kept)
+        wait_for(lambda: new_conn.execute(
+            "SELECT count(DISTINCT application_name) FROM pg_stat_activity "
+            "WHERE application_name IN ('scrinalia-runner r1', 'scrinalia-runner r2')").fetchone()[0] == 2,
+            timeout=15, what="both runners connected to the new primary")
         takeover = (took - promoted).total_seconds()
 
         # run on until every armed period has passed and been ticked, and the runners drained
@@ -235,6 +242,7 @@ def test_failover_under_the_real_daemons(pair, handlers_module, replication):
         "replication": replication,
         "takeover_after_promotion_s": round(takeover, 2),
         "takeover_after_kill_s": round((took - killed).total_seconds(), 2),
+        "taken_by": "the old holder" if new_holder is old_holder else "the standby",
         "promotion_s": round((promoted - killed).total_seconds(), 2),
         "lag_s": round((killed - lag_started).total_seconds(), 2),
         "wal_not_replicated_bytes": _lsn(primary_lsn) - _lsn(replica_lsn),
