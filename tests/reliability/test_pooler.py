@@ -272,13 +272,13 @@ def test_operator_clients_through_a_transaction_pool(cluster, dbname, bouncers):
     pytest.param("transaction", marks=pytest.mark.xfail(strict=True, reason=BUG_PREPARED_STATEMENTS)),
 ])
 def test_runners_through_a_pool(cluster, dbname, bouncers, handlers_module, pool_mode):
-    """Three runners claim 4 x 30 runs through the pool (each connection executes
+    """Three runners claim 2 x 30 runs through the pool (each connection executes
     claim_next and finish far more than 5 times)."""
     bouncer = bouncers(pool_mode, pool_size=4)
     direct = psycopg.connect(cluster.dsn(dbname), autocommit=True)
     runners = [start_runner(bouncer.dsn(dbname), handlers_module, "--lease", "3", "--runner-id", f"r{i}")
                for i in range(3)]
-    rounds = 4
+    rounds = 2
 
     def drained(status_sql: str, expected: int):
         def check():
