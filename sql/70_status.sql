@@ -39,10 +39,10 @@ $$;
 -- cannot change in place, so the earlier one is dropped and re-created in this same
 -- transaction (nothing of ours calls it; a client sees the old or the new one).
 DO $$
+DECLARE old pg_catalog.regprocedure := pg_catalog.to_regprocedure('scrinalia.scheduler_status()');
 BEGIN
-    IF pg_catalog.to_regprocedure('scrinalia.scheduler_status()') IS NOT NULL
-       AND pg_catalog.strpos(pg_catalog.pg_get_function_result('scrinalia.scheduler_status()'::pg_catalog.regprocedure),
-                             'holder_role') OPERATOR(pg_catalog.=) 0 THEN
+    IF old IS NOT NULL
+       AND pg_catalog.strpos(pg_catalog.pg_get_function_result(old), 'holder_role') OPERATOR(pg_catalog.=) 0 THEN
         DROP FUNCTION scrinalia.scheduler_status();
     END IF;
 END $$;
