@@ -24,7 +24,7 @@ def test_rollback_of_0003_is_refused_while_schedule_runs_exist(empty_db_dsn):
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         _schedule_runs(conn, 3)
     with pytest.raises(m.RollbackRefused) as e:
-        m.rollback(empty_db_dsn, count=2)
+        m.rollback(empty_db_dsn, count=3)
     msg = str(e.value)
     assert "3 SCHEDULE run(s)" in msg and "nothing was rolled back" in msg
     assert "DELETE FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE'" in msg
