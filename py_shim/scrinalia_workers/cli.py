@@ -87,7 +87,7 @@ def cmd_migrate(args) -> int:
 
     dsn = require_dsn(args.dsn)
     if args.rollback:
-        done = migrate.rollback(dsn, args.count)
+        done = migrate.rollback(dsn, args.count, lock_timeout=args.lock_timeout)
         if args.json:
             print_json({"rolled_back": done})
         elif done:
@@ -98,7 +98,7 @@ def cmd_migrate(args) -> int:
         return EXIT_OK
     if args.count is not None:
         raise UsageError("--count goes with --rollback")
-    applied = migrate.migrate(dsn)
+    applied = migrate.migrate(dsn, create_groups=args.create_groups, lock_timeout=args.lock_timeout)
     with connect(dsn, application_name=f"{PROG} migrate") as conn:
         head = conn.execute("SELECT scrinalia.schema_head()").fetchone()[0]
     if args.json:
@@ -109,6 +109,20 @@ def cmd_migrate(args) -> int:
     if not applied:
         print(f"already at the head ({head}): no migration to apply")
     print("re-installed the SQL code (functions, views, grants)")
+    return EXIT_OK
+
+
+def cmd_groups(args) -> int:
+    from . import groups
+
+    if args.action == "sql":
+        print(groups.groups_sql(), end="")
+        return EXIT_OK
+    done = groups.create_at(require_dsn(args.dsn))
+    if args.json:
+        print_json({"created": done})
+    else:
+        print(f"created {', '.join(done)}" if done else "the groups are already set up: nothing to do")
     return EXIT_OK
 
 
@@ -444,14 +458,15 @@ def _count(lo: int, hi: int, what: str = "a whole number"):
     return parse
 
 
-def _seconds(lo: float, hi: float):
+def _seconds(lo: float, hi: float, zero_ok: bool = False):
     def parse(text: str) -> float:
         try:
             x = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-        if not math.isfinite(x) or not lo < x <= hi:
-            raise argparse.ArgumentTypeError(f"{text} is out of range: more than {lo:g}, at most {hi:g} seconds")
+        if not math.isfinite(x) or not (lo <= x if zero_ok else lo < x) or x > hi:
+            least = f"at least {lo:g}" if zero_ok else f"more than {lo:g}"
+            raise argparse.ArgumentTypeError(f"{text} is out of range: {least}, at most {hi:g} seconds")
         return x
     parse.__name__ = "seconds"
     return parse
@@ -462,6 +477,7 @@ LIMIT = _count(1, 100_000)
 BATCH = _count(1, 1_000_000)
 MIGRATIONS = _count(1, 1_000)
 DEMO_SECONDS = _seconds(0, 3600)
+LOCK_WAIT = _seconds(0, 86400, zero_ok=True)
 
 
 def _global_options(p: argparse.ArgumentParser, top: bool) -> None:
@@ -494,7 +510,15 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("migrate", parents=[common], help="apply the migrations and re-install the SQL code")
     m.add_argument("--rollback", action="store_true", help="roll back migrations instead (all, or --count)")
     m.add_argument("--count", type=MIGRATIONS, metavar="N", help="with --rollback: how many, newest first")
+    m.add_argument("--create-groups", action="store_true",
+                   help="first create the cluster-wide groups when missing (needs CREATEROLE)")
+    m.add_argument("--lock-timeout", type=LOCK_WAIT, default=60.0, metavar="SECONDS",
+                   help="how long to wait for another migrate's lock (0..86400, default 60)")
     m.set_defaults(func=cmd_migrate)
+
+    gs = group("groups", "the cluster-wide groups, once per cluster (before migrate)")
+    gs.add_parser("create", parents=[common], help="create them (needs CREATEROLE)").set_defaults(func=cmd_groups)
+    gs.add_parser("sql", parents=[common], help="print the SQL, for a DBA to run").set_defaults(func=cmd_groups)
 
     e = sub.add_parser("enqueue", parents=[common], help="enqueue a CLI run of a worker now")
     e.add_argument("worker")

@@ -6,7 +6,7 @@ import os
 
 import psycopg
 
-from .errors import ConfigError
+from .errors import ConfigError, DatabaseUnavailable
 
 # Keepalives make a dead peer's backend (and so its advisory lock) go away in
 # seconds rather than after the kernel's two hours.
@@ -54,10 +54,14 @@ def connect(
     if server_keepalives:
         given = psycopg.conninfo.conninfo_to_dict(dsn).get("options") or os.environ.get("PGOPTIONS", "")
         extra["options"] = f"{given} {SERVER_KEEPALIVES}".strip()
+    """A connection; DatabaseUnavailable when the server cannot be reached (transient:
+    the daemons retry), ConfigError when the connection string itself is unusable."""
     try:
         return psycopg.connect(
             dsn, autocommit=autocommit, application_name=application_name,
             connect_timeout=connect_timeout, **KEEPALIVES, **extra,
         )
+    except psycopg.ProgrammingError as e:  # libpq could not parse the connection string
+        raise ConfigError(f"invalid connection string: {str(e).strip()}") from None
     except psycopg.OperationalError as e:
-        raise ConfigError(f"cannot connect to the database: {str(e).strip()}") from e
+        raise DatabaseUnavailable(f"cannot connect to the database: {str(e).strip()}") from e

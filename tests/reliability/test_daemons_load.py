@@ -42,7 +42,7 @@ def _seed(db: psycopg.Connection) -> None:
 def test_real_daemons_under_load_through_a_restart(own_cluster):
     cluster = own_cluster
     dsn = cluster.dsn("postgres")
-    migrate(dsn)
+    migrate(dsn, create_groups=True)
     db = psycopg.connect(dsn, autocommit=True)
     _seed(db)
     start = db.execute("SELECT now()").fetchone()[0]
