@@ -18,6 +18,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import tomllib
@@ -46,15 +47,13 @@ def compose_binary() -> Path:
     return binary
 
 
-def docker_compose(*args: str, env: dict[str, str] | None = None, file: Path = COMPOSE,
-                   tmp: Path | None = None) -> subprocess.CompletedProcess:
+def docker_compose(*args: str, env: dict[str, str] | None = None, file: Path = COMPOSE) -> subprocess.CompletedProcess:
     """The real binary, with only PATH/HOME and `env` in its environment (no .env file)."""
-    empty = (tmp or Path("/tmp")) / f"empty-{os.getpid()}.env"
-    empty.write_text("")
     base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
-    return subprocess.run([str(compose_binary()), "-f", str(file), "--project-directory", str(ROOT),
-                           "--env-file", str(empty), *args],
-                          env={**base, **(env or {})}, capture_output=True, text=True, timeout=60)
+    with tempfile.NamedTemporaryFile(suffix=".env") as empty:
+        return subprocess.run([str(compose_binary()), "-f", str(file), "--project-directory", str(ROOT),
+                               "--env-file", empty.name, *args],
+                              env={**base, **(env or {})}, capture_output=True, text=True, timeout=60)
 
 
 def resolve(env: dict[str, str] | None = None, profiles: tuple[str, ...] = ()) -> dict:
@@ -96,7 +95,7 @@ def test_compose_refuses_a_broken_file(tmp_path, mutate, fragment):
     mutate(doc)
     broken = tmp_path / "compose.yaml"
     broken.write_text(yaml.safe_dump(doc))
-    r = docker_compose("config", "--format", "json", file=broken, tmp=tmp_path)
+    r = docker_compose("config", "--format", "json", file=broken)
     assert r.returncode != 0 and fragment in r.stderr, r.stderr
 
 
