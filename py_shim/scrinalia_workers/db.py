@@ -57,10 +57,15 @@ def connect(
     """A connection; DatabaseUnavailable when the server cannot be reached (transient:
     the daemons retry), ConfigError when the connection string itself is unusable."""
     try:
-        return psycopg.connect(
+        conn = psycopg.connect(
             dsn, autocommit=autocommit, application_name=application_name,
             connect_timeout=connect_timeout, **KEEPALIVES, **extra,
         )
+        # No server-side prepared statements: behind a transaction-mode pooler (PgBouncer
+        # before 1.21) they collide between clients. Every call is one function call
+        # whose PL/pgSQL body caches its own plans, so nothing is lost.
+        conn.prepare_threshold = None
+        return conn
     except psycopg.ProgrammingError as e:  # libpq could not parse the connection string
         raise ConfigError(f"invalid connection string: {str(e).strip()}") from None
     except psycopg.OperationalError as e:

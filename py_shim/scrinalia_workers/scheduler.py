@@ -75,6 +75,15 @@ HOLDER_REPORT_EVERY = 60.0
 POLL_SLICE = 0.2
 
 
+TRANSACTION_POOLER = ("the scheduler's two sessions are not its own: a transaction-mode pooler is in the "
+                      "way (the advisory lock is per session); connect directly or through a "
+                      "session-mode pool")
+
+
+def _server_pid(conn: psycopg.Connection) -> int:
+    return conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+
+
 class LockLost(Exception):
     """This process no longer holds the scheduler lock: stop ticking at once."""
 
@@ -96,6 +105,7 @@ class Scheduler:
         self.lock_conn: psycopg.Connection | None = None
         self.work_conn: psycopg.Connection | None = None
         self.lock_pid: int | None = None
+        self.work_pid: int | None = None
         self.passes = 0
         self._last_pass = 0.0
         self._holder_seen: tuple | None = None
@@ -111,13 +121,14 @@ class Scheduler:
                 except Exception:  # noqa: BLE001 - closing a broken connection
                     pass
         self.work_conn = self.lock_conn = None
-        self.lock_pid = None
+        self.lock_pid = self.work_pid = None
 
     def _lock_session(self) -> psycopg.Connection:
         if self.lock_conn is None or self.lock_conn.closed:
             self.lock_conn = db.connect(self.dsn, application_name="scrinalia-scheduler lock",
                                         server_keepalives=True)
-            self.lock_pid = self.lock_conn.info.backend_pid
+            # the server's pid, not libpq's: behind a pooler they differ
+            self.lock_pid = _server_pid(self.lock_conn)
         return self.lock_conn
 
     def _acquire(self) -> bool:
@@ -130,22 +141,27 @@ class Scheduler:
         self.work_conn = db.connect(self.dsn, application_name="scrinalia-scheduler")
         # a tick must never hang behind a row lock of a frozen peer (see evict_stale_scheduler)
         self.work_conn.execute("SET lock_timeout = '10s'")
-        if not self._heartbeat():
-            raise UnsafeConnection("the advisory lock is not held by this connection's backend: a "
-                                   "transaction-mode pooler is in the way; connect directly or use "
-                                   "a session-mode pool")
+        self.work_pid = _server_pid(self.work_conn)
+        # two client connections share a server session only behind a transaction pooler
+        if self.work_pid == self.lock_pid or not self._heartbeat():
+            raise UnsafeConnection(TRANSACTION_POOLER)
         conn.execute("LISTEN scrinalia_scheduler")
         return True
 
     def _heartbeat(self) -> bool:
         """True while our lock session holds the lock; records the heartbeat."""
-        return self.lock_conn.execute(
-            "SELECT scrinalia.scheduler_heartbeat(%s, %s)",
-            (self.name, self.work_conn.info.backend_pid)).fetchone()[0]
+        held, pid = self.lock_conn.execute(
+            "SELECT scrinalia.scheduler_heartbeat(%s, %s), pg_backend_pid()",
+            (self.name, self.work_pid)).fetchone()
+        if pid != self.lock_pid:  # the pooler handed our statement to another session
+            raise UnsafeConnection(TRANSACTION_POOLER)
+        return held
 
     def _check_lock(self) -> None:
         try:
             held = self._heartbeat()
+        except UnsafeConnection:
+            raise
         except psycopg.Error as e:
             raise LockLost(one_line(e)) from e
         if not held:
@@ -374,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     log = EventLog(json_lines=args.json, level=args.log_level)
     try:
         dsn = preflight(args.dsn, "scrinalia-scheduler check", functions=REQUIRED_FUNCTIONS,
-                        job="run the scheduler", groups=GROUPS)
+                        job="run the scheduler", groups=GROUPS, server_keepalives=True)
     except ConfigError as e:
         startup_error(log, "scrinalia-scheduler", args.json, e)
         return EXIT_CONFIG

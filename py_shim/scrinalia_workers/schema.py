@@ -64,7 +64,7 @@ def check_privileges(conn: psycopg.Connection, functions: tuple[str, ...], job: 
 
 
 def preflight(dsn: str | None, application_name: str, *, functions: tuple[str, ...] = (),
-              job: str = "", groups: str = "") -> str:
+              job: str = "", groups: str = "", server_keepalives: bool = False) -> str:
     """The start-up of a daemon: a configured DSN that reaches a schema at the head, and
     (given `functions`) a login allowed to call every one of them. Anything wrong here
     is misconfiguration: ConfigError, one line, exit 2."""
@@ -72,7 +72,8 @@ def preflight(dsn: str | None, application_name: str, *, functions: tuple[str, .
 
     dsn = db.require_dsn(dsn)
     try:
-        with db.connect(dsn, application_name=application_name) as conn:
+        # connect as the daemon will (a pooler may refuse the keepalive options)
+        with db.connect(dsn, application_name=application_name, server_keepalives=server_keepalives) as conn:
             check_schema(conn)
             if functions:
                 check_privileges(conn, functions, job, groups)

@@ -113,7 +113,7 @@ def pair():
 @pytest.mark.parametrize("replication", ["async", "sync"])
 def test_failover_under_the_real_daemons(pair, handlers_module, replication):
     primary = pair[0]
-    migrate(primary.dsn())
+    migrate(primary.dsn(), create_groups=True)
     pconn = psycopg.connect(primary.dsn(), autocommit=True)
     replica = primary.start_replica()
     pair.append(replica)
@@ -152,7 +152,8 @@ def test_failover_under_the_real_daemons(pair, handlers_module, replication):
         pconn.close()
         replica_lsn = rconn.execute("SELECT pg_last_wal_receive_lsn()").fetchone()[0]
         time.sleep(OUTAGE)  # no writable node: the daemons retry against a read-only replica
-        assert all(p.popen.poll() is None for p in scheds + runners), "a daemon exited during the outage"
+        exited = [(p.popen.args[2:4], "".join(p.raw[-5:])) for p in scheds + runners if p.popen.poll() is not None]
+        assert not exited, f"a daemon exited during the outage: {exited}"
         replica.promote()
         promoted = datetime.now(timezone.utc)
         rconn.close()

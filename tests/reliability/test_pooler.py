@@ -47,20 +47,6 @@ HANDLERS = textwrap.dedent("""
     HANDLERS = {"*": work}
 """)
 
-BUG_TRANSACTION_POOL_UNDETECTED = (
-    "scheduler.py _acquire: behind PgBouncer transaction mode the lone lock connection gets "
-    "the same backend back, so the pg_locks check passes; the scheduler runs, and its two "
-    "connections then share one backend (prepared statement \"_pg3_0\" already exists)")
-BUG_OPTIONS_LOOP = (
-    "scheduler.py/db.py: the lock connection's options startup parameter (server keepalives) "
-    "is refused by a PgBouncer without ignore_startup_parameters=options; preflight does not "
-    "send it, so the scheduler passes start-up and then retries 'standby' forever, exit never")
-BUG_PREPARED_STATEMENTS = (
-    "db.py connect(): psycopg prepares after 5 executions; through PgBouncer < 1.21 transaction "
-    "mode the runner dies (a traceback) on 'prepared statement \"_pg3_N\" already exists' or 'does not exist': "
-    "connect with prepare_threshold=None")
-
-
 @pytest.fixture(scope="module")
 def cluster():
     bin_dir = require_server_binaries()
@@ -69,7 +55,7 @@ def cluster():
     try:
         with psycopg.connect(c.dsn(), autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{TEMPLATE}"')
-            migrate(c.dsn(TEMPLATE))
+            migrate(c.dsn(TEMPLATE), create_groups=True)
             conn.execute(f'CREATE ROLE "{OPERATOR}" LOGIN IN ROLE scrinalia_operator')
         yield c
     finally:
@@ -197,7 +183,6 @@ def test_standby_takes_over_through_a_session_pool(cluster, dbname, bouncers):
     assert takeover < 3.0
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_TRANSACTION_POOL_UNDETECTED)
 def test_scheduler_refuses_a_transaction_pool(cluster, dbname, bouncers):
     bouncer = bouncers("transaction")
     direct = psycopg.connect(cluster.dsn(dbname), autocommit=True)
@@ -216,7 +201,6 @@ def test_scheduler_refuses_a_transaction_pool(cluster, dbname, bouncers):
     assert state == {"ticks": 0, "last_tick_by": None, "runs": 0}
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_OPTIONS_LOOP)
 def test_scheduler_names_a_pooler_that_refuses_its_startup_options(cluster, dbname, bouncers):
     """A session pool, but PgBouncer left at its default ignore_startup_parameters."""
     bouncer = bouncers("session", ignore_startup_parameters="extra_float_digits")
@@ -269,7 +253,7 @@ def test_operator_clients_through_a_transaction_pool(cluster, dbname, bouncers):
 
 @pytest.mark.parametrize("pool_mode", [
     "session",
-    pytest.param("transaction", marks=pytest.mark.xfail(strict=True, reason=BUG_PREPARED_STATEMENTS)),
+    "transaction",
 ])
 def test_runners_through_a_pool(cluster, dbname, bouncers, handlers_module, pool_mode):
     """Three runners claim 2 x 30 runs through the pool (each connection executes
