@@ -110,8 +110,6 @@ def test_odd_values_reaching_the_database_are_one_line(db_dsn, db):
 
 # --- the hints an operator is given are runnable by the operator -------------------------
 
-@pytest.mark.xfail(reason="SW001's hint names scrinalia.archive_workers, which no group may read; "
-                          "the lead moves it to the worker_agenda view (sql/10_catalogue.sql)", strict=False)
 def test_an_unknown_worker_hint_is_runnable_by_an_operator(db_dsn, db, role_logins):
     make_worker(db, "ocr")
     operator = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["operator"])
