@@ -110,13 +110,21 @@ def test_odd_values_reaching_the_database_are_one_line(db_dsn, db):
 
 # --- the hints an operator is given are runnable by the operator -------------------------
 
-def test_an_unknown_worker_hint_is_runnable_by_an_operator(db_dsn, db, role_logins):
+@pytest.mark.parametrize("argv, sqlstate", [
+    (["enqueue", "nope"], "SW001"),
+    (["enqueue", "ocr"], "SW010"),  # the test queued one first
+    (["prune", "--older-than", "1 hour"], "SW002"),
+])
+def test_hints_are_runnable_by_the_operator_who_gets_them(db_dsn, db, role_logins, argv, sqlstate):
     make_worker(db, "ocr")
+    db.execute("SELECT scrinalia.enqueue('ocr', '{}', 'CLI')")
     operator = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["operator"])
-    r = cli("enqueue", "nope", "--dsn", operator)
-    assert_one_line_error(r, 1, "[SW001]", "hint:")
+    r = cli(*argv, "--dsn", operator)
+    assert f"[{sqlstate}]" in r.err and "hint: " in r.err, r.err
     hint = r.err.split("hint: ", 1)[1]
     with psycopg.connect(operator, autocommit=True) as conn:
+        for query in re.findall(r"SELECT [^()]*?(?= lists|\)|$)", hint):
+            conn.execute(query)  # raises if the operator may not run it
         for rel in re.findall(r"scrinalia\.([a-z_]+)", hint):
             assert conn.execute("SELECT has_table_privilege(%s, 'SELECT')", (f"scrinalia.{rel}",)).fetchone()[0], \
                 f"the hint names scrinalia.{rel}, which an operator cannot read: {hint}"
