@@ -7,6 +7,7 @@ import os
 import psycopg
 
 from .errors import ConfigError, DatabaseUnavailable
+from .redact import redact
 
 # Keepalives make a dead peer's backend (and so its advisory lock) go away in
 # seconds rather than after the kernel's two hours.
@@ -50,13 +51,14 @@ def connect(
     dsn: str, *, autocommit: bool = True, application_name: str = "scrinalia-workers",
     connect_timeout: int = 10, server_keepalives: bool = False,
 ) -> psycopg.Connection:
-    extra = {}
-    if server_keepalives:
-        given = psycopg.conninfo.conninfo_to_dict(dsn).get("options") or os.environ.get("PGOPTIONS", "")
-        extra["options"] = f"{given} {SERVER_KEEPALIVES}".strip()
     """A connection; DatabaseUnavailable when the server cannot be reached (transient:
-    the daemons retry), ConfigError when the connection string itself is unusable."""
+    the daemons retry), ConfigError when the connection string itself is unusable.
+    Neither message ever carries the password."""
+    extra = {}
     try:
+        if server_keepalives:
+            given = psycopg.conninfo.conninfo_to_dict(dsn).get("options") or os.environ.get("PGOPTIONS", "")
+            extra["options"] = f"{given} {SERVER_KEEPALIVES}".strip()
         conn = psycopg.connect(
             dsn, autocommit=autocommit, application_name=application_name,
             connect_timeout=connect_timeout, **KEEPALIVES, **extra,
@@ -67,6 +69,6 @@ def connect(
         conn.prepare_threshold = None
         return conn
     except psycopg.ProgrammingError as e:  # libpq could not parse the connection string
-        raise ConfigError(f"invalid connection string: {str(e).strip()}") from None
+        raise ConfigError(redact(f"invalid connection string: {str(e).strip()}", dsn)) from None
     except psycopg.OperationalError as e:
-        raise DatabaseUnavailable(f"cannot connect to the database: {str(e).strip()}") from e
+        raise DatabaseUnavailable(redact(f"cannot connect to the database: {str(e).strip()}", dsn)) from None
