@@ -88,7 +88,7 @@ class Databases:
         self.made.append(name)
         dsn = self.dsn(name)
         if migrate:
-            apply(dsn)
+            apply(dsn, create_groups=True)
         return dsn
 
     def drop_all(self) -> None:

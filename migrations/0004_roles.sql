@@ -1,18 +1,17 @@
--- The four NOLOGIN groups (cluster-wide, so created only when missing). Their
--- grants are in sql/90_roles.sql, re-applied with the code.
+-- The four NOLOGIN groups are cluster-wide: a privileged login creates them once per
+-- cluster (`scrinalia-workers groups create`, see py_shim/scrinalia_workers/groups.py),
+-- and migrate checks them before it changes anything. This step only re-checks, so
+-- that a plain database owner can migrate. Their grants are in sql/90_roles.sql.
 -- depends: 0003_schedules_retries
 DO $$
-DECLARE r text;
+DECLARE gone text;
 BEGIN
-    FOREACH r IN ARRAY ARRAY['scrinalia_reader', 'scrinalia_operator',
-                             'scrinalia_runner', 'scrinalia_scheduler']
-    LOOP
-        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
-            BEGIN
-                EXECUTE format('CREATE ROLE %I NOLOGIN', r);
-            EXCEPTION WHEN duplicate_object OR unique_violation THEN
-                NULL;  -- created meanwhile by a migrate of another database
-            END;
-        END IF;
-    END LOOP;
+    SELECT pg_catalog.string_agg(g, ', ') INTO gone
+      FROM pg_catalog.unnest(ARRAY['scrinalia_reader', 'scrinalia_operator',
+                                   'scrinalia_runner', 'scrinalia_scheduler']) g
+     WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) g);
+    IF gone IS NOT NULL THEN
+        RAISE EXCEPTION 'the cluster-wide groups % are missing', gone
+            USING HINT = 'a login with CREATEROLE runs `scrinalia-workers groups create` once per cluster';
+    END IF;
 END $$;

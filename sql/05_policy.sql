@@ -21,3 +21,78 @@ RETURNS scrinalia.run_status[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT ARRAY['SUCCEEDED', 'FAILED', 'INTERRUPTED', 'CANCELLED']::scrinalia.run_status[] $$;
+
+-- Who did it (updated_by, requested_by, cancelled_by, the scheduler's name): free text
+-- from the caller, at most this long. Longer is refused, never silently cut.
+CREATE FUNCTION scrinalia.max_actor_length()
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 200 $$;
+
+-- Returns p_value when it fits (NULL passes), else raises SW002 naming the argument.
+CREATE FUNCTION scrinalia.check_actor(p_argument text, p_value text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF length(p_value) > scrinalia.max_actor_length() THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW002',
+            MESSAGE = pg_catalog.format('%s is %s characters long: at most %s',
+                                        p_argument, length(p_value), scrinalia.max_actor_length());
+    END IF;
+    RETURN p_value;
+END $$;
+
+-- Does a run in this state owe a retry? (ADR 0015: a SCHEDULE run that ended FAILED
+-- or INTERRUPTED before its last attempt; never MANUAL/CLI, never CANCELLED.)
+CREATE FUNCTION scrinalia.owes_retry(p_trigger scrinalia.run_trigger, p_status scrinalia.run_status,
+                                     p_attempt integer)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT p_trigger = 'SCHEDULE' AND p_status IN ('FAILED', 'INTERRUPTED')
+       AND p_attempt < scrinalia.max_attempts()
+$$;
+
+-- How long a schedule the scheduler could not compute waits before the next try.
+CREATE FUNCTION scrinalia.arm_retry_interval()
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT interval '1 minute' $$;
+
+-- The scheduler writes its heartbeat at most this often (it passes more often).
+CREATE FUNCTION scrinalia.heartbeat_interval()
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT interval '1 second' $$;
+
+-- A lock holder whose heartbeat is older than this is stale: unhealthy, and a standby
+-- may end its session. The owner may change it in scrinalia.settings
+-- (SCHEDULER_STALE_AFTER, at least 1 second); the scheduler passes at least every
+-- --max-sleep seconds (default 5), so keep it well above that.
+CREATE FUNCTION scrinalia.scheduler_stale_after()
+RETURNS interval
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT greatest(coalesce((SELECT st.value::interval FROM scrinalia.settings st
+                               WHERE st.name = 'SCHEDULER_STALE_AFTER'), interval '30 seconds'),
+                    interval '1 second')
+$$;
+
+-- An enabled schedule whose due instant passed longer ago than this is overdue
+-- (scheduler_health() says so). SCHEDULE_OVERDUE_GRACE in scrinalia.settings.
+CREATE FUNCTION scrinalia.overdue_grace()
+RETURNS interval
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT greatest(coalesce((SELECT st.value::interval FROM scrinalia.settings st
+                               WHERE st.name = 'SCHEDULE_OVERDUE_GRACE'), interval '1 minute'),
+                    interval '1 second')
+$$;

@@ -12,7 +12,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'SW001',
             MESSAGE = format('unknown worker %s', coalesce(quote_literal(left(p_worker_name, 100)), 'NULL')),
-            HINT = 'SELECT worker_name FROM scrinalia.archive_workers lists the catalogue';
+            HINT = 'SELECT worker_name FROM scrinalia.worker_agenda lists the catalogue';
     END IF;
     RETURN w;
 END $$;
@@ -32,9 +32,17 @@ BEGIN
         IF got <> 'number' OR p_value::text !~ '^-?[0-9]+$' THEN
             RETURN format('must be an integer, got %s %s', got, left(p_value::text, 60));
         END IF;
+        -- a handler reads it as a 64-bit integer: 1e400 is not one
+        IF p_value::numeric NOT BETWEEN -9223372036854775808 AND 9223372036854775807 THEN
+            RETURN format('must be an integer between -2^63 and 2^63-1, got %s digits', length(p_value::text));
+        END IF;
     ELSIF t = 'number' THEN
         IF got <> 'number' THEN
             RETURN format('must be a number, got %s', got);
+        END IF;
+        -- and a number as a double: 1e400 would be infinity
+        IF abs(p_value::numeric) > 1.7976931348623157e308 THEN
+            RETURN format('must be a number a double precision can hold, got %s', left(p_value::text, 60));
         END IF;
     ELSIF t = 'string' THEN
         IF got <> 'string' THEN
@@ -251,11 +259,17 @@ AS $$
 DECLARE st scrinalia.archive_worker_settings;
 BEGIN
     PERFORM scrinalia.require_worker(p_worker_name);
+    IF p_settings IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW002',
+            MESSAGE = format('settings for worker %L must be a JSON object, not NULL', p_worker_name),
+            HINT = 'pass ''{}'' to clear the persisted settings';
+    END IF;
     -- engine_options in settings are checked against the settings' own engine, if any
     PERFORM scrinalia.validate_request(p_worker_name, p_settings);
     INSERT INTO scrinalia.archive_worker_settings AS a
            (worker_name, settings, updated_by, updated_by_user_id, updated_at)
-    VALUES (p_worker_name, p_settings, p_updated_by, p_updated_by_user_id, now())
+    VALUES (p_worker_name, p_settings, scrinalia.check_actor('updated_by', p_updated_by),
+            p_updated_by_user_id, now())
     ON CONFLICT (worker_name) DO UPDATE
        SET settings = EXCLUDED.settings, updated_by = EXCLUDED.updated_by,
            updated_by_user_id = EXCLUDED.updated_by_user_id, updated_at = now()

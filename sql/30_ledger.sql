@@ -4,20 +4,42 @@
 -- SW020 lease lost, SW021 bad finish status, SW022 bad runner id or lease.
 -- Channels: scrinalia_runs (a run may be claimable), scrinalia_scheduler (work for it).
 
--- How the slot's current holder reads in an error message.
-CREATE FUNCTION scrinalia.describe_active_run(p_worker_name text)
+-- How the slot's current holder reads in an error message: the QUEUED/RUNNING run,
+-- or else a failed scheduled attempt whose retry is owed (ADR 0015: the retry owns
+-- the slot from the moment of the failure, whether or not a scheduler runs). NULL
+-- when the slot is free.
+CREATE FUNCTION scrinalia.describe_slot_holder(p_worker_name text)
 RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
-    SELECT format('run #%s %s (%s%s%s)', r.run_id, r.status, r.trigger,
-                  CASE WHEN r.trigger = 'SCHEDULE' THEN format(' attempt %s/3', r.attempt) ELSE '' END,
-                  CASE WHEN r.not_before > now()
-                       THEN format(', retry not before %s', to_char(r.not_before AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
-                       ELSE '' END)
-      FROM scrinalia.archive_worker_runs r
-     WHERE r.worker_name = p_worker_name AND r.status IN ('QUEUED', 'RUNNING')
+    SELECT coalesce(
+        (SELECT format('run #%s %s (%s%s%s)', r.run_id, r.status, r.trigger,
+                       CASE WHEN r.trigger = 'SCHEDULE'
+                            THEN format(' attempt %s/%s', r.attempt, scrinalia.max_attempts()) ELSE '' END,
+                       CASE WHEN r.not_before > now()
+                            THEN format(', retry not before %s',
+                                        to_char(r.not_before AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
+                            ELSE '' END)
+           FROM scrinalia.archive_worker_runs r
+          WHERE r.worker_name = p_worker_name AND r.status IN ('QUEUED', 'RUNNING')),
+        (SELECT format('run #%s %s (SCHEDULE attempt %s/%s) is owed its retry, which the scheduler creates',
+                       p.run_id, p.status, p.attempt, scrinalia.max_attempts())
+           FROM scrinalia.archive_worker_runs p
+          WHERE p.worker_name = p_worker_name AND p.retry_pending
+          ORDER BY p.run_id LIMIT 1))
 $$;
+
+CREATE FUNCTION scrinalia.raise_slot_busy(p_worker_name text, p_holder text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'SW010',
+        MESSAGE = format('worker %L is busy: %s', p_worker_name, p_holder),
+        HINT = 'one run per worker at a time: wait for it to finish, or cancel a queued run (a retry waiting for its moment too)';
+END $$;
 
 CREATE FUNCTION scrinalia.enqueue(p_worker_name text, p_request jsonb DEFAULT '{}',
                                   p_trigger scrinalia.run_trigger DEFAULT 'MANUAL',
@@ -38,24 +60,21 @@ BEGIN
             HINT = 'SCHEDULE runs are created by the scheduler''s tick';
     END IF;
     req := scrinalia.validate_request(p_worker_name, p_request);
-    active := scrinalia.describe_active_run(p_worker_name);
+    PERFORM scrinalia.check_actor('requested_by', p_requested_by);
+    active := scrinalia.describe_slot_holder(p_worker_name);
     IF active IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'SW010',
-            MESSAGE = format('worker %L is busy: %s', p_worker_name, active),
-            HINT = 'one run per worker at a time: wait for it to finish, or cancel a queued run';
+        PERFORM scrinalia.raise_slot_busy(p_worker_name, active);
     END IF;
     rc := scrinalia.resolve_config(p_worker_name, req);
     BEGIN
         INSERT INTO scrinalia.archive_worker_runs
                (worker_name, trigger, request, config, config_sources, requested_by)
-        VALUES (p_worker_name, p_trigger, req, rc.config, rc.sources, left(p_requested_by, 200))
+        VALUES (p_worker_name, p_trigger, req, rc.config, rc.sources, p_requested_by)
         RETURNING * INTO run;
     EXCEPTION WHEN unique_violation THEN
         -- a concurrent enqueue or tick took the slot after the check above
-        RAISE EXCEPTION USING ERRCODE = 'SW010',
-            MESSAGE = format('worker %L is busy: %s', p_worker_name,
-                             coalesce(scrinalia.describe_active_run(p_worker_name), 'a concurrent run')),
-            HINT = 'one run per worker at a time: wait for it to finish, or cancel a queued run';
+        PERFORM scrinalia.raise_slot_busy(p_worker_name,
+                    coalesce(scrinalia.describe_slot_holder(p_worker_name), 'a concurrent run'));
     END;
     PERFORM pg_notify('scrinalia_runs', p_worker_name);
     RETURN run;
@@ -198,7 +217,8 @@ DECLARE run scrinalia.archive_worker_runs;
 BEGIN
     UPDATE scrinalia.archive_worker_runs
        SET status = 'CANCELLED', finished_at = now(),
-           error = format('cancelled by %s', coalesce(left(p_cancelled_by, 200), 'an operator'))
+           error = format('cancelled by %s',
+                          coalesce(scrinalia.check_actor('cancelled_by', p_cancelled_by), 'an operator'))
      WHERE run_id = p_run_id AND status = 'QUEUED'
     RETURNING * INTO run;
     IF NOT FOUND THEN
@@ -232,7 +252,7 @@ BEGIN
                           r.lease_owner, r.lease_expires_at, r.heartbeat_at),
            error_fingerprint = 'lease-expired',
            lease_token = NULL, lease_expires_at = NULL,
-           retry_pending = (r.trigger = 'SCHEDULE' AND r.attempt < 3)
+           retry_pending = scrinalia.owes_retry(r.trigger, 'INTERRUPTED', r.attempt)
       FROM expired
      WHERE r.run_id = expired.run_id
     RETURNING r.*;

@@ -75,20 +75,23 @@ BEGIN
     END IF;
     INSERT INTO scrinalia.archive_worker_schedules AS o
            (worker_name, enabled, cron, timezone, request, updated_by, updated_by_user_id)
-    VALUES (p_worker_name, p_enabled, cron, tz, req, left(p_updated_by, 200), p_updated_by_user_id)
+    VALUES (p_worker_name, p_enabled, cron, tz, req, scrinalia.check_actor('updated_by', p_updated_by),
+            p_updated_by_user_id)
     ON CONFLICT (worker_name) DO UPDATE
        SET enabled = EXCLUDED.enabled, cron = EXCLUDED.cron, timezone = EXCLUDED.timezone,
            request = EXCLUDED.request, updated_by = EXCLUDED.updated_by,
            updated_by_user_id = EXCLUDED.updated_by_user_id, updated_at = now(),
            next_run_at = CASE WHEN o.enabled AND EXCLUDED.enabled
                                AND o.cron = EXCLUDED.cron AND o.timezone = EXCLUDED.timezone
-                              THEN o.next_run_at END
+                              THEN o.next_run_at END,
+           -- a new cron or zone deserves a fresh attempt at computing it
+           arm_error = NULL, arm_error_since = NULL, arm_retry_at = NULL
     RETURNING * INTO s;
     PERFORM pg_notify('scrinalia_scheduler', 'schedule');
     RETURN s;
 END $$;
 
-CREATE FUNCTION scrinalia.no_schedule(p_worker_name text)
+CREATE FUNCTION scrinalia.raise_no_schedule(p_worker_name text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -113,12 +116,13 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'SW002', MESSAGE = 'enabled must be true or false, not NULL';
     END IF;
     UPDATE scrinalia.archive_worker_schedules o
-       SET enabled = p_enabled, updated_by = left(p_updated_by, 200), updated_at = now(),
-           next_run_at = CASE WHEN o.enabled AND p_enabled THEN o.next_run_at END
+       SET enabled = p_enabled, updated_by = scrinalia.check_actor('updated_by', p_updated_by), updated_at = now(),
+           next_run_at = CASE WHEN o.enabled AND p_enabled THEN o.next_run_at END,
+           arm_error = NULL, arm_error_since = NULL, arm_retry_at = NULL
      WHERE worker_name = p_worker_name
     RETURNING * INTO s;
     IF NOT FOUND THEN
-        PERFORM scrinalia.no_schedule(p_worker_name);
+        PERFORM scrinalia.raise_no_schedule(p_worker_name);
     END IF;
     PERFORM pg_notify('scrinalia_scheduler', 'schedule');
     RETURN s;
@@ -135,7 +139,7 @@ BEGIN
     DELETE FROM scrinalia.archive_worker_schedules WHERE worker_name = p_worker_name
     RETURNING * INTO s;
     IF NOT FOUND THEN
-        PERFORM scrinalia.no_schedule(p_worker_name);
+        PERFORM scrinalia.raise_no_schedule(p_worker_name);
     END IF;
     PERFORM pg_notify('scrinalia_scheduler', 'schedule');
     RETURN s;

@@ -9,21 +9,74 @@ LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT 7305764011424514049::bigint $$;  -- 'scrinali' as bytes, fixed for ever
 
--- Enabled schedules that are due (next_run_at <= now()) or not armed yet (NULL),
--- row-locked for the caller's transaction; those another transaction holds are skipped.
+-- Raises SW031 unless the scheduler lock is held by the session p_lock_pid: the first
+-- statement of every tick transaction, so that a scheduler that was frozen (SIGSTOP)
+-- and replaced meanwhile does not tick when it resumes.
+CREATE FUNCTION scrinalia.check_scheduler_lock(p_lock_pid integer)
+RETURNS void
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+DECLARE holder integer := scrinalia.scheduler_lock_holder();
+BEGIN
+    IF holder IS DISTINCT FROM p_lock_pid THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW031',
+            MESSAGE = format('the scheduler lock is held by %s, not by pid %s',
+                             coalesce('pid ' || holder, 'nobody'), p_lock_pid),
+            HINT = 'this scheduler lost the lock: it must stop ticking and go back to standby';
+    END IF;
+END $$;
+
+-- Enabled schedules that are due (next_run_at <= now()) or not armed yet (NULL, or a
+-- non-finite value, which no cron produces: re-armed), row-locked for the caller's
+-- transaction; those another transaction holds are skipped, and so are those set
+-- aside for an error until their retry time.
 CREATE FUNCTION scrinalia.due_schedules(p_limit integer DEFAULT 100000)
 RETURNS TABLE (worker_name text, cron text, timezone text, next_run_at timestamptz, db_now timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 BEGIN
+    IF p_limit IS NULL OR p_limit < 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW030',
+            MESSAGE = format('due_schedules takes a limit of at least 1, not %s', coalesce(p_limit::text, 'NULL'));
+    END IF;
     RETURN QUERY
-    SELECT s.worker_name, s.cron, s.timezone, s.next_run_at, now()
+    SELECT s.worker_name, s.cron, s.timezone,
+           CASE WHEN isfinite(s.next_run_at) THEN s.next_run_at END, now()
       FROM scrinalia.archive_worker_schedules s
-     WHERE s.enabled AND (s.next_run_at IS NULL OR s.next_run_at <= now())
+     WHERE s.enabled
+       AND (s.next_run_at IS NULL OR s.next_run_at <= now() OR s.next_run_at = 'infinity')
+       AND (s.arm_retry_at IS NULL OR s.arm_retry_at <= now())
      ORDER BY s.next_run_at NULLS FIRST, s.worker_name
      LIMIT p_limit
        FOR UPDATE OF s SKIP LOCKED;
+END $$;
+
+-- Sets aside the schedules whose next occurrence the shim could not compute (a zone
+-- its tzdata lacks, a cron it refuses): the error is kept on the schedule, where the
+-- agenda and scheduler_health() show it, and the schedule is tried again only after
+-- arm_retry_interval(), so that it neither spins the scheduler nor blocks the others.
+-- Call it in the tick's transaction (the rows are locked by due_schedules()).
+CREATE FUNCTION scrinalia.set_schedules_aside(p_workers text[], p_errors text[])
+RETURNS TABLE (worker_name text, arm_error text, arm_error_since timestamptz, arm_retry_at timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    IF p_workers IS NULL OR p_errors IS NULL
+       OR coalesce(cardinality(p_workers), 0) <> coalesce(cardinality(p_errors), 0) THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW030',
+            MESSAGE = 'set_schedules_aside takes two arrays of the same length: worker names and errors';
+    END IF;
+    RETURN QUERY
+    UPDATE scrinalia.archive_worker_schedules s
+       SET arm_error = left(coalesce(i.err, 'the scheduler could not compute the next occurrence'), 1000),
+           arm_error_since = coalesce(s.arm_error_since, now()),
+           arm_retry_at = now() + scrinalia.arm_retry_interval()
+      FROM unnest(p_workers, p_errors) AS i(w, err)
+     WHERE s.worker_name = i.w AND s.enabled
+    RETURNING s.worker_name, s.arm_error, s.arm_error_since, s.arm_retry_at;
 END $$;
 
 -- For each (worker, next occurrence after now()) pair, in one statement: an unarmed
@@ -46,11 +99,11 @@ BEGIN
     END IF;
     SELECT format('%s -> %s', i.w, coalesce(i.n::text, 'NULL')) INTO bad
       FROM unnest(p_workers, p_next) AS i(w, n)
-     WHERE i.w IS NULL OR i.n IS NULL OR i.n <= now()
+     WHERE i.w IS NULL OR i.n IS NULL OR i.n <= now() OR NOT isfinite(i.n)
      LIMIT 1;
     IF bad IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'SW030',
-            MESSAGE = format('tick: every next occurrence must be after now() (%s): %s', now(), bad),
+            MESSAGE = format('tick: every next occurrence must be after now() (%s), and finite: %s', now(), bad),
             HINT = 'compute next occurrences after the transaction''s now(), as due_schedules() returns it';
     END IF;
     IF (SELECT count(DISTINCT w) FROM unnest(p_workers) w) <> cardinality(p_workers) THEN
@@ -58,18 +111,21 @@ BEGIN
     END IF;
 
     UPDATE scrinalia.scheduler_state
-       SET last_tick_at = now(), last_tick_by = left(p_ticked_by, 200), ticks = ticks + 1;
+       SET last_tick_at = now(), last_tick_by = scrinalia.check_actor('ticked_by', p_ticked_by),
+           ticks = ticks + 1;
 
     RETURN QUERY
     WITH due AS (
-        SELECT s.worker_name, s.next_run_at AS was, s.request, i.next_at,
+        SELECT s.worker_name, CASE WHEN isfinite(s.next_run_at) THEN s.next_run_at END AS was,
+               s.request, i.next_at,
                (SELECT a.run_id FROM scrinalia.archive_worker_runs a
                  WHERE a.worker_name = s.worker_name AND a.status IN ('QUEUED', 'RUNNING')) AS active_run_id,
                (SELECT p.run_id FROM scrinalia.archive_worker_runs p
                  WHERE p.worker_name = s.worker_name AND p.retry_pending LIMIT 1) AS owed_run_id
           FROM scrinalia.archive_worker_schedules s
           JOIN unnest(p_workers, p_next) AS i(worker_name, next_at) ON i.worker_name = s.worker_name
-         WHERE s.enabled AND (s.next_run_at IS NULL OR s.next_run_at <= now())
+         WHERE s.enabled
+           AND (s.next_run_at IS NULL OR s.next_run_at <= now() OR s.next_run_at = 'infinity')
          ORDER BY s.worker_name
            FOR UPDATE OF s SKIP LOCKED
     ), ins AS (
@@ -97,7 +153,9 @@ BEGIN
                last_enqueued_at = CASE WHEN x.decision = 'ENQUEUED' THEN now() ELSE s.last_enqueued_at END,
                last_run_id = coalesce(x.run_id, s.last_run_id),
                last_skipped_at = CASE WHEN x.decision = 'SKIPPED' THEN now() ELSE s.last_skipped_at END,
-               last_skip_reason = CASE WHEN x.decision = 'SKIPPED' THEN x.reason ELSE s.last_skip_reason END
+               last_skip_reason = CASE WHEN x.decision = 'SKIPPED' THEN x.reason ELSE s.last_skip_reason END,
+               skipped_count = s.skipped_count + (x.decision = 'SKIPPED')::int,
+               arm_error = NULL, arm_error_since = NULL, arm_retry_at = NULL
           FROM decided x
          WHERE s.worker_name = x.worker_name
         RETURNING s.worker_name
@@ -173,16 +231,26 @@ BEGIN
     END IF;
 END $$;
 
--- The earliest instant the scheduler has work: a due or unarmed schedule, an owed
--- retry, or a lease to reap. NULL when there is nothing at all.
+-- The earliest instant the scheduler has work: a due or unarmed schedule, a set-aside
+-- one's retry, an owed retry, or a lease to reap. NULL when there is nothing at all.
+-- Only finite instants: a hand-written 'infinity' must not stop (or crash) the sleep.
 CREATE FUNCTION scrinalia.next_wakeup()
 RETURNS timestamptz
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
     SELECT least(
-        (SELECT min(s.next_run_at) FROM scrinalia.archive_worker_schedules s WHERE s.enabled),
-        (SELECT now() FROM scrinalia.archive_worker_schedules s WHERE s.enabled AND s.next_run_at IS NULL LIMIT 1),
-        (SELECT min(r.lease_expires_at) FROM scrinalia.archive_worker_runs r WHERE r.status = 'RUNNING'),
+        (SELECT min(s.next_run_at) FROM scrinalia.archive_worker_schedules s
+          WHERE s.enabled AND s.arm_error IS NULL
+            AND s.next_run_at > '-infinity' AND s.next_run_at < 'infinity'),
+        (SELECT now() FROM scrinalia.archive_worker_schedules s
+          WHERE s.enabled AND s.arm_error IS NULL
+            AND (s.next_run_at IS NULL OR s.next_run_at IN ('-infinity', 'infinity')) LIMIT 1),
+        (SELECT min(s.arm_retry_at) FROM scrinalia.archive_worker_schedules s
+          WHERE s.enabled AND s.arm_error IS NOT NULL),
+        (SELECT min(r.lease_expires_at) FROM scrinalia.archive_worker_runs r
+          WHERE r.status = 'RUNNING' AND r.lease_expires_at > '-infinity' AND r.lease_expires_at < 'infinity'),
+        (SELECT now() FROM scrinalia.archive_worker_runs r
+          WHERE r.status = 'RUNNING' AND r.lease_expires_at = '-infinity' LIMIT 1),
         (SELECT now() FROM scrinalia.archive_worker_runs r WHERE r.retry_pending LIMIT 1))
 $$;

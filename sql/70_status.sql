@@ -1,5 +1,6 @@
--- What the shim checks at start-up, and what an operator reads to know whether the
--- scheduler is alive.
+-- What the shim checks at start-up, and what tells an operator whether scheduling is
+-- happening: the lock holder, its heartbeat, and a health answer no other login can fake.
+-- Errors: SW031 not the scheduler lock holder.
 
 -- The migration this code was written for: the shim refuses to run when it differs
 -- from the one it expects, and checks the ADR 0015 columns and enum value itself.
@@ -7,21 +8,220 @@ CREATE FUNCTION scrinalia.schema_head()
 RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT '0004_roles'::text $$;
+AS $$ SELECT '0005_health'::text $$;
 
--- Who holds the one-scheduler lock now, and when the last tick ran.
+-- The pid of the session holding the scheduler's advisory lock in this database.
+-- Any login can take any advisory lock key: the holder is not necessarily a scheduler.
+CREATE FUNCTION scrinalia.scheduler_lock_holder()
+RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+    SELECT l.pid FROM pg_catalog.pg_locks l
+     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+       AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = current_database())
+       AND ((l.classid::bigint << 32) | l.objid::bigint) = scrinalia.scheduler_lock_key()
+     LIMIT 1
+$$;
+
+-- Can this role run the scheduler (execute the tick)? The scheduler group, and the
+-- operator and runner groups the ADR lets run it too.
+CREATE FUNCTION scrinalia.role_can_schedule(p_role oid)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+    SELECT p_role IS NOT NULL
+       AND has_function_privilege(p_role, 'scrinalia.tick(text[], timestamp with time zone[], text)', 'EXECUTE')
+$$;
+
+-- 0.2 grew scheduler_status() by the holder's role and the heartbeat: a return type
+-- cannot change in place, so the earlier one is dropped and re-created in this same
+-- transaction (nothing of ours calls it; a client sees the old or the new one).
+DO $$
+DECLARE old pg_catalog.regprocedure := pg_catalog.to_regprocedure('scrinalia.scheduler_status()');
+BEGIN
+    IF old IS NOT NULL
+       AND pg_catalog.strpos(pg_catalog.pg_get_function_result(old), 'holder_role') OPERATOR(pg_catalog.=) 0 THEN
+        DROP FUNCTION scrinalia.scheduler_status();
+    END IF;
+END $$;
+
+-- Who holds the one-scheduler lock now (and whether that login can run the
+-- scheduler at all), its last heartbeat, and when the last tick ran.
 CREATE FUNCTION scrinalia.scheduler_status()
 RETURNS TABLE (lock_held boolean, holder_pid integer, holder_application text, holder_client inet,
-               holder_backend_start timestamptz, last_tick_at timestamptz, last_tick_by text, ticks bigint)
+               holder_backend_start timestamptz, last_tick_at timestamptz, last_tick_by text, ticks bigint,
+               holder_role text, holder_is_scheduler boolean, heartbeat_at timestamptz,
+               heartbeat_pid integer, heartbeat_by text)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
-    SELECT l.pid IS NOT NULL, l.pid, a.application_name, a.client_addr, a.backend_start,
-           st.last_tick_at, st.last_tick_by, st.ticks
+    SELECT h.pid IS NOT NULL, h.pid, a.application_name, a.client_addr, a.backend_start,
+           st.last_tick_at, st.last_tick_by, st.ticks,
+           a.usename::text, CASE WHEN h.pid IS NOT NULL THEN scrinalia.role_can_schedule(a.usesysid) END,
+           st.heartbeat_at, st.heartbeat_pid, st.heartbeat_by
       FROM scrinalia.scheduler_state st
-      LEFT JOIN pg_catalog.pg_locks l
-             ON l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-            AND ((l.classid::bigint << 32) | l.objid::bigint) = scrinalia.scheduler_lock_key()
-            AND l.objsubid = 1
-      LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+      LEFT JOIN (SELECT scrinalia.scheduler_lock_holder() AS pid) h ON true
+      LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = h.pid
 $$;
+
+-- Called by the scheduler on its lock session before every pass: true when this
+-- session holds the lock, and then the heartbeat is recorded (at most once per
+-- heartbeat_interval(); p_work_pid is the session it ticks on). Only the lock
+-- holder's own session can write it, so no other login can fake a live scheduler.
+CREATE FUNCTION scrinalia.scheduler_heartbeat(p_name text, p_work_pid integer DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    IF scrinalia.scheduler_lock_holder() IS DISTINCT FROM pg_backend_pid() THEN
+        RETURN false;
+    END IF;
+    UPDATE scrinalia.scheduler_state st
+       SET heartbeat_at = now(), heartbeat_pid = pg_backend_pid(), heartbeat_work_pid = p_work_pid,
+           heartbeat_by = scrinalia.check_actor('name', p_name)
+     WHERE st.heartbeat_at IS NULL OR st.heartbeat_at <= now() - scrinalia.heartbeat_interval()
+        OR st.heartbeat_pid IS DISTINCT FROM pg_backend_pid()
+        OR st.heartbeat_work_pid IS DISTINCT FROM p_work_pid;
+    RETURN true;
+END $$;
+
+-- Is scheduling happening? Healthy only when the lock is held by a login that can
+-- run the scheduler, that holder's heartbeat is fresh (scheduler_stale_after()), no
+-- enabled schedule is overdue beyond p_grace (default overdue_grace()) and none is
+-- set aside for an error. `reason` says in words what is wrong (NULL when healthy).
+CREATE FUNCTION scrinalia.scheduler_health(p_grace interval DEFAULT NULL)
+RETURNS TABLE (healthy boolean, reason text, holder_pid integer, holder_role text,
+               holder_is_scheduler boolean, heartbeat_at timestamptz, heartbeat_age interval,
+               overdue_schedules integer, oldest_overdue_since timestamptz,
+               set_aside_schedules integer, checked_at timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+DECLARE
+    grace interval := coalesce(p_grace, scrinalia.overdue_grace());
+    stale interval := scrinalia.scheduler_stale_after();
+    st scrinalia.scheduler_state;
+    a record;
+    problems text[] := '{}';
+    overdue_names text;
+    aside_names text;
+BEGIN
+    IF grace < interval '0' THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW002', MESSAGE = format('scheduler_health takes a grace >= 0, not %s', grace);
+    END IF;
+    SELECT * INTO st FROM scrinalia.scheduler_state;
+    holder_pid := scrinalia.scheduler_lock_holder();
+    SELECT x.usename::text AS role, x.usesysid, x.application_name, x.backend_start
+      INTO a FROM pg_catalog.pg_stat_activity x WHERE x.pid = holder_pid;
+    holder_role := a.role;
+    holder_is_scheduler := CASE WHEN holder_pid IS NOT NULL THEN scrinalia.role_can_schedule(a.usesysid) END;
+    heartbeat_at := st.heartbeat_at;
+    heartbeat_age := now() - st.heartbeat_at;
+    checked_at := now();
+
+    IF holder_pid IS NULL THEN
+        problems := problems || 'no scheduler holds the lock'::text;
+    ELSIF NOT holder_is_scheduler THEN
+        problems := problems || format('the scheduler lock is held by pid %s (role %s, application %L), a login that cannot run the scheduler: nothing ticks while it holds it',
+                                       holder_pid, coalesce(a.role, '?'), coalesce(a.application_name, ''));
+    ELSIF st.heartbeat_pid IS DISTINCT FROM holder_pid THEN
+        IF a.backend_start < now() - stale THEN
+            problems := problems || format('the lock holder pid %s (role %s) has written no heartbeat since it connected at %s',
+                                           holder_pid, a.role, a.backend_start);
+        END IF;  -- else it has just taken the lock
+    ELSIF st.heartbeat_at < now() - stale THEN
+        problems := problems || format('the scheduler''s heartbeat is stale: last at %s by %s (pid %s), more than %s ago: frozen or cut off',
+                                       st.heartbeat_at, coalesce(st.heartbeat_by, '?'), holder_pid, stale);
+    END IF;
+
+    SELECT count(*)::integer, min(coalesce(s.next_run_at, s.updated_at)),
+           string_agg(s.worker_name, ', ' ORDER BY coalesce(s.next_run_at, s.updated_at)) FILTER (WHERE true)
+      INTO overdue_schedules, oldest_overdue_since, overdue_names
+      FROM scrinalia.archive_worker_schedules s
+     WHERE s.enabled AND s.arm_error IS NULL
+       AND coalesce(s.next_run_at, s.updated_at) < now() - grace;
+    IF overdue_schedules > 0 THEN
+        problems := problems || format('%s enabled schedule(s) overdue by more than %s (due since %s): %s',
+                                       overdue_schedules, grace, oldest_overdue_since, left(overdue_names, 300));
+    END IF;
+
+    SELECT count(*)::integer, string_agg(format('%s (%s)', s.worker_name, left(s.arm_error, 120)), '; ' ORDER BY s.worker_name)
+      INTO set_aside_schedules, aside_names
+      FROM scrinalia.archive_worker_schedules s
+     WHERE s.enabled AND s.arm_error IS NOT NULL;
+    IF set_aside_schedules > 0 THEN
+        problems := problems || format('%s schedule(s) set aside, the scheduler cannot compute them: %s',
+                                       set_aside_schedules, left(aside_names, 500));
+    END IF;
+
+    healthy := cardinality(problems) = 0;
+    reason := CASE WHEN healthy THEN NULL ELSE array_to_string(problems, '; ') END;
+    RETURN NEXT;
+END $$;
+
+-- Ends the session of a stale scheduler lock holder, so that a standby can take the
+-- lock: a holder whose heartbeat is older than scheduler_stale_after() (a frozen
+-- scheduler: SIGSTOP, a hung host), or one that has held the key that long without
+-- ever writing a heartbeat (a login that is not a scheduler). It can end no other
+-- session: never a live holder, never a backend that does not hold the key (besides
+-- the stale holder's own tick session, recorded by its heartbeat). Needs the schema's
+-- owner to be a superuser or a member of pg_signal_backend.
+CREATE FUNCTION scrinalia.evict_stale_scheduler()
+RETURNS TABLE (evicted boolean, holder_pid integer, holder_role text, reason text)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+DECLARE
+    stale interval := scrinalia.scheduler_stale_after();
+    st scrinalia.scheduler_state;
+    a record;
+    w record;
+BEGIN
+    evicted := false;
+    holder_pid := scrinalia.scheduler_lock_holder();
+    IF holder_pid IS NULL THEN
+        reason := 'nobody holds the lock';
+        RETURN NEXT; RETURN;
+    END IF;
+    IF holder_pid = pg_backend_pid() THEN
+        reason := 'this session holds the lock';
+        RETURN NEXT; RETURN;
+    END IF;
+    SELECT * INTO st FROM scrinalia.scheduler_state;
+    SELECT x.usename::text AS role, x.usesysid, x.backend_start INTO a
+      FROM pg_catalog.pg_stat_activity x WHERE x.pid = holder_pid;
+    holder_role := a.role;
+    IF st.heartbeat_pid = holder_pid AND st.heartbeat_at >= now() - stale THEN
+        reason := format('the holder is alive: heartbeat at %s', st.heartbeat_at);
+        RETURN NEXT; RETURN;
+    END IF;
+    IF st.heartbeat_pid IS DISTINCT FROM holder_pid AND a.backend_start >= now() - stale THEN
+        reason := format('the holder connected at %s and may not have written its first heartbeat yet', a.backend_start);
+        RETURN NEXT; RETURN;
+    END IF;
+    BEGIN
+        evicted := pg_terminate_backend(holder_pid);
+        IF evicted AND st.heartbeat_pid = holder_pid AND st.heartbeat_work_pid IS NOT NULL THEN
+            -- its tick session may sit in a transaction holding schedule rows
+            SELECT x.pid INTO w FROM pg_catalog.pg_stat_activity x
+             WHERE x.pid = st.heartbeat_work_pid AND x.usesysid = a.usesysid;
+            IF FOUND THEN
+                PERFORM pg_terminate_backend(w.pid);
+            END IF;
+        END IF;
+    EXCEPTION WHEN insufficient_privilege THEN
+        evicted := false;
+        reason := format('cannot end the session of pid %s (role %s): the owner of the scrinalia schema needs SUPERUSER or membership in pg_signal_backend (%s)',
+                         holder_pid, a.role, SQLERRM);
+        RETURN NEXT; RETURN;
+    END;
+    reason := CASE WHEN evicted
+                   THEN format('ended the session of stale holder pid %s (role %s; last heartbeat %s)',
+                               holder_pid, a.role,
+                               CASE WHEN st.heartbeat_pid = holder_pid THEN st.heartbeat_at::text ELSE 'never' END)
+                   ELSE format('pid %s was gone already', holder_pid) END;
+    RETURN NEXT;
+END $$;

@@ -10,7 +10,9 @@ SELECT w.worker_name,
        s.last_enqueued_at, s.last_run_id, s.last_skipped_at, s.last_skip_reason,
        a.run_id AS active_run_id, a.status AS active_status, a.trigger AS active_trigger,
        a.attempt AS active_attempt, a.not_before AS active_not_before,
-       s.request, s.updated_by, s.updated_at
+       s.request, s.updated_by, s.updated_at,
+       -- set aside: the scheduler cannot compute this schedule (see scheduler_health())
+       s.arm_error, s.arm_error_since, s.arm_retry_at
   FROM scrinalia.archive_workers w
   LEFT JOIN scrinalia.archive_worker_schedules s ON s.worker_name = w.worker_name
   LEFT JOIN scrinalia.archive_worker_runs a
@@ -18,7 +20,8 @@ SELECT w.worker_name,
 
 CREATE VIEW scrinalia.worker_run_history AS
 SELECT r.run_id, r.worker_name, r.status, r.trigger, r.attempt,
-       CASE WHEN r.trigger = 'SCHEDULE' THEN format('%s/3', r.attempt) ELSE '1/1' END AS attempt_label,
+       CASE WHEN r.trigger = 'SCHEDULE' THEN format('%s/%s', r.attempt, scrinalia.max_attempts())
+            ELSE '1/1' END AS attempt_label,
        r.retry_of,
        (SELECT n.run_id FROM scrinalia.archive_worker_runs n WHERE n.retry_of = r.run_id) AS retried_by,
        r.not_before, r.scheduled_for, r.created_at, r.started_at, r.finished_at, r.duration,

@@ -28,10 +28,14 @@ GRANT SELECT ON scrinalia.worker_agenda, scrinalia.worker_run_history, scrinalia
 GRANT EXECUTE ON FUNCTION
     scrinalia.get_schedule(text),
     scrinalia.scheduler_status(),
-    scrinalia.default_timezone()
+    scrinalia.scheduler_health(interval),
+    scrinalia.default_timezone(),
+    scrinalia.current_alerts(),
+    scrinalia.worker_metrics(),
+    scrinalia.run_counts(),
+    scrinalia.scheduler_metrics()
    TO scrinalia_reader;
 
-GRANT scrinalia_reader TO scrinalia_operator;
 GRANT EXECUTE ON FUNCTION
     scrinalia.put_schedule(text, text, text, jsonb, boolean, text, bigint),
     scrinalia.set_schedule_enabled(text, boolean, text),
@@ -51,12 +55,19 @@ GRANT EXECUTE ON FUNCTION
     scrinalia.mark_units_processed(text, text[])
    TO scrinalia_runner;
 
+-- The scheduler's functions. ADR 0015: the scheduler runs with the API's (operator)
+-- credential or a runner's as well; the scheduler group is the least-privilege choice.
 GRANT EXECUTE ON FUNCTION
     scrinalia.scheduler_lock_key(),
+    scrinalia.check_scheduler_lock(integer),
+    scrinalia.scheduler_heartbeat(text, integer),
+    scrinalia.evict_stale_scheduler(),
     scrinalia.due_schedules(integer),
+    scrinalia.set_schedules_aside(text[], text[]),
     scrinalia.tick(text[], timestamptz[], text),
     scrinalia.create_retries(),
     scrinalia.reap_expired_leases(),
     scrinalia.next_wakeup(),
-    scrinalia.scheduler_status()
-   TO scrinalia_scheduler;
+    scrinalia.scheduler_status(),
+    scrinalia.scheduler_health(interval)
+   TO scrinalia_scheduler, scrinalia_operator, scrinalia_runner;

@@ -14,6 +14,7 @@ import os
 import psycopg
 import pytest
 
+from scrinalia_workers.groups import create_at as create_groups
 from scrinalia_workers.migrate import migrate
 from scrinalia_workers.pgserver import start_cluster
 
@@ -74,14 +75,15 @@ def template_db(admin, admin_dsn) -> str:
     name = f"sw_template_{os.getpid()}"
     admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
     admin.execute(f'CREATE DATABASE "{name}"')
-    migrate(dsn_for(admin_dsn, name))
+    migrate(dsn_for(admin_dsn, name), create_groups=True)  # the cluster-wide groups too
     yield name
     admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
 def empty_db_dsn(admin, admin_dsn):
-    """A new, empty database (for the migration tests)."""
+    """A new, empty database (for the migration tests); the cluster's groups exist."""
+    create_groups(admin_dsn)
     name = f"sw_empty_{os.getpid()}_{next(_counter)}"
     admin.execute(f'CREATE DATABASE "{name}"')
     yield dsn_for(admin_dsn, name)

@@ -111,3 +111,15 @@ def finish(conn, run_id: int, token, status: str = "SUCCEEDED", error: str | Non
 def run_row(conn, run_id: int) -> dict:
     cur = conn.cursor(row_factory=psycopg.rows.dict_row)
     return cur.execute("SELECT * FROM scrinalia.archive_worker_runs WHERE run_id = %s", (run_id,)).fetchone()
+
+
+def table_fingerprints(conn: psycopg.Connection) -> dict[str, tuple[int, str]]:
+    """(row count, md5 of all rows) of every table in the scrinalia schema."""
+    tables = [r[0] for r in conn.execute(
+        "SELECT tablename FROM pg_tables WHERE schemaname = 'scrinalia' ORDER BY 1").fetchall()]
+    out = {}
+    for t in tables:
+        out[t] = conn.execute(
+            f'SELECT count(*), coalesce(md5(string_agg(x::text, E\'\\n\' ORDER BY x::text)), \'\') '
+            f'FROM scrinalia."{t}" x').fetchone()
+    return out

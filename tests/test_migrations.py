@@ -10,7 +10,7 @@ from yoyo import read_migrations
 from scrinalia_workers import migrate as m
 from scrinalia_workers import paths
 
-HEAD = ["0001_ledger", "0002_trigger_schedule", "0003_schedules_retries", "0004_roles"]
+HEAD = ["0001_ledger", "0002_trigger_schedule", "0003_schedules_retries", "0004_roles", "0005_health"]
 
 
 def _count(dsn: str, sql: str, *args) -> int:
@@ -53,11 +53,11 @@ def test_rolls_back_cleanly_and_applies_again(empty_db_dsn):
 
 def test_partial_rollback_then_forward(empty_db_dsn):
     m.migrate(empty_db_dsn)
-    assert m.rollback(empty_db_dsn, count=2) == ["0004_roles", "0003_schedules_retries"]
+    assert m.rollback(empty_db_dsn, count=3) == ["0005_health", "0004_roles", "0003_schedules_retries"]
     cols = _count(empty_db_dsn, "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'scrinalia' "
                                 "AND table_name = 'archive_worker_runs' AND column_name IN ('attempt', 'not_before')")
     assert cols == 0
-    assert m.migrate(empty_db_dsn) == ["0003_schedules_retries", "0004_roles"]
+    assert m.migrate(empty_db_dsn) == ["0003_schedules_retries", "0004_roles", "0005_health"]
 
 
 def test_schedule_enum_value_is_added_outside_a_transaction_and_usable(empty_db_dsn):
@@ -73,13 +73,8 @@ def test_schedule_enum_value_is_added_outside_a_transaction_and_usable(empty_db_
 
 
 def test_existing_runs_read_attempt_1_after_the_adr_0015_migration(empty_db_dsn):
-    backend = m._backend(empty_db_dsn)
-    try:
-        migrations = read_migrations(str(paths.migrations_dir()))
-        with backend.lock():
-            backend.apply_migrations(migrations.filter(lambda x: x.id in HEAD[:2]))
-    finally:
-        backend.connection.close()
+    with m._migrating(empty_db_dsn, lock_timeout=10) as (_conn, backend, migrations):
+        backend.apply_migrations(migrations.filter(lambda x: x.id in HEAD[:2]))
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO scrinalia.archive_workers (worker_name) VALUES ('old')")
         conn.execute("INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, status, finished_at) "
@@ -108,13 +103,15 @@ def test_concurrent_migrates_of_one_database_both_succeed(empty_db_dsn):
     assert sorted(results, key=len) == [[], HEAD]
 
 
-def test_any_libpq_dsn_reaches_yoyo_unchanged():
-    from yoyo.connections import parse_uri
-
-    uri = m._yoyo_uri("host=/var/run/postgresql port=5433 user=ad@min password='p:w/d?' dbname=arch sslmode=require")
-    parsed = parse_uri(uri)
-    assert parsed.scheme == "postgresql+psycopg"
-    assert (parsed.username, parsed.password, parsed.database) == ("ad@min", "p:w/d?", "arch")
-    assert parsed.port == 5433
-    assert parsed.args == {"host": "/var/run/postgresql", "sslmode": "require"}
-    assert parse_uri(m._yoyo_uri("postgresql://u@db.example:6432/x")).hostname == "db.example"
+def test_a_database_migrated_by_the_previous_release_keeps_its_history(empty_db_dsn):
+    """The previous release left yoyo's tables in `public`: they move into our schema,
+    nothing is applied twice."""
+    m.migrate(empty_db_dsn)
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        for t in m.YOYO_TABLES:
+            conn.execute(f"ALTER TABLE {m.BOOKKEEPING_SCHEMA}.{t} SET SCHEMA public")
+        conn.execute(f"DROP SCHEMA {m.BOOKKEEPING_SCHEMA}")
+    assert m.migrate(empty_db_dsn) == []
+    assert m.applied_migrations(empty_db_dsn) == HEAD
+    assert _count(empty_db_dsn, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public' "
+                                "AND tablename LIKE '%%yoyo%%'") == 0

@@ -126,10 +126,14 @@ def test_lease_expiry_interrupts_and_the_next_attempt_succeeds(db):
     assert create_retries(db) == []
 
 
-def test_retry_waits_when_a_manual_run_took_the_slot(db):
+def test_retry_waits_when_a_manual_run_holds_the_slot(db):
+    """enqueue() refuses a manual run while a retry is owed (test_trust_sql.py); a
+    manual row that holds the slot anyway (written by the owner, or from before that
+    rule) delays the retry, which stays owed, not lost."""
     first = scheduled_run(db)
     fail_current(db)
-    manual = db.execute("SELECT run_id FROM scrinalia.enqueue('ocr')").fetchone()[0]
+    manual = db.execute("INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger)"
+                        " VALUES ('ocr', 'MANUAL') RETURNING run_id").fetchone()[0]
     assert create_retries(db) == []
     assert run_row(db, first)["retry_pending"] is True  # owed, not lost
     run_id, token = claim(db)[:2]

@@ -37,7 +37,7 @@ def test_reader_reads_the_views_and_nothing_else(world, connect_as):
     _refused(c, "SELECT * FROM scrinalia.due_schedules()")
 
 
-def test_operator_writes_schedules_and_enqueues_but_does_not_run_or_tick(world, connect_as):
+def test_operator_writes_schedules_and_enqueues_but_does_not_run(world, connect_as):
     c = connect_as("operator")
     c.execute("SELECT scrinalia.put_schedule('ocr', '0 3 * * *', 'UTC')")
     c.execute("SELECT scrinalia.set_schedule_enabled('ocr', false)")
@@ -45,9 +45,9 @@ def test_operator_writes_schedules_and_enqueues_but_does_not_run_or_tick(world, 
     c.execute("SELECT scrinalia.cancel_run(%s)", (run_id,))
     assert c.execute("SELECT count(*) FROM scrinalia.worker_run_history").fetchone()[0] == 1  # inherits reader
     _refused(c, "SELECT * FROM scrinalia.claim_next('r')")
-    _refused(c, "SELECT * FROM scrinalia.tick(ARRAY[]::text[], ARRAY[]::timestamptz[])")
-    _refused(c, "SELECT * FROM scrinalia.create_retries()")
-    _refused(c, "SELECT * FROM scrinalia.reap_expired_leases()")
+    _refused(c, "SELECT * FROM scrinalia.heartbeat(1, gen_random_uuid())")
+    # ADR 0015: the scheduler may run with the API's credential
+    c.execute("SELECT * FROM scrinalia.tick(ARRAY[]::text[], ARRAY[]::timestamptz[])")
     _refused(c, "UPDATE scrinalia.archive_worker_schedules SET cron = 'x'")
     _refused(c, "SELECT scrinalia.register_worker('evil')")
 
@@ -59,8 +59,9 @@ def test_runner_claims_heartbeats_finishes_only(world, connect_as):
     c.execute("SELECT scrinalia.heartbeat(%s, %s)", (run_id, token))
     assert c.execute("SELECT status FROM scrinalia.finish(%s, %s, 'SUCCEEDED')", (run_id, token)).fetchone()[0] == "SUCCEEDED"
     _refused(c, "SELECT scrinalia.enqueue('ocr')")
-    _refused(c, "SELECT * FROM scrinalia.reap_expired_leases()")
-    _refused(c, "SELECT * FROM scrinalia.due_schedules()")
+    _refused(c, "SELECT scrinalia.put_schedule('ocr', '0 3 * * *', 'UTC')")
+    # ADR 0015: the least-privilege runner role can also run the scheduler
+    c.execute("SELECT * FROM scrinalia.reap_expired_leases()")
     _refused(c, "SELECT * FROM scrinalia.worker_run_history")
     _refused(c, "UPDATE scrinalia.archive_worker_runs SET status = 'SUCCEEDED'")
 

@@ -12,6 +12,7 @@ import pytest
 from helpers import make_worker, put_schedule, set_next_run
 from procs import start_scheduler, wait_for
 from scrinalia_workers import db as swdb
+from scrinalia_workers.schema import EXPECTED_HEAD
 
 
 @pytest.fixture
@@ -48,7 +49,7 @@ def test_old_schema_refused_with_exit_2(db, db_dsn):
 def test_no_schema_refused_with_exit_2(empty_db_dsn):
     r = subprocess.run([sys.executable, "-m", "scrinalia_workers.scheduler", "--dsn", empty_db_dsn],
                        capture_output=True, text=True, timeout=30)
-    assert r.returncode == 2 and "needs 0004_roles" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and f"needs {EXPECTED_HEAD}" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_due_schedule_enqueued_within_a_second(db, db_dsn, procs):
@@ -139,15 +140,18 @@ def test_unevaluable_zone_does_not_block_others(db, db_dsn, procs):
     db.execute("UPDATE scrinalia.archive_worker_schedules SET timezone = 'Mars/Olympus' WHERE worker_name = 'bad'")
     a = _start(procs, db_dsn)
     a.wait_event("armed", worker="ocr")
-    err = a.wait_event("tick error", worker="bad")
-    assert "Mars/Olympus" in err["timezone"]
+    err = a.wait_event("schedule set aside", worker="bad")
+    assert "Mars/Olympus" in err["reason"]
+    row = db.execute("SELECT arm_error, arm_retry_at > now() FROM scrinalia.worker_agenda"
+                     " WHERE worker_name = 'bad'").fetchone()
+    assert "Mars/Olympus" in row[0] and row[1]
 
 
 def test_restart_reconnects_and_never_enqueues_twice(own_cluster, procs):
     import psycopg
     from scrinalia_workers.migrate import migrate
     dsn = own_cluster.dsn("postgres")
-    migrate(dsn)
+    migrate(dsn, create_groups=True)
     with psycopg.connect(dsn, autocommit=True) as db:
         make_worker(db, "ocr")
         put_schedule(db, "ocr", "* * * * *", "UTC")

@@ -11,19 +11,25 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import math
+import os
 import socket
 import sys
-from datetime import date, datetime, timedelta, timezone
-from decimal import Decimal
+from datetime import datetime, timezone
 from typing import Any, Sequence
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from . import errors
+from .clifmt import duration as _duration
+from .clifmt import in_zone as _in_zone
+from .clifmt import one_line as _one_line
+from .clifmt import print_fields, print_json, print_table
+from .clifmt import utc as _utc
 from .db import connect, require_dsn
+from .redact import redact
 
 PROG = "scrinalia-workers"
 
@@ -43,77 +49,6 @@ class _Parser(argparse.ArgumentParser):
     # argparse prints the whole usage before its error: keep it to one line.
     def error(self, message: str):
         raise UsageError(f"{message} (see {self.prog} --help)")
-
-
-# --- output -------------------------------------------------------------------
-
-def _utc(ts: datetime | None) -> str | None:
-    if ts is None:
-        return None
-    return ts.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def _in_zone(ts: datetime | None, tz: str | None) -> str | None:
-    if ts is None or not tz:
-        return None
-    try:
-        local = ts.astimezone(ZoneInfo(tz))
-    except (ZoneInfoNotFoundError, ValueError):  # PostgreSQL knows a zone Python's tzdata lacks
-        return f"({tz} unknown to this host's tzdata)"
-    return local.strftime("%Y-%m-%d %H:%M ") + (local.tzname() or tz)
-
-
-def _duration(d: timedelta | None) -> str | None:
-    if d is None:
-        return None
-    s = d.total_seconds()
-    if s < 60:
-        return f"{s:.1f}s"
-    m, s = divmod(int(s), 60)
-    h, m = divmod(m, 60)
-    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
-
-
-def _one_line(text: str | None, width: int) -> str | None:
-    if text is None:
-        return None
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
-
-
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, datetime):
-        return v.astimezone(timezone.utc).isoformat()
-    if isinstance(v, date):
-        return v.isoformat()
-    if isinstance(v, timedelta):
-        return v.total_seconds()
-    if isinstance(v, Decimal):
-        return float(v)
-    return str(v)
-
-
-def print_json(data: Any) -> None:
-    print(json.dumps(data, default=_jsonable, indent=2, ensure_ascii=False))
-
-
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:
-    cells = [["-" if v is None else str(v) for v in r] for r in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    if title:
-        print(title)
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
-    print("  ".join("-" * w for w in widths))
-    for r in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-    if not cells:
-        print("(none)")
-
-
-def print_fields(pairs: Sequence[tuple[str, Any]]) -> None:
-    width = max(len(k) for k, _ in pairs)
-    for k, v in pairs:
-        print(f"{k.ljust(width)}  {'-' if v is None else v}")
 
 
 # --- input --------------------------------------------------------------------
@@ -141,7 +76,7 @@ def _connect(args) -> psycopg.Connection:
     dsn = require_dsn(args.dsn)
     try:
         return connect(dsn, application_name=f"{PROG} {args.command}")
-    except psycopg.ProgrammingError as e:  # a malformed connection string
+    except psycopg.ProgrammingError as e:  # a malformed connection string (redacted by fail())
         raise errors.ConfigError(f"invalid connection string: {e}") from None
 
 
@@ -152,7 +87,7 @@ def cmd_migrate(args) -> int:
 
     dsn = require_dsn(args.dsn)
     if args.rollback:
-        done = migrate.rollback(dsn, args.count)
+        done = migrate.rollback(dsn, args.count, lock_timeout=args.lock_timeout)
         if args.json:
             print_json({"rolled_back": done})
         elif done:
@@ -163,7 +98,7 @@ def cmd_migrate(args) -> int:
         return EXIT_OK
     if args.count is not None:
         raise UsageError("--count goes with --rollback")
-    applied = migrate.migrate(dsn)
+    applied = migrate.migrate(dsn, create_groups=args.create_groups, lock_timeout=args.lock_timeout)
     with connect(dsn, application_name=f"{PROG} migrate") as conn:
         head = conn.execute("SELECT scrinalia.schema_head()").fetchone()[0]
     if args.json:
@@ -177,8 +112,26 @@ def cmd_migrate(args) -> int:
     return EXIT_OK
 
 
-def _run_summary(r: dict) -> str:
-    attempt = f" attempt {r['attempt']}/3" if r["trigger"] == "SCHEDULE" else ""
+def cmd_groups(args) -> int:
+    from . import groups
+
+    if args.action == "sql":
+        print(groups.groups_sql(), end="")
+        return EXIT_OK
+    done = groups.create_at(require_dsn(args.dsn))
+    if args.json:
+        print_json({"created": done})
+    else:
+        print(f"created {', '.join(done)}" if done else "the groups are already set up: nothing to do")
+    return EXIT_OK
+
+
+def _max_attempts(conn: psycopg.Connection) -> int:
+    return conn.execute("SELECT scrinalia.max_attempts()").fetchone()[0]  # the policy's one home
+
+
+def _run_summary(r: dict, max_attempts: int) -> str:
+    attempt = f" attempt {r['attempt']}/{max_attempts}" if r["trigger"] == "SCHEDULE" else ""
     return f"run #{r['run_id']} {r['status']} ({r['worker_name']}, {r['trigger']}{attempt})"
 
 
@@ -189,10 +142,11 @@ def cmd_enqueue(args) -> int:
             "SELECT * FROM scrinalia.enqueue(%s, %s, 'CLI', %s)",
             (args.worker, Jsonb(request), args.requested_by or who()),
         ).fetchone()
+        most = _max_attempts(conn)
     if args.json:
         print_json(r)
     else:
-        print(f"enqueued {_run_summary(r)}")
+        print(f"enqueued {_run_summary(r, most)}")
         print(f"config {json.dumps(r['config'], ensure_ascii=False)}")
     return EXIT_OK
 
@@ -200,7 +154,7 @@ def cmd_enqueue(args) -> int:
 AGENDA_SQL = "SELECT * FROM scrinalia.worker_agenda WHERE worker_name = %s"
 
 
-def _schedule_fields(a: dict) -> list[tuple[str, Any]]:
+def _schedule_fields(a: dict, max_attempts: int) -> list[tuple[str, Any]]:
     if a["paused"]:
         nxt = "paused"
     elif a["awaiting_arm"]:
@@ -220,17 +174,17 @@ def _schedule_fields(a: dict) -> list[tuple[str, Any]]:
         ("last enqueued", _utc(a["last_enqueued_at"])
          and f"{_utc(a['last_enqueued_at'])} (run #{a['last_run_id']})"),
         ("last skipped", skipped),
-        ("active run", _active(a)),
+        ("active run", _active(a, max_attempts)),
         ("updated", a["updated_at"] and f"{_utc(a['updated_at'])} by {a['updated_by'] or '-'}"),
     ]
 
 
-def _active(a: dict) -> str | None:
+def _active(a: dict, max_attempts: int) -> str | None:
     if a["active_run_id"] is None:
         return None
     s = f"#{a['active_run_id']} {a['active_status']} {a['active_trigger']}"
     if a["active_trigger"] == "SCHEDULE":
-        s += f" {a['active_attempt']}/3"
+        s += f" {a['active_attempt']}/{max_attempts}"
     if a["active_not_before"] and a["active_not_before"] > datetime.now(timezone.utc):
         s += f" not before {_utc(a['active_not_before'])}"
     return s
@@ -245,7 +199,7 @@ def _show_schedule(conn, worker: str, as_json: bool) -> None:
     if as_json:
         print_json(a)
     else:
-        print_fields(_schedule_fields(a))
+        print_fields(_schedule_fields(a, _max_attempts(conn)))
 
 
 def cmd_schedule(args) -> int:
@@ -303,6 +257,7 @@ def cmd_status(args) -> int:
         agenda = cur.execute("SELECT * FROM scrinalia.worker_agenda ORDER BY worker_name").fetchall()
         counters = cur.execute("SELECT * FROM scrinalia.worker_queue_counters ORDER BY worker_name").fetchall()
         sched = cur.execute("SELECT * FROM scrinalia.scheduler_status()").fetchone()
+        most = _max_attempts(conn)
     if args.json:
         print_json({"scheduler": sched, "agenda": agenda, "queue_counters": counters})
         return EXIT_OK
@@ -322,7 +277,7 @@ def cmd_status(args) -> int:
         rows.append([a["worker_name"], a["cron"], a["timezone"], nxt_zone, nxt_utc,
                      "yes" if a["paused"] else ("no" if a["scheduled"] else None),
                      _utc(a["last_enqueued_at"]), skipped,
-                     _one_line(a["last_skip_reason"], 40) if skipped else None, _active(a)])
+                     _one_line(a["last_skip_reason"], 40) if skipped else None, _active(a, most)])
     print_table(["worker", "cron", "zone", "next run (zone)", "next run (UTC)", "paused",
                  "last enqueued", "last skipped", "skip reason", "active run"], rows,
                 title="agenda (when each worker runs)")
@@ -334,8 +289,6 @@ def cmd_status(args) -> int:
 
 
 def cmd_runs(args) -> int:
-    if args.limit < 1:
-        raise UsageError("--limit must be at least 1")
     sql = ("SELECT * FROM scrinalia.worker_run_history WHERE (%(w)s::text IS NULL OR worker_name = %(w)s)"
            " ORDER BY run_id DESC LIMIT %(n)s")
     with _connect(args) as conn:
@@ -363,10 +316,11 @@ def cmd_cancel(args) -> int:
     with _connect(args) as conn:
         r = conn.cursor(row_factory=dict_row).execute(
             "SELECT * FROM scrinalia.cancel_run(%s, %s)", (args.run_id, who())).fetchone()
+        most = _max_attempts(conn)
     if args.json:
         print_json(r)
     else:
-        print(f"cancelled {_run_summary(r)}: the slot is free, it will not be retried")
+        print(f"cancelled {_run_summary(r, most)}: the slot is free, it will not be retried")
     return EXIT_OK
 
 
@@ -403,9 +357,78 @@ def cmd_prune(args) -> int:
 def cmd_demo(args) -> int:
     from .demo import run
 
-    if args.duration is None:  # the demo's own default length
-        return run(dsn=args.dsn)
     return run(duration=args.duration, dsn=args.dsn)
+
+
+def cmd_demo_seed(args) -> int:
+    from .demo_setup import seed
+
+    with _connect(args) as conn:
+        done = seed(conn)
+    if args.json:
+        print_json([{"worker": w, "cron": c, "schedule_changed": ch} for w, c, _, ch in done])
+        return EXIT_OK
+    for w, c, what, changed in done:
+        print(f"{w:<16} {c:<12} {'scheduled' if changed else 'already scheduled'}: {what}")
+    return EXIT_OK
+
+
+# --- the worker catalogue (the owner's, deploy time) -------------------------------
+
+def cmd_worker_register(args) -> int:
+    from . import catalogue
+
+    workers = catalogue.read(args.file)
+    label = "<stdin>" if args.file == "-" else args.file
+    if args.check:
+        if args.json:
+            print_json({"file": label, "valid": [w["name"] for w in workers]})
+        else:
+            print(f"{label}: {len(workers)} worker(s) valid: {', '.join(w['name'] for w in workers)}")
+        return EXIT_OK
+    with _connect(args) as conn:
+        done = catalogue.register(conn, workers, label)
+    if args.json:
+        print_json({"file": label, "registered": [{"worker": n, "new": new} for n, new in done]})
+    else:
+        print(f"registered {len(done)} worker(s) from {label}: "
+              + ", ".join(f"{n} ({'new' if new else 'updated'})" for n, new in done))
+    return EXIT_OK
+
+
+CATALOGUE_SQL = ("SELECT worker_name, description, engines, presets, options, default_config, created_at, updated_at"
+                 " FROM scrinalia.archive_workers")
+
+
+def cmd_worker_list(args) -> int:
+    with _connect(args) as conn:
+        rows = conn.cursor(row_factory=dict_row).execute(CATALOGUE_SQL + " ORDER BY worker_name").fetchall()
+    if args.json:
+        print_json(rows)
+        return EXIT_OK
+    print_table(["worker", "engines", "presets", "options", "updated", "description"],
+                [[r["worker_name"], ", ".join(r["engines"]) or None, ", ".join(r["presets"]) or None,
+                  ", ".join(r["options"]) or None, _utc(r["updated_at"]), _one_line(r["description"], 50) or None]
+                 for r in rows])
+    return EXIT_OK
+
+
+def cmd_worker_show(args) -> int:
+    with _connect(args) as conn:
+        r = conn.cursor(row_factory=dict_row).execute(CATALOGUE_SQL + " WHERE worker_name = %s",
+                                                      (args.worker,)).fetchone()
+    if r is None:
+        raise errors.ScrinaliaError(f"[{errors.UNKNOWN_WORKER}] unknown worker {args.worker!r}"
+                                    f" (hint: {PROG} worker list)")
+    if args.json:
+        print_json(r)
+        return EXIT_OK
+    compact = lambda v: json.dumps(v, ensure_ascii=False) if v else None  # noqa: E731
+    print_fields([("worker", r["worker_name"]), ("description", r["description"] or None),
+                  ("engines", compact(r["engines"])), ("presets", compact(r["presets"])),
+                  ("options", compact(r["options"])), ("default config", compact(r["default_config"])),
+                  ("created", _utc(r["created_at"])), ("updated", _utc(r["updated_at"]))])
+    return EXIT_OK
 
 
 def _delegate(name: str, argv: list[str]) -> int:
@@ -418,20 +441,84 @@ def _delegate(name: str, argv: list[str]) -> int:
 
 # --- parser -------------------------------------------------------------------
 
+BIGINT_MAX = 2**63 - 1
+
+
+def _count(lo: int, hi: int, what: str = "a whole number"):
+    """An argparse type: a whole number in [lo, hi], else one line naming the range."""
+    def parse(text: str) -> int:
+        try:
+            n = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not lo <= n <= hi:
+            raise argparse.ArgumentTypeError(f"{text} is out of range {lo}..{hi}")
+        return n
+    parse.__name__ = what  # argparse names the type in its message
+    return parse
+
+
+def _seconds(lo: float, hi: float, zero_ok: bool = False):
+    def parse(text: str) -> float:
+        try:
+            x = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if not math.isfinite(x) or not (lo <= x if zero_ok else lo < x) or x > hi:
+            least = f"at least {lo:g}" if zero_ok else f"more than {lo:g}"
+            raise argparse.ArgumentTypeError(f"{text} is out of range: {least}, at most {hi:g} seconds")
+        return x
+    parse.__name__ = "seconds"
+    return parse
+
+
+RUN_ID = _count(1, BIGINT_MAX, "a run id")
+LIMIT = _count(1, 100_000)
+BATCH = _count(1, 1_000_000)
+MIGRATIONS = _count(1, 1_000)
+DEMO_SECONDS = _seconds(0, 3600)
+LOCK_WAIT = _seconds(0, 86400, zero_ok=True)
+
+
+def _global_options(p: argparse.ArgumentParser, top: bool) -> None:
+    # on the top parser they set the defaults; below, SUPPRESS keeps a value given
+    # before the subcommand unless it is given again after it
+    kw = {} if top else {"default": argparse.SUPPRESS}
+    p.add_argument("--dsn", help="libpq connection string or URI (else DATABASE_URL, else the PG* variables)",
+                   **({"default": None} if top else kw))
+    p.add_argument("--json", action="store_true", help="print JSON instead of text",
+                   **({"default": False} if top else kw))
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
-    common.add_argument("--dsn", help="libpq connection string or URI (else DATABASE_URL, else the PG* variables)")
-    common.add_argument("--json", action="store_true", help="print JSON instead of text")
+    _global_options(common, top=False)
 
     p = _Parser(prog=PROG, description="Operate the scrinalia worker ledger, schedules and retries.",
-                epilog="exit codes: 0 done, 1 error, 2 bad usage, 3 the worker's slot is busy")
+                epilog="--dsn and --json go before or after the command. "
+                       "exit codes: 0 done, 1 error, 2 bad usage, 3 the worker's slot is busy")
+    _global_options(p, top=True)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
+    def group(name: str, text: str) -> argparse._SubParsersAction:
+        g = sub.add_parser(name, parents=[common], help=text)
+        actions = g.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+        actions.required = True
+        return actions
+
     m = sub.add_parser("migrate", parents=[common], help="apply the migrations and re-install the SQL code")
     m.add_argument("--rollback", action="store_true", help="roll back migrations instead (all, or --count)")
-    m.add_argument("--count", type=int, metavar="N", help="with --rollback: how many, newest first")
+    m.add_argument("--count", type=MIGRATIONS, metavar="N", help="with --rollback: how many, newest first")
+    m.add_argument("--create-groups", action="store_true",
+                   help="first create the cluster-wide groups when missing (needs CREATEROLE)")
+    m.add_argument("--lock-timeout", type=LOCK_WAIT, default=60.0, metavar="SECONDS",
+                   help="how long to wait for another migrate's lock (0..86400, default 60)")
     m.set_defaults(func=cmd_migrate)
+
+    gs = group("groups", "the cluster-wide groups, once per cluster (before migrate)")
+    gs.add_parser("create", parents=[common], help="create them (needs CREATEROLE)").set_defaults(func=cmd_groups)
+    gs.add_parser("sql", parents=[common], help="print the SQL, for a DBA to run").set_defaults(func=cmd_groups)
 
     e = sub.add_parser("enqueue", parents=[common], help="enqueue a CLI run of a worker now")
     e.add_argument("worker")
@@ -440,9 +527,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--requested-by", metavar="NAME", help="recorded on the run (default cli:USER@HOST)")
     e.set_defaults(func=cmd_enqueue)
 
-    s = sub.add_parser("schedule", help="read or change a worker's schedule")
-    ss = s.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
-    ss.required = True
+    ss = group("schedule", "read or change a worker's schedule")
     for action, text in (("get", "show the schedule and its next run"), ("delete", "delete the schedule"),
                          ("pause", "pause (no period runs until resumed)"),
                          ("resume", "resume, re-armed from the cron")):
@@ -462,30 +547,45 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("runs", parents=[common], help="the run history, newest first")
     r.add_argument("worker", nargs="?")
-    r.add_argument("--limit", type=int, default=20, metavar="N")
+    r.add_argument("--limit", type=LIMIT, default=20, metavar="N", help="how many (1..100000, default 20)")
     r.set_defaults(func=cmd_runs)
 
     c = sub.add_parser("cancel", parents=[common], help="cancel a QUEUED run (a retry in its backoff too)")
-    c.add_argument("run_id", type=int, metavar="RUN_ID")
+    c.add_argument("run_id", type=RUN_ID, metavar="RUN_ID")
     c.set_defaults(func=cmd_cancel)
 
-    se = sub.add_parser("settings", help="a worker's persisted settings")
-    ses = se.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
-    ses.required = True
+    ses = group("settings", "a worker's persisted settings")
     sp = ses.add_parser("put", parents=[common], help="replace the persisted settings")
     sp.add_argument("worker")
     sp.add_argument("--settings", required=True, metavar="JSON")
     sp.set_defaults(func=cmd_settings)
 
+    ws = group("worker", "the worker catalogue: register from a file (the owner, at deploy), list, show")
+    wr = ws.add_parser("register", parents=[common],
+                       help="register or update the workers of a JSON/YAML file, all or nothing")
+    wr.add_argument("file", metavar="FILE", help="a .json, .yaml or .yml file (- reads YAML/JSON from stdin)")
+    wr.add_argument("--check", action="store_true", help="only check the file; no database needed")
+    wr.set_defaults(func=cmd_worker_register)
+    wl = ws.add_parser("list", parents=[common], help="the catalogue")
+    wl.set_defaults(func=cmd_worker_list)
+    wsh = ws.add_parser("show", parents=[common], help="one worker's engines, presets, options and defaults")
+    wsh.add_argument("worker")
+    wsh.set_defaults(func=cmd_worker_show)
+
     pr = sub.add_parser("prune", parents=[common], help="delete old finished runs (scrinalia.prune_runs)")
     pr.add_argument("--older-than", required=True, metavar="INTERVAL", help="e.g. '30 days' (1 day at least)")
-    pr.add_argument("--batch", type=int, default=10000, metavar="N", help="runs per transaction")
+    pr.add_argument("--batch", type=BATCH, default=10000, metavar="N", help="runs per transaction (1..1000000)")
     pr.set_defaults(func=cmd_prune)
 
-    d = sub.add_parser("demo", help="scheduler + runner narrated on a throwaway database (or --dsn)")
-    d.add_argument("--duration", type=float, metavar="SECONDS")
-    d.add_argument("--dsn", help="use this database instead of a throwaway one")
+    d = sub.add_parser("demo", parents=[common],
+                       help="scheduler + runners narrated, on a throwaway database (or an empty one of yours)")
+    d.add_argument("--duration", type=DEMO_SECONDS, metavar="SECONDS",
+                   help="run this long (default: until it has shown everything, about a minute)")
     d.set_defaults(func=cmd_demo)
+
+    ds = sub.add_parser("demo-seed", parents=[common],
+                        help="DEMO ONLY: register the demo-* workers and schedules (compose's demo profile)")
+    ds.set_defaults(func=cmd_demo_seed)
 
     for name, text in (("scheduler", "run the scheduler daemon (its own --help)"),
                        ("runner", "run the reference runner (its own --help)")):
@@ -495,51 +595,75 @@ def build_parser() -> argparse.ArgumentParser:
 
 # PostgreSQL's own errors that mean "not set up", with what to do about them.
 SETUP_HINTS = {
-    "3F000": "the database is not migrated: run scrinalia-workers migrate",
-    "42P01": "the database is not migrated (or is an old release): run scrinalia-workers migrate",
-    "42883": "the database is not migrated (or is an old release): run scrinalia-workers migrate",
+    "3F000": "the database is not migrated: run scrinalia-workers migrate as the database owner",
+    "42P01": "the database is not migrated (or is an old release): run scrinalia-workers migrate as the database owner",
+    "42883": "the database is not migrated (or is an old release): run scrinalia-workers migrate as the database owner",
     "42501": "this login lacks the group the command needs (docs/sql-api.md, Roles)",
 }
+# the catalogue is the owner's: no group reads or writes it
+CATALOGUE_HINT = "the worker catalogue is the owner's: run it as the login that migrates"
 
 
-def _db_error_line(e: psycopg.Error) -> str:
+def _db_error_line(e: psycopg.Error, command: str | None) -> str:
     diag = e.diag
     msg = diag.message_primary or str(e)
     line = f"[{e.sqlstate}] {msg}" if e.sqlstate else msg
-    hint = diag.message_hint or SETUP_HINTS.get(e.sqlstate or "")
+    hint = diag.message_hint or (CATALOGUE_HINT if e.sqlstate == "42501" and command in ("worker", "demo", "demo-seed")
+                                 else SETUP_HINTS.get(e.sqlstate or ""))
     if hint:
         line += f" (hint: {hint})"
+    for note in getattr(e, "__notes__", ()):
+        line = f"{note}: {line}"
     return line
 
 
-def fail(message: str, code: int = EXIT_ERROR) -> int:
-    print(f"{PROG}: error: {' '.join(str(message).split())}", file=sys.stderr)
+def _given_dsns(argv: Sequence[str]) -> list[str]:
+    """Every --dsn value on the command line, parsed or not, for redact()."""
+    found = []
+    for i, a in enumerate(argv):
+        if a == "--dsn" and i + 1 < len(argv):
+            found.append(argv[i + 1])
+        elif a.startswith("--dsn="):
+            found.append(a[len("--dsn="):])
+    return found
+
+
+def fail(message: str, code: int = EXIT_ERROR, dsns: Sequence[str] = ()) -> int:
+    text = redact(" ".join(str(message).split()), *dsns)
+    print(f"{PROG}: error: {text}", file=sys.stderr)
     return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    dsns = _given_dsns(argv)
+    command = None
     try:
         if argv and argv[0] in ("scheduler", "runner"):
             return _delegate(argv[0], argv[1:])
         args = build_parser().parse_args(argv)
+        command = args.command
         return args.func(args)
     except UsageError as e:
-        return fail(str(e), EXIT_USAGE)
+        return fail(str(e), EXIT_USAGE, dsns)
     except psycopg.Error as e:
         code = EXIT_SLOT_BUSY if e.sqlstate == errors.SLOT_BUSY else EXIT_ERROR
-        return fail(_db_error_line(e), code)
+        return fail(_db_error_line(e, command), code, dsns)
     except errors.ScrinaliaError as e:
         sqlstate = getattr(e, "sqlstate", None)
-        return fail(f"[{sqlstate}] {e}" if sqlstate else str(e))
+        return fail(f"[{sqlstate}] {e}" if sqlstate else str(e), EXIT_ERROR, dsns)
     except ImportError as e:
-        return fail(f"this installation lacks a part: {e}")
+        return fail(f"this installation lacks a part: {e}", EXIT_ERROR, dsns)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `scrinalia-workers runs | head`
+        try:
+            sys.stdout = open(os.devnull, "w")  # no second error when Python flushes at exit
+        except OSError:
+            pass
         return EXIT_OK
     except Exception as e:  # a bug of ours: still one line, with what to report
-        return fail(f"unexpected {type(e).__name__}: {e} (please report it)")
+        return fail(f"unexpected {type(e).__name__}: {e} (please report it)", EXIT_ERROR, dsns)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ __all__ = [
     "validate_timezone",
     "next_occurrence",
     "next_occurrences",
+    "try_next_occurrences",
     "MAX_LENGTH",
 ]
 
@@ -327,13 +328,29 @@ def next_occurrences(items: Iterable[tuple[str, str | ZoneInfo]], after: datetim
 
     Raises on the first invalid expression or zone, like next_occurrence.
     """
+    out = try_next_occurrences(items, after)
+    for r in out:
+        if isinstance(r, Exception):
+            raise r
+    return out
+
+
+def try_next_occurrences(items: Iterable[tuple[str, str | ZoneInfo]],
+                         after: datetime) -> list[datetime | Exception]:
+    """Like next_occurrences, but an item that cannot be computed (an unknown zone, an
+    expression this module refuses, any error in the computation) gets its exception
+    in its place instead of failing the others: the scheduler sets it aside."""
     if not isinstance(after, datetime) or after.tzinfo is None or after.utcoffset() is None:
         raise ValueError("after must be an aware datetime")
-    memo: dict[tuple[str, str | ZoneInfo], datetime] = {}
-    out = []
+    memo: dict[tuple[str, str | ZoneInfo], datetime | Exception] = {}
+    out: list[datetime | Exception] = []
     for key in items:
         r = memo.get(key)
         if r is None:
-            r = memo[key] = _next(_parse(key[0]), _zone(key[1]), after)
+            try:
+                r = _next(_parse(key[0]), _zone(key[1]), after)
+            except Exception as e:  # noqa: BLE001 - one bad schedule must not stop the others
+                r = e
+            memo[key] = r
         out.append(r)
     return out

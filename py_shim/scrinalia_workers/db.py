@@ -6,7 +6,8 @@ import os
 
 import psycopg
 
-from .errors import ConfigError
+from .errors import ConfigError, DatabaseUnavailable
+from .redact import redact
 
 # Keepalives make a dead peer's backend (and so its advisory lock) go away in
 # seconds rather than after the kernel's two hours.
@@ -50,14 +51,24 @@ def connect(
     dsn: str, *, autocommit: bool = True, application_name: str = "scrinalia-workers",
     connect_timeout: int = 10, server_keepalives: bool = False,
 ) -> psycopg.Connection:
+    """A connection; DatabaseUnavailable when the server cannot be reached (transient:
+    the daemons retry), ConfigError when the connection string itself is unusable.
+    Neither message ever carries the password."""
     extra = {}
-    if server_keepalives:
-        given = psycopg.conninfo.conninfo_to_dict(dsn).get("options") or os.environ.get("PGOPTIONS", "")
-        extra["options"] = f"{given} {SERVER_KEEPALIVES}".strip()
     try:
-        return psycopg.connect(
+        if server_keepalives:
+            given = psycopg.conninfo.conninfo_to_dict(dsn).get("options") or os.environ.get("PGOPTIONS", "")
+            extra["options"] = f"{given} {SERVER_KEEPALIVES}".strip()
+        conn = psycopg.connect(
             dsn, autocommit=autocommit, application_name=application_name,
             connect_timeout=connect_timeout, **KEEPALIVES, **extra,
         )
+        # No server-side prepared statements: behind a transaction-mode pooler (PgBouncer
+        # before 1.21) they collide between clients. Every call is one function call
+        # whose PL/pgSQL body caches its own plans, so nothing is lost.
+        conn.prepare_threshold = None
+        return conn
+    except psycopg.ProgrammingError as e:  # libpq could not parse the connection string
+        raise ConfigError(redact(f"invalid connection string: {str(e).strip()}", dsn)) from None
     except psycopg.OperationalError as e:
-        raise ConfigError(f"cannot connect to the database: {str(e).strip()}") from e
+        raise DatabaseUnavailable(redact(f"cannot connect to the database: {str(e).strip()}", dsn)) from None

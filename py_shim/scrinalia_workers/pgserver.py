@@ -43,8 +43,11 @@ def free_port() -> int:
 class LocalCluster:
     """initdb + pg_ctl in a temporary directory, listening on 127.0.0.1."""
 
-    def __init__(self, bin_dir: Path, base: Path | None = None, port: int | None = None):
+    def __init__(self, bin_dir: Path, base: Path | None = None, port: int | None = None,
+                 settings: dict[str, str] | None = None):
         self.bin_dir = Path(bin_dir)
+        # extra postgresql.conf lines (name -> value as written there), after ours
+        self.settings = dict(settings or {})
         self.base = Path(base or tempfile.mkdtemp(prefix="scrinalia-pg-"))
         self.data = self.base / "data"
         self.sock = self.base / "sock"
@@ -88,6 +91,7 @@ class LocalCluster:
                     # a throwaway cluster: durability buys nothing here
                     "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n"
                     "log_min_messages = warning\n"
+                    + "".join(f"{k} = {v}\n" for k, v in self.settings.items())
                 )
         self.pg_ctl("start", "-w", "-t", "60", "-l", str(self.logfile))
         return self
@@ -100,6 +104,37 @@ class LocalCluster:
 
     def restart(self) -> None:
         self.pg_ctl("restart", "-w", "-t", "60", "-m", "fast", "-l", str(self.logfile))
+
+    def kill(self) -> None:
+        """Stops the server hard (pg_ctl stop -m immediate: no shutdown checkpoint, like
+        a crash); the data directory stays, unlike stop()."""
+        self.pg_ctl("stop", "-m", "immediate", "-w")
+
+    def promote(self) -> None:
+        """Ends recovery on a standby and waits until it accepts writes."""
+        self.pg_ctl("promote", "-w", "-t", "60")
+
+    def start_replica(self, port: int | None = None, settings: dict[str, str] | None = None,
+                      base: Path | None = None) -> "LocalCluster":
+        """A streaming replica of this (running) cluster: pg_basebackup -R (which writes
+        primary_conninfo and standby.signal), its own port and socket, then started."""
+        replica = LocalCluster(self.bin_dir, base=base, port=port, settings=settings)
+        replica.base.mkdir(parents=True, exist_ok=True)
+        replica.base.chmod(0o755)
+        replica.sock.mkdir(exist_ok=True)
+        replica.logfile.touch()
+        replica._chown(replica.base, replica.sock, replica.logfile)
+        r = self._run(str(self.bin_dir / "pg_basebackup"), "-D", str(replica.data), "-R",
+                      "-X", "stream", "-c", "fast", "-h", "127.0.0.1", "-p", str(self.port),
+                      "-U", "postgres", "--no-sync", check=False)
+        if r.returncode != 0:
+            raise RuntimeError(f"pg_basebackup failed: {r.stderr.strip()}")
+        with open(replica.data / "postgresql.conf", "a") as f:
+            # later lines win: the copy's port and socket are the primary's
+            f.write(f"\nport = {replica.port}\nunix_socket_directories = '{replica.sock}'\n"
+                    + "".join(f"{k} = {v}\n" for k, v in replica.settings.items()))
+        replica.pg_ctl("start", "-w", "-t", "60", "-l", str(replica.logfile))
+        return replica
 
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():

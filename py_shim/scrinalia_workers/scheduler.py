@@ -2,19 +2,26 @@
 
     python -m scrinalia_workers.scheduler [--dsn DSN] [--json] ...
 
-A dedicated connection holds pg_try_advisory_lock(scrinalia.scheduler_lock_key())
-for the process lifetime; another instance stays in standby and retries every
---standby-retry seconds. The lock is session-scoped, so the connection must be
-direct or through a session-mode pooler: behind a transaction-mode pooler (e.g.
-PgBouncer pool_mode=transaction) the lock would land on a backend we do not keep.
-After acquiring it we check that pg_locks shows it held by our own pg_backend_pid();
-if not, we refuse to run. Before every tick the lock is checked again; when the lock
-connection is gone the scheduler stops ticking at once and goes back to standby.
+A dedicated *lock session* holds pg_try_advisory_lock(scrinalia.scheduler_lock_key())
+for the process lifetime and LISTENs for work; another instance stays in standby
+and retries every --standby-retry seconds. The lock is session-scoped, so the
+connection must be direct or through a session-mode pooler: behind a
+transaction-mode pooler the lock would land on a backend we do not keep, and the
+scheduler refuses to run.
 
-Each tick, on a separate work connection, in short transactions: reap expired
-leases, create retries, then due_schedules() + cron next occurrences + tick() in one
-transaction. Then it sleeps until scrinalia.next_wakeup() (at most --max-sleep),
-woken early by NOTIFY scrinalia_scheduler.
+Any login can take any advisory lock key or send a NOTIFY, so:
+- before every pass the lock session calls scrinalia.scheduler_heartbeat(), which
+  says whether this session holds the lock and records a heartbeat only the holder
+  can write; scheduler_health() reads it;
+- a standby logs who holds the key (at a bounded rate, loudly when the holder is not
+  a scheduler) and ends a holder whose heartbeat is stale through
+  scrinalia.evict_stale_scheduler() (a frozen scheduler, a squatter);
+- NOTIFY wake-ups are coalesced and rate-limited (--min-wake-interval).
+
+Each pass, on a separate *work session*: reap expired leases, create retries, then
+in one transaction check the lock, due_schedules() + the cron next occurrences +
+tick(). A schedule whose next occurrence cannot be computed here is set aside
+(scrinalia.set_schedules_aside) and retried later; the others fire regardless.
 """
 
 from __future__ import annotations
@@ -26,63 +33,83 @@ import socket
 import sys
 import threading
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import psycopg
+from psycopg.rows import dict_row
 
 from . import cron, db
-from .errors import ConfigError, SchemaMismatch
+from .backoff import Backoff, is_transient
+from .errors import ConfigError
 from .logs import EventLog, one_line, startup_error
-from .schema import preflight
+from .schema import check_schema, preflight
 
 EXIT_CONFIG = 2
+NOT_LOCK_HOLDER = "SW031"
 
-_HOLDS_LOCK = (
-    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks l WHERE l.locktype = 'advisory'"
-    " AND l.granted AND l.pid = pg_backend_pid() AND l.objsubid = 1"
-    " AND ((l.classid::bigint << 32) | l.objid::bigint) = scrinalia.scheduler_lock_key())"
+# Every function the scheduler calls: checked at start-up, so that a login without
+# them gets one line and exit 2 instead of a crash loop.
+REQUIRED_FUNCTIONS = (
+    "scrinalia.scheduler_lock_key()",
+    "scrinalia.scheduler_heartbeat(text, integer)",
+    "scrinalia.check_scheduler_lock(integer)",
+    "scrinalia.scheduler_status()",
+    "scrinalia.evict_stale_scheduler()",
+    "scrinalia.reap_expired_leases()",
+    "scrinalia.create_retries()",
+    "scrinalia.due_schedules(integer)",
+    "scrinalia.set_schedules_aside(text[], text[])",
+    "scrinalia.tick(text[], timestamp with time zone[], text)",
+    "scrinalia.next_wakeup()",
 )
+GROUPS = "scrinalia_scheduler (least privilege), or scrinalia_operator or scrinalia_runner"
+
+# After a pass that found work it could not take (schedule rows locked by another
+# transaction), wait this long rather than spin on a due instant in the past.
+NO_PROGRESS_SLEEP = 0.5
+# The shortest sleep: the due instant is computed by the database, we may wake a hair early.
+MIN_SLEEP = 0.005
+# How often a standby repeats who holds the lock when nothing changed.
+HOLDER_REPORT_EVERY = 60.0
+# How long one wait on the socket lasts before the stop flag is looked at again.
+POLL_SLICE = 0.2
+
+
+TRANSACTION_POOLER = ("the scheduler's two sessions are not its own: a transaction-mode pooler is in the "
+                      "way (the advisory lock is per session); connect directly or through a "
+                      "session-mode pool")
+
+
+def _server_pid(conn: psycopg.Connection) -> int:
+    return conn.execute("SELECT pg_backend_pid()").fetchone()[0]
 
 
 class LockLost(Exception):
-    pass
+    """This process no longer holds the scheduler lock: stop ticking at once."""
 
 
 class UnsafeConnection(ConfigError):
     """The lock connection cannot hold a session lock (a transaction-mode pooler)."""
 
 
-class _Occurrences:
-    """cron.next_occurrence, computed once per (expr, zone, after) within a tick: a
-    tick of 100,000 schedules shares a few hundred of them. Failures are kept too."""
-
-    def __init__(self):
-        self._memo: dict[tuple, datetime | Exception] = {}
-
-    def __call__(self, expr: str, tz: str, after: datetime) -> datetime:
-        key = (expr, tz, after)
-        if key not in self._memo:
-            try:
-                self._memo[key] = cron.next_occurrence(expr, tz, after)
-            except (ValueError, LookupError) as e:
-                self._memo[key] = e
-        r = self._memo[key]
-        if isinstance(r, Exception):
-            raise r
-        return r
-
-
 class Scheduler:
     def __init__(self, dsn: str, *, name: str | None = None, standby_retry: float = 3.0,
-                 max_sleep: float = 5.0, log: EventLog | None = None):
+                 max_sleep: float = 5.0, min_wake_interval: float = 0.2, log: EventLog | None = None):
         self.dsn = dsn
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.standby_retry = standby_retry
         self.max_sleep = max_sleep
+        self.min_wake_interval = min_wake_interval
         self.log = log or EventLog()
         self.stop = threading.Event()
         self.lock_conn: psycopg.Connection | None = None
         self.work_conn: psycopg.Connection | None = None
+        self.lock_pid: int | None = None
+        self.work_pid: int | None = None
+        self.passes = 0
+        self._last_pass = 0.0
+        self._holder_seen: tuple | None = None
+        self._holder_logged_at = 0.0
 
     # --- connections and the lock ------------------------------------------------
 
@@ -91,144 +118,231 @@ class Scheduler:
             if c is not None:
                 try:
                     c.close()
-                except Exception:
+                except Exception:  # noqa: BLE001 - closing a broken connection
                     pass
         self.work_conn = self.lock_conn = None
+        self.lock_pid = self.work_pid = None
+
+    def _lock_session(self) -> psycopg.Connection:
+        if self.lock_conn is None or self.lock_conn.closed:
+            self.lock_conn = db.connect(self.dsn, application_name="scrinalia-scheduler lock",
+                                        server_keepalives=True)
+            # the server's pid, not libpq's: behind a pooler they differ
+            self.lock_pid = _server_pid(self.lock_conn)
+        return self.lock_conn
 
     def _acquire(self) -> bool:
-        """One attempt at the lock; True when held (and the connections are ready)."""
-        self.lock_conn = db.connect(self.dsn, application_name="scrinalia-scheduler lock",
-                                    server_keepalives=True)
-        got = self.lock_conn.execute(
-            "SELECT pg_try_advisory_lock(scrinalia.scheduler_lock_key())").fetchone()[0]
+        """One attempt at the lock; True when held (and the work session is ready)."""
+        conn = self._lock_session()
+        got = conn.execute("SELECT pg_try_advisory_lock(scrinalia.scheduler_lock_key())").fetchone()[0]
         if not got:
-            self._close()
             return False
-        if not self.lock_conn.execute(_HOLDS_LOCK).fetchone()[0]:
-            raise UnsafeConnection("the advisory lock is not held by this connection's backend: a "
-                              "transaction-mode pooler is in the way; connect directly or use "
-                              "a session-mode pool")
-        self.lock_conn.execute("LISTEN scrinalia_scheduler")
+        check_schema(conn)  # a deploy may have moved the schema while we stood by
         self.work_conn = db.connect(self.dsn, application_name="scrinalia-scheduler")
+        # a tick must never hang behind a row lock of a frozen peer (see evict_stale_scheduler)
+        self.work_conn.execute("SET lock_timeout = '10s'")
+        self.work_pid = _server_pid(self.work_conn)
+        # two client connections share a server session only behind a transaction pooler
+        if self.work_pid == self.lock_pid or not self._heartbeat():
+            raise UnsafeConnection(TRANSACTION_POOLER)
+        conn.execute("LISTEN scrinalia_scheduler")
         return True
+
+    def _heartbeat(self) -> bool:
+        """True while our lock session holds the lock; records the heartbeat."""
+        held, pid = self.lock_conn.execute(
+            "SELECT scrinalia.scheduler_heartbeat(%s, %s), pg_backend_pid()",
+            (self.name, self.work_pid)).fetchone()
+        if pid != self.lock_pid:  # the pooler handed our statement to another session
+            raise UnsafeConnection(TRANSACTION_POOLER)
+        return held
 
     def _check_lock(self) -> None:
         try:
-            ok = self.lock_conn.execute(_HOLDS_LOCK).fetchone()[0]
+            held = self._heartbeat()
+        except UnsafeConnection:
+            raise
         except psycopg.Error as e:
             raise LockLost(one_line(e)) from e
-        if not ok:
-            raise LockLost("the lock is no longer held by our backend")
+        if not held:
+            raise LockLost("the lock is no longer held by our session")
 
-    # --- the tick -------------------------------------------------------------------
+    # --- standby -------------------------------------------------------------------
 
-    def tick(self) -> None:
+    def _stand_by(self) -> None:
+        """Someone else holds the lock: say who (at a bounded rate), and end its
+        session if it is stale (frozen, or not a scheduler at all)."""
+        conn = self.lock_conn
+        ev = conn.cursor(row_factory=dict_row).execute(
+            "SELECT evicted, holder_pid, holder_role, reason FROM scrinalia.evict_stale_scheduler()").fetchone()
+        if ev["evicted"]:
+            self.log("stale holder evicted", level="warning", name=self.name, holder_pid=ev["holder_pid"],
+                     holder_role=ev["holder_role"], reason=ev["reason"])
+            return
+        st = conn.cursor(row_factory=dict_row).execute(
+            "SELECT holder_pid, holder_role, holder_application, holder_backend_start, holder_is_scheduler,"
+            " heartbeat_at FROM scrinalia.scheduler_status()").fetchone()
+        seen = (st["holder_pid"], st["holder_role"], st["holder_is_scheduler"])
+        now = time.monotonic()
+        if seen == self._holder_seen and now - self._holder_logged_at < HOLDER_REPORT_EVERY:
+            return
+        self._holder_seen, self._holder_logged_at = seen, now
+        holder = dict(holder_pid=st["holder_pid"], holder_role=st["holder_role"],
+                      holder_application=st["holder_application"], holder_since=st["holder_backend_start"],
+                      heartbeat_at=st["heartbeat_at"], retry_every=self.standby_retry)
+        if st["holder_pid"] is not None and not st["holder_is_scheduler"]:
+            self.log("standby", level="error", name=self.name, **holder,
+                     reason="the scheduler lock is held by a login that is NOT a scheduler: nothing ticks "
+                            "while it holds it; it is ended once stale (" + (ev["reason"] or "") + ")")
+        else:
+            self.log("standby", name=self.name, **holder, reason="another scheduler holds the lock")
+
+    # --- one pass --------------------------------------------------------------------
+
+    def tick(self) -> bool:
+        """One pass: reap, retries, then the due schedules. True when it decided anything."""
+        self.passes += 1
+        self._last_pass = time.monotonic()
+        self.log("pass", level="debug", n=self.passes)
         conn = self.work_conn
-        for r in conn.execute("SELECT run_id, worker_name, lease_owner, error FROM scrinalia.reap_expired_leases()"):
-            self.log("lease reaped", run_id=r[0], worker=r[1], runner=r[2], reason=r[3])
-        for r in conn.execute("SELECT run_id, retry_of, worker_name, attempt, not_before FROM scrinalia.create_retries()"):
-            self.log("retry created", run_id=r[0], retry_of=r[1], worker=r[2], attempt=r[3],
-                     not_before=r[4].isoformat())
+        cur = conn.cursor(row_factory=dict_row)
+        progressed = False
+        for r in cur.execute("SELECT run_id, worker_name, lease_owner, error FROM scrinalia.reap_expired_leases()"):
+            progressed = True
+            self.log("lease reaped", run_id=r["run_id"], worker=r["worker_name"], runner=r["lease_owner"],
+                     reason=r["error"])
+        for r in cur.execute("SELECT run_id, retry_of, worker_name, attempt, not_before FROM scrinalia.create_retries()"):
+            progressed = True
+            self.log("retry created", run_id=r["run_id"], retry_of=r["retry_of"], worker=r["worker_name"],
+                     attempt=r["attempt"], not_before=r["not_before"].isoformat())
         with conn.transaction():
-            due = conn.execute(
-                "SELECT worker_name, cron, timezone, next_run_at, db_now FROM scrinalia.due_schedules()"
-            ).fetchall()
+            try:
+                cur.execute("SELECT scrinalia.check_scheduler_lock(%s)", (self.lock_pid,))
+            except psycopg.Error as e:
+                if e.sqlstate == NOT_LOCK_HOLDER:
+                    raise LockLost(e.diag.message_primary) from None
+                raise
+            due = cur.execute("SELECT worker_name, cron, timezone, db_now FROM scrinalia.due_schedules()").fetchall()
             if not due:
-                return
-            db_now = due[0][4]
-            occurrence = _Occurrences()
-            names, nexts, exprs = [], [], {}
-            for worker, expr, tz, _was, _ in due:
-                try:
-                    nxt = occurrence(expr, tz, db_now)
-                except (ValueError, LookupError) as e:
-                    # one bad schedule must not block the others
-                    self.log("tick error", level="error", worker=worker, cron=expr, timezone=tz,
-                             reason=f"cannot evaluate the schedule here: {e}")
-                    continue
-                names.append(worker)
-                nexts.append(nxt)
-                exprs[worker] = (expr, tz)
-            if not names:
-                return
-            rows = conn.execute(
-                "SELECT worker_name, decision, run_id, scheduled_for, next_run_at, reason"
-                " FROM scrinalia.tick(%s::text[], %s::timestamptz[], %s)", (names, nexts, self.name),
-            ).fetchall()
-        for worker, decision, run_id, sched_for, nxt, reason in rows:
-            nxt_s = nxt.isoformat() if nxt else None
-            if decision == "ARMED":
-                self.log("armed", worker=worker, next_run_at=nxt_s)
-            elif decision == "ENQUEUED":
-                expr, tz = exprs[worker]
-                catch_up = occurrence(expr, tz, sched_for) <= db_now
-                self.log("enqueued", worker=worker, run_id=run_id, scheduled_for=sched_for.isoformat(),
-                         next_run_at=nxt_s, catch_up=catch_up)
-                if catch_up:
-                    self.log("catch-up", worker=worker, run_id=run_id, scheduled_for=sched_for.isoformat(),
-                             reason="periods were missed: one run, not a replay")
-            else:
-                self.log("skipped", worker=worker, scheduled_for=sched_for.isoformat() if sched_for else None,
-                         next_run_at=nxt_s, reason=reason)
+                return progressed
+            db_now = due[0]["db_now"]
+            nexts = cron.try_next_occurrences([(d["cron"], d["timezone"]) for d in due], db_now)
+            ok = [(d, n) for d, n in zip(due, nexts) if not isinstance(n, Exception)]
+            bad = [(d, n) for d, n in zip(due, nexts) if isinstance(n, Exception)]
+            aside = []
+            if bad:
+                aside = cur.execute(
+                    "SELECT worker_name, arm_error, arm_error_since, arm_retry_at"
+                    " FROM scrinalia.set_schedules_aside(%s::text[], %s::text[])",
+                    ([d["worker_name"] for d, _ in bad],
+                     [f"cannot compute the next occurrence here: {one_line(e)}" for _, e in bad])).fetchall()
+            rows = []
+            if ok:
+                rows = cur.execute(
+                    "SELECT worker_name, decision, run_id, scheduled_for, next_run_at, reason"
+                    " FROM scrinalia.tick(%s::text[], %s::timestamptz[], %s)",
+                    ([d["worker_name"] for d, _ in ok], [n for _, n in ok], self.name)).fetchall()
+        for a in aside:
+            self.log("schedule set aside", level="error", worker=a["worker_name"], reason=a["arm_error"],
+                     since=a["arm_error_since"], retry_at=a["arm_retry_at"])
+        crons = {d["worker_name"]: (d["cron"], d["timezone"]) for d in due}
+        for r in rows:
+            self._log_decision(r, crons[r["worker_name"]], db_now)
+        return bool(rows or aside or progressed)
 
-    def _sleep(self) -> None:
+    def _log_decision(self, r: dict, cron_tz: tuple[str, str], db_now: datetime) -> None:
+        nxt = r["next_run_at"].isoformat() if r["next_run_at"] else None
+        sched_for = r["scheduled_for"]
+        if r["decision"] == "ARMED":
+            self.log("armed", worker=r["worker_name"], next_run_at=nxt)
+        elif r["decision"] == "ENQUEUED":
+            # periods fall on minutes: only a period due over a minute ago can hide another
+            catch_up = (db_now - sched_for >= timedelta(minutes=1)
+                        and cron.next_occurrence(*cron_tz, sched_for) <= db_now)
+            self.log("enqueued", worker=r["worker_name"], run_id=r["run_id"],
+                     scheduled_for=sched_for.isoformat(), next_run_at=nxt, catch_up=catch_up)
+            if catch_up:
+                self.log("catch-up", worker=r["worker_name"], run_id=r["run_id"],
+                         scheduled_for=sched_for.isoformat(), reason="periods were missed: one run, not a replay")
+        else:
+            self.log("skipped", worker=r["worker_name"],
+                     scheduled_for=sched_for.isoformat() if sched_for else None, next_run_at=nxt,
+                     reason=r["reason"])
+
+    # --- waiting -----------------------------------------------------------------------
+
+    def _sleep_for(self, progressed: bool) -> float:
         wake = self.work_conn.execute(
-            "SELECT extract(epoch FROM scrinalia.next_wakeup() - now())").fetchone()[0]
-        delay = self.max_sleep if wake is None else min(max(float(wake), 0.005), self.max_sleep)
-        # wake up early on NOTIFY scrinalia_scheduler (put_schedule, finish, reap...)
+            "SELECT extract(epoch FROM scrinalia.next_wakeup() - now())::float8").fetchone()[0]
+        if wake is None:
+            return self.max_sleep
+        if wake <= 0 and not progressed:
+            return NO_PROGRESS_SLEEP  # due work we could not take (rows locked elsewhere)
+        return min(max(wake, MIN_SLEEP), self.max_sleep)
+
+    def _wait(self, delay: float) -> None:
+        """Sleep `delay` seconds, or less when a NOTIFY says there is work; wake-ups
+        are coalesced and at most one per min_wake_interval, so a NOTIFY flood from
+        any login costs a few passes a second, not one per message."""
         deadline = time.monotonic() + delay
+        woken = False
         while not self.stop.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
+            now = time.monotonic()
+            until = min(deadline, self._last_pass + self.min_wake_interval) if woken else deadline
+            if now >= until:
                 return
-            for _ in self.lock_conn.notifies(timeout=min(left, 0.5), stop_after=1):
-                return
+            for _ in self.lock_conn.notifies(timeout=min(until - now, POLL_SLICE), stop_after=1):
+                woken = True
 
     # --- the loop ----------------------------------------------------------------
 
+    def _hold(self) -> None:
+        """Pass after pass while we hold the lock; returns when asked to stop."""
+        errors = Backoff(base=0.2, cap=max(self.max_sleep, 1.0))
+        while not self.stop.is_set():
+            self._check_lock()
+            try:
+                progressed = self.tick()
+                delay = self._sleep_for(progressed)
+                errors.reset()
+            except (LockLost, ConfigError):
+                raise
+            except Exception as e:  # noqa: BLE001 - a row or a bug must not stop the daemon
+                if is_transient(e) or (self.work_conn is not None and self.work_conn.closed):
+                    raise
+                delay = errors.next_delay()
+                self.log("pass error", level="error", sqlstate=getattr(e, "sqlstate", None),
+                         reason=one_line(e), retry_in=round(delay, 2))
+            self._wait(delay)
+
     def run(self) -> int:
-        backoff = 0.2
-        standby_logged = False
+        reconnect = Backoff(base=0.2, cap=max(self.standby_retry, 0.2))
         while not self.stop.is_set():
             try:
                 if not self._acquire():
-                    if not standby_logged:
-                        self.log("standby", name=self.name, retry_every=self.standby_retry,
-                                 reason="another scheduler holds the lock")
-                        standby_logged = True
+                    self._stand_by()
                     self.stop.wait(self.standby_retry)
                     continue
-                standby_logged = False
-                backoff = 0.2
+                reconnect.reset()
+                self._holder_seen = None
                 self.log("lock acquired", name=self.name)
-                while not self.stop.is_set():
-                    self._check_lock()
-                    try:
-                        self.tick()
-                    except psycopg.OperationalError:
-                        raise
-                    except psycopg.Error as e:
-                        self.log("tick error", level="error", sqlstate=e.sqlstate,
-                                 reason=one_line(e))
-                        if self.work_conn.closed:
-                            raise
-                    self._sleep()
+                self._hold()
             except LockLost as e:
                 self.log("lock lost", level="warning", name=self.name, reason=str(e))
                 self._close()
-                self.stop.wait(backoff)
-                backoff = min(backoff * 2, self.standby_retry)
-            except UnsafeConnection:
+                self.stop.wait(reconnect.next_delay())
+            except ConfigError:
                 raise
-            except (psycopg.OperationalError, ConfigError) as e:
+            except Exception as e:  # noqa: BLE001 - transient or not, never a crash loop
                 was_holding = self.work_conn is not None
+                delay = reconnect.next_delay()
+                what = "database unavailable" if is_transient(e) else f"unexpected error {type(e).__name__}"
                 self.log("lock lost" if was_holding else "standby", level="warning", name=self.name,
-                         reason=f"database unavailable: {one_line(e)}")
+                         reason=f"{what}: {one_line(e)}", retry_in=round(delay, 2))
                 self._close()
-                self.stop.wait(backoff)
-                backoff = min(backoff * 2, self.standby_retry)
+                self.stop.wait(delay)
         self.log("stopping", name=self.name)
-        if self.lock_conn is not None:
+        if self.lock_conn is not None and self.work_conn is not None:
             try:
                 self.lock_conn.execute("SELECT pg_advisory_unlock(scrinalia.scheduler_lock_key())")
             except psycopg.Error:
@@ -240,30 +354,52 @@ class Scheduler:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="scrinalia-scheduler", description="the one-instance cron scheduler")
     p.add_argument("--dsn", help="database (else DATABASE_URL or the PG* variables)")
-    p.add_argument("--standby-retry", type=float, default=3.0, metavar="SECONDS")
-    p.add_argument("--max-sleep", type=float, default=5.0, metavar="SECONDS")
-    p.add_argument("--name", help="recorded as the ticker (default host:pid)")
+    p.add_argument("--standby-retry", type=_seconds(0.05, 3600), default=3.0, metavar="SECONDS",
+                   help="seconds between two lock attempts of a standby (default 3)")
+    p.add_argument("--max-sleep", type=_seconds(0.05, 3600), default=5.0, metavar="SECONDS",
+                   help="the longest sleep between passes (default 5)")
+    p.add_argument("--min-wake-interval", type=_seconds(0.0, 10), default=0.2, metavar="SECONDS",
+                   help="NOTIFY wake-ups closer than this to the last pass are coalesced (default 0.2)")
+    p.add_argument("--name", type=_name, help="recorded as the ticker (default host:pid)")
     p.add_argument("--json", action="store_true", help="JSON log lines")
     p.add_argument("--log-level", default="info", type=str.lower, choices=["debug", "info", "warning", "error"],
                    help="case-insensitive: debug, info, warning, error")
     return p
 
 
+def _seconds(lo: float, hi: float):
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be between {lo:g} and {hi:g} seconds, not {text}")
+        return v
+    return parse
+
+
+def _name(text: str) -> str:
+    if not 1 <= len(text) <= 200 or not text.isprintable():
+        raise argparse.ArgumentTypeError("a name is 1 to 200 printable characters")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     log = EventLog(json_lines=args.json, level=args.log_level)
-    if args.standby_retry <= 0 or args.max_sleep <= 0:
-        log("config error", level="error", reason="--standby-retry and --max-sleep must be positive")
-        return EXIT_CONFIG
     try:
-        dsn = preflight(args.dsn, "scrinalia-scheduler check")
-    except (ConfigError, SchemaMismatch) as e:
+        dsn = preflight(args.dsn, "scrinalia-scheduler check", functions=REQUIRED_FUNCTIONS,
+                        job="run the scheduler", groups=GROUPS, server_keepalives=True)
+    except ConfigError as e:
         startup_error(log, "scrinalia-scheduler", args.json, e)
         return EXIT_CONFIG
-    sched = Scheduler(dsn, name=args.name, standby_retry=args.standby_retry,
-                      max_sleep=args.max_sleep, log=log)
+    sched = Scheduler(dsn, name=args.name, standby_retry=args.standby_retry, max_sleep=args.max_sleep,
+                      min_wake_interval=args.min_wake_interval, log=log)
 
     def _stop(signum, frame):
+        if sched.stop.is_set():  # a second signal: leave at once
+            os._exit(128 + signum)
         sched.stop.set()
 
     signal.signal(signal.SIGTERM, _stop)
@@ -271,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return sched.run()
     except ConfigError as e:
-        print(f"scrinalia-scheduler: {one_line(e)}", file=sys.stderr)
+        startup_error(log, "scrinalia-scheduler", args.json, e)
         return EXIT_CONFIG
 
 

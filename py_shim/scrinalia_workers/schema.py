@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import psycopg
 
-from .errors import SchemaMismatch
+from .errors import ConfigError, DatabaseUnavailable, MissingPrivilege, SchemaMismatch
 
-EXPECTED_HEAD = "0004_roles"
+EXPECTED_HEAD = "0005_health"
 REQUIRED_COLUMNS = ("attempt", "retry_of", "not_before", "scheduled_for")
 _FIX = "run `scrinalia-workers migrate`"
 
@@ -51,11 +51,34 @@ def check_schema(conn: psycopg.Connection) -> str:
     return head
 
 
-def preflight(dsn: str | None, application_name: str) -> str:
-    """The start-up of a daemon: a configured DSN that reaches a schema at the head."""
+def check_privileges(conn: psycopg.Connection, functions: tuple[str, ...], job: str, groups: str) -> None:
+    """Raises MissingPrivilege naming what this login lacks to call `functions`
+    (regprocedure signatures) for `job`, and the groups that grant it."""
+    missing = [f for f in functions if not conn.execute(
+        "SELECT has_function_privilege(current_user, %s, 'EXECUTE')", (f,)).fetchone()[0]]
+    if missing:
+        user = conn.execute("SELECT current_user").fetchone()[0]
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise MissingPrivilege(f"login {user!r} cannot {job}: no EXECUTE on {shown}; "
+                               f"grant it {groups} (GRANT scrinalia_... TO {user})")
+
+
+def preflight(dsn: str | None, application_name: str, *, functions: tuple[str, ...] = (),
+              job: str = "", groups: str = "", server_keepalives: bool = False) -> str:
+    """The start-up of a daemon: a configured DSN that reaches a schema at the head, and
+    (given `functions`) a login allowed to call every one of them. Anything wrong here
+    is misconfiguration: ConfigError, one line, exit 2."""
     from . import db
 
     dsn = db.require_dsn(dsn)
-    with db.connect(dsn, application_name=application_name) as conn:
-        check_schema(conn)
+    try:
+        # connect as the daemon will (a pooler may refuse the keepalive options)
+        with db.connect(dsn, application_name=application_name, server_keepalives=server_keepalives) as conn:
+            check_schema(conn)
+            if functions:
+                check_privileges(conn, functions, job, groups)
+    except DatabaseUnavailable as e:
+        raise ConfigError(str(e)) from None
+    except psycopg.OperationalError as e:  # the server went away during the check
+        raise ConfigError(f"the database closed the connection during the start-up check: {e}") from None
     return dsn

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pathlib
 
-import psycopg
 import pytest
+
+from helpers import table_fingerprints
 
 _HERE = pathlib.Path(__file__).parent
 
@@ -14,18 +15,6 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if _HERE in pathlib.Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.reliability)
-
-
-def table_fingerprints(conn: psycopg.Connection) -> dict[str, tuple[int, str]]:
-    """(row count, md5 of all rows) of every table in the scrinalia schema."""
-    tables = [r[0] for r in conn.execute(
-        "SELECT tablename FROM pg_tables WHERE schemaname = 'scrinalia' ORDER BY 1").fetchall()]
-    out = {}
-    for t in tables:
-        out[t] = conn.execute(
-            f'SELECT count(*), coalesce(md5(string_agg(x::text, E\'\\n\' ORDER BY x::text)), \'\') '
-            f'FROM scrinalia."{t}" x').fetchone()
-    return out
 
 
 @pytest.fixture

@@ -126,7 +126,7 @@ WRONG_TYPES = [
     ("SELECT * FROM scrinalia.claim_next(NULL)", (), "SW022"),
     ("SELECT scrinalia.cancel_run(-1)", (), "SW011"),
     ("SELECT scrinalia.cancel_run(%s::bigint)", ("1e30",), "22"),
-    ("SELECT * FROM scrinalia.due_schedules(-1)", (), "22"),
+    ("SELECT * FROM scrinalia.due_schedules(-1)", (), "SW030"),
     ("SELECT * FROM scrinalia.tick(NULL, NULL)", (), "SW030"),
     ("SELECT * FROM scrinalia.tick(ARRAY['ocr'], ARRAY[]::timestamptz[])", (), "SW030"),
     ("SELECT * FROM scrinalia.tick(ARRAY['ocr'], ARRAY[now() - interval '1 s'])", (), "SW030"),

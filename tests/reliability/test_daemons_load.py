@@ -19,7 +19,7 @@ from psycopg.types.json import Jsonb
 
 from invariants import busy_slots, check_all
 from procs import start_runner, start_scheduler, wait_for
-from scrinalia_workers.demo_handlers import DEMO_OPTIONS
+from scrinalia_workers.load_handlers import DEMO_OPTIONS
 from scrinalia_workers.migrate import migrate
 
 SCHEDULES = int(os.environ.get("RELIABILITY_DAEMON_SCHEDULES", "2000"))
@@ -42,13 +42,13 @@ def _seed(db: psycopg.Connection) -> None:
 def test_real_daemons_under_load_through_a_restart(own_cluster):
     cluster = own_cluster
     dsn = cluster.dsn("postgres")
-    migrate(dsn)
+    migrate(dsn, create_groups=True)
     db = psycopg.connect(dsn, autocommit=True)
     _seed(db)
     start = db.execute("SELECT now()").fetchone()[0]
     boundary = (start.replace(second=0, microsecond=0) + timedelta(minutes=1))
     schedulers = [start_scheduler(dsn, "--standby-retry", "0.5", "--name", f"s{i}") for i in (1, 2)]
-    runners = [start_runner(dsn, "scrinalia_workers.demo_handlers", "--lease", "5", "--runner-id", f"r{i}")
+    runners = [start_runner(dsn, "scrinalia_workers.load_handlers", "--lease", "5", "--runner-id", f"r{i}")
                for i in range(RUNNERS)]
     try:
         wait_for(lambda: db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs "

@@ -160,7 +160,7 @@ def test_postgres_restart_mid_tick_neither_loses_nor_doubles(own_cluster):
     admin.execute("CREATE DATABASE sw_restart")
     admin.close()
     dsn = own_cluster.dsn("sw_restart")
-    migrate(dsn)
+    migrate(dsn, create_groups=True)
     conn = psycopg.connect(dsn, autocommit=True)
     workers = make_workers(conn, 100, "rs")
     # armed on a real period two minutes ago: the scheduler was "down" for one period since

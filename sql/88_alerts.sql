@@ -1,0 +1,145 @@
+-- What an operator's stack reads: the current alerts in words, and the metrics that
+-- prometheus-postgres-exporter exposes (monitoring/queries.yaml). All for the reader
+-- group; labels are worker names, statuses and triggers, never run ids.
+
+-- The latest finished scheduled period of each worker that has one, with every
+-- attempt's run id (a period is finished when no attempt of it is QUEUED/RUNNING and
+-- no retry is owed).
+CREATE FUNCTION scrinalia.latest_finished_periods()
+RETURNS TABLE (worker_name text, scheduled_for timestamptz, run_ids bigint[], attempts integer,
+               last_status scrinalia.run_status, last_error text, finished_at timestamptz)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+    SELECT s.worker_name, p.scheduled_for, p.run_ids, p.attempts, p.last_status, p.last_error, p.finished_at
+      FROM scrinalia.archive_worker_schedules s
+     CROSS JOIN LATERAL (
+        SELECT a1.scheduled_for, c.run_ids, c.attempts, c.last_status, c.last_error, c.finished_at
+          FROM scrinalia.archive_worker_runs a1
+         CROSS JOIN LATERAL (
+            WITH RECURSIVE chain AS (
+                SELECT r.run_id, r.attempt, r.status, r.error, r.finished_at, r.retry_pending
+                  FROM scrinalia.archive_worker_runs r WHERE r.run_id = a1.run_id
+                UNION ALL
+                SELECT r.run_id, r.attempt, r.status, r.error, r.finished_at, r.retry_pending
+                  FROM scrinalia.archive_worker_runs r JOIN chain ON r.retry_of = chain.run_id
+            )
+            SELECT array_agg(chain.run_id ORDER BY chain.attempt) AS run_ids,
+                   max(chain.attempt) AS attempts,
+                   (array_agg(chain.status ORDER BY chain.attempt DESC))[1] AS last_status,
+                   (array_agg(chain.error ORDER BY chain.attempt DESC))[1] AS last_error,
+                   (array_agg(chain.finished_at ORDER BY chain.attempt DESC))[1] AS finished_at,
+                   bool_or(chain.retry_pending OR chain.status IN ('QUEUED', 'RUNNING')) AS open
+              FROM chain
+         ) c
+         WHERE a1.worker_name = s.worker_name AND a1.attempt = 1 AND a1.scheduled_for IS NOT NULL
+           AND NOT c.open
+         ORDER BY a1.scheduled_for DESC
+         LIMIT 1
+     ) p
+$$;
+
+-- The alerts of now, one row each, in words an operator acts on. kind is one of
+-- FAILED_AFTER_ALL_ATTEMPTS, SCHEDULE_OVERDUE, SCHEDULE_SET_ASIDE, LEASE_REAPED,
+-- SCHEDULER_UNHEALTHY. No row: nothing to do.
+CREATE FUNCTION scrinalia.current_alerts()
+RETURNS TABLE (kind text, worker_name text, since timestamptz, run_ids bigint[], message text)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+    SELECT 'SCHEDULER_UNHEALTHY', NULL::text,
+           coalesce(h.oldest_overdue_since, h.heartbeat_at), NULL::bigint[],
+           'scheduling is not happening: ' || h.reason
+      FROM scrinalia.scheduler_health() h
+     WHERE NOT h.healthy
+    UNION ALL
+    SELECT 'FAILED_AFTER_ALL_ATTEMPTS', p.worker_name, p.finished_at, p.run_ids,
+           format('the %s period of %s ended %s after %s attempt(s) (runs %s): %s',
+                  to_char(p.scheduled_for AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI"Z"'), p.worker_name,
+                  p.last_status, p.attempts, array_to_string(p.run_ids, ', '),
+                  coalesce(left(split_part(p.last_error, E'\n', 1), 200), 'no error text'))
+      FROM scrinalia.latest_finished_periods() p
+     WHERE p.last_status IN ('FAILED', 'INTERRUPTED')
+    UNION ALL
+    SELECT 'SCHEDULE_OVERDUE', s.worker_name, coalesce(s.next_run_at, s.updated_at), NULL,
+           format('the schedule of %s (%s, %s) was due at %s and has not been handled for %s: is a scheduler running?',
+                  s.worker_name, s.cron, s.timezone, coalesce(s.next_run_at::text, 'arming'),
+                  date_trunc('second', now() - coalesce(s.next_run_at, s.updated_at)))
+      FROM scrinalia.archive_worker_schedules s
+     WHERE s.enabled AND s.arm_error IS NULL
+       AND coalesce(s.next_run_at, s.updated_at) < now() - scrinalia.overdue_grace()
+    UNION ALL
+    SELECT 'SCHEDULE_SET_ASIDE', s.worker_name, s.arm_error_since, NULL,
+           format('the scheduler cannot compute the schedule of %s (%s, %s): %s; fix it with put_schedule (next try %s)',
+                  s.worker_name, s.cron, s.timezone, s.arm_error, s.arm_retry_at)
+      FROM scrinalia.archive_worker_schedules s
+     WHERE s.enabled AND s.arm_error IS NOT NULL
+    UNION ALL
+    SELECT 'LEASE_REAPED', r.worker_name, r.finished_at, ARRAY[r.run_id],
+           format('run #%s of %s was interrupted: %s; did runner %s die?', r.run_id, r.worker_name,
+                  r.error, coalesce(r.lease_owner, '?'))
+      FROM scrinalia.archive_worker_runs r
+     WHERE r.error_fingerprint = 'lease-expired' AND r.finished_at > now() - interval '1 hour'
+$$;
+
+-- Per worker: what prometheus-postgres-exporter exposes as gauges and counters.
+CREATE FUNCTION scrinalia.worker_metrics()
+RETURNS TABLE (worker_name text, scheduled integer, paused integer, overdue integer, set_aside integer,
+               failed_after_all_attempts integer, retries_created bigint, periods_skipped bigint,
+               last_lateness_seconds double precision, queue_pending bigint, queue_processed bigint,
+               oldest_claimable_wait_seconds double precision)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+    SELECT w.worker_name,
+           (s.worker_name IS NOT NULL)::int,
+           coalesce((NOT s.enabled)::int, 0),
+           coalesce((s.enabled AND s.arm_error IS NULL
+                     AND coalesce(s.next_run_at, s.updated_at) < now() - scrinalia.overdue_grace())::int, 0),
+           coalesce((s.enabled AND s.arm_error IS NOT NULL)::int, 0),
+           coalesce((p.last_status IN ('FAILED', 'INTERRUPTED'))::int, 0),
+           coalesce(rt.retries, 0),
+           coalesce(s.skipped_count, 0),
+           (SELECT extract(epoch FROM r.created_at - r.scheduled_for)::float8
+              FROM scrinalia.archive_worker_runs r WHERE r.run_id = s.last_run_id AND r.attempt = 1),
+           q.pending, q.processed,
+           (SELECT extract(epoch FROM now() - min(coalesce(r.not_before, r.created_at)))::float8
+              FROM scrinalia.archive_worker_runs r
+             WHERE r.worker_name = w.worker_name AND r.status IN ('QUEUED', 'RUNNING') AND r.status = 'QUEUED'
+               AND (r.not_before IS NULL OR r.not_before <= now()))
+      FROM scrinalia.archive_workers w
+      LEFT JOIN scrinalia.archive_worker_schedules s ON s.worker_name = w.worker_name
+      LEFT JOIN scrinalia.worker_queue_counters q ON q.worker_name = w.worker_name
+      LEFT JOIN scrinalia.latest_finished_periods() p ON p.worker_name = w.worker_name
+      LEFT JOIN (SELECT r.worker_name, count(*) AS retries FROM scrinalia.archive_worker_runs r
+                  WHERE r.retry_of IS NOT NULL GROUP BY r.worker_name) rt ON rt.worker_name = w.worker_name
+$$;
+
+-- Per (worker, status, trigger): how many runs the ledger holds (prune_runs lowers it).
+CREATE FUNCTION scrinalia.run_counts()
+RETURNS TABLE (worker_name text, status text, trigger text, runs bigint)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+    SELECT r.worker_name, r.status::text, r.trigger::text, count(*)
+      FROM scrinalia.archive_worker_runs r
+     GROUP BY 1, 2, 3
+$$;
+
+-- The scheduler as one row of numbers (1 = true).
+CREATE FUNCTION scrinalia.scheduler_metrics()
+RETURNS TABLE (healthy integer, lock_held integer, holder_is_scheduler integer,
+               heartbeat_timestamp_seconds double precision, heartbeat_age_seconds double precision,
+               overdue_schedules integer, set_aside_schedules integer, ticks bigint,
+               leases_reaped_last_hour bigint)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+    SELECT h.healthy::int, (h.holder_pid IS NOT NULL)::int, coalesce(h.holder_is_scheduler, false)::int,
+           extract(epoch FROM h.heartbeat_at)::float8, extract(epoch FROM h.heartbeat_age)::float8,
+           h.overdue_schedules, h.set_aside_schedules,
+           (SELECT st.ticks FROM scrinalia.scheduler_state st),
+           (SELECT count(*) FROM scrinalia.archive_worker_runs r
+             WHERE r.error_fingerprint = 'lease-expired' AND r.finished_at > now() - interval '1 hour')
+      FROM scrinalia.scheduler_health() h
+$$;
