@@ -168,9 +168,9 @@ BEGIN
 END $$;
 
 -- Reports the outcome: SUCCEEDED, FAILED, or INTERRUPTED (the runner shut down
--- before its handler returned). A SCHEDULE attempt below max_attempts() that FAILED
--- or was INTERRUPTED is marked for a retry, by the same rule as a reaped lease;
--- the scheduler creates it. The runner itself never retries.
+-- before its handler returned). A run that owes_retry() (a SCHEDULE attempt below
+-- max_attempts() that FAILED or was INTERRUPTED, the reaper's rule too) is marked for
+-- its retry; the scheduler creates it. The runner itself never retries.
 CREATE FUNCTION scrinalia.finish(p_run_id bigint, p_lease_token uuid, p_status scrinalia.run_status,
                                  p_error text DEFAULT NULL, p_error_fingerprint text DEFAULT NULL)
 RETURNS scrinalia.archive_worker_runs
@@ -192,8 +192,7 @@ BEGIN
            error_fingerprint = CASE WHEN p_status <> 'SUCCEEDED' THEN
                left(coalesce(p_error_fingerprint,
                              md5(regexp_replace(coalesce(p_error, ''), '[0-9]+', 'N', 'g'))), 200) END,
-           retry_pending = (p_status <> 'SUCCEEDED' AND trigger = 'SCHEDULE'
-                            AND attempt < scrinalia.max_attempts())
+           retry_pending = scrinalia.owes_retry(trigger, p_status, attempt)
      WHERE run_id = p_run_id AND status = 'RUNNING'
        AND lease_token = p_lease_token AND lease_expires_at > now()
     RETURNING * INTO run;

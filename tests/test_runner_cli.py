@@ -88,7 +88,7 @@ def test_unreachable_database_at_start_up(tmp_path):
 
 @pytest.mark.parametrize("dsn", ["not a dsn", "dbname='unterminated", "postgresql://[::1"])
 def test_a_malformed_dsn_is_one_line_exit_2(dsn):
-    _one_line_exit_2(_run("--dsn", dsn, "--handlers", "scrinalia_workers.demo_handlers"), "DSN")
+    _one_line_exit_2(_run("--dsn", dsn, "--handlers", "scrinalia_workers.demo_handlers"), "connection string")
 
 
 @pytest.mark.parametrize("group", ["reader", "operator", "scheduler", "nobody"])

@@ -143,7 +143,7 @@ def latin1_dsn(admin, admin_dsn):
     admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
     admin.execute(f"CREATE DATABASE \"{name}\" ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
     dsn = psycopg.conninfo.make_conninfo(admin_dsn, dbname=name)
-    migrate(dsn)
+    migrate(dsn, create_groups=True)
     yield dsn
     admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 

@@ -189,17 +189,8 @@ class Runner:
     def _connect(self) -> psycopg.Connection:
         if self.conn is None or self.conn.closed or self.conn.broken:
             self.close()
-            try:
-                self.conn = db.connect(self.dsn, application_name=f"scrinalia-runner {self.runner_id}")
-            except ConfigError as e:
-                # db.connect names every failed connect a ConfigError; after start-up
-                # (which proved the DSN) an unreachable server is transient
-                if e.__cause__ is not None and is_transient(e.__cause__):
-                    raise DatabaseUnavailable(one_line(e)) from e
-                raise
-            # no server-side prepared statements: a deploy re-creating the functions
-            # (or a migration adding a column to SELECT *) must not fail a cached plan
-            self.conn.prepare_threshold = None
+            # DatabaseUnavailable when the server is away: run_forever backs off and retries
+            self.conn = db.connect(self.dsn, application_name=f"scrinalia-runner {self.runner_id}")
             self.conn.execute("LISTEN scrinalia_runs")
         return self.conn
 
@@ -401,7 +392,7 @@ class Runner:
 
 # -- start-up ----------------------------------------------------------------------
 
-def check_privileges(conn: psycopg.Connection) -> None:
+def check_runner_privileges(conn: psycopg.Connection) -> None:
     """MissingPrivilege naming the group or grant this login lacks to claim runs.
 
     Reads only the catalogs (readable by any login), so it speaks even to a login
@@ -442,12 +433,13 @@ def startup_check(dsn: str | None) -> str:
     """The DSN, once it reaches a schema at the head with a login that may claim."""
     dsn = db.require_dsn(dsn)
     try:
-        psycopg.conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError as e:  # db.connect lets a malformed DSN through as is
-        raise ConfigError(f"invalid database DSN: {one_line(e)}") from None
-    with db.connect(dsn, application_name="scrinalia-runner check") as conn:
-        check_privileges(conn)
-        check_schema(conn)
+        with db.connect(dsn, application_name="scrinalia-runner check") as conn:
+            check_runner_privileges(conn)
+            check_schema(conn)
+    except DatabaseUnavailable as e:  # at start-up, as schema.preflight: misconfiguration
+        raise ConfigError(str(e)) from None
+    except psycopg.OperationalError as e:  # the server went away during the check
+        raise ConfigError(f"the database closed the connection during the start-up check: {one_line(e)}") from None
     return dsn
 
 
@@ -502,14 +494,7 @@ def _exit_now(signum: int, frame=None) -> None:
 def _start(args: argparse.Namespace, log: EventLog) -> Runner:
     """The runner, once its handlers load and its database and login check out."""
     handlers = load_handlers(args.handlers)
-    backoff = Backoff()
-    while True:
-        try:
-            dsn = startup_check(args.dsn)
-            break
-        except DatabaseUnavailable as e:  # transient: the server is not up yet
-            log("database unavailable", level="warning", reason=one_line(e))
-            time.sleep(backoff.next_delay())
+    dsn = startup_check(args.dsn)
     return Runner(dsn, handlers, runner_id=args.runner_id, lease=timedelta(seconds=args.lease),
                   grace=args.grace, log=log)
 

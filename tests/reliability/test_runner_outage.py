@@ -24,14 +24,14 @@ def _status(dsn, run_id):
 def test_runner_through_an_outage(own_cluster):
     cluster = own_cluster
     dsn = cluster.dsn("postgres")
-    migrate(dsn)
+    migrate(dsn, create_groups=True)
     with psycopg.connect(dsn, autocommit=True) as db:
         for w in ("report", "beat", "after"):
             db.execute("SELECT scrinalia.register_worker(%s, '{}', '{}', %s)",
                        (w, Jsonb({"seconds": {"type": "number"}})))
         enqueue = "SELECT run_id FROM scrinalia.enqueue(%s, %s)"
         report = db.execute(enqueue, ("report", Jsonb({"options": {"seconds": 2}}))).fetchone()[0]
-    p = start_runner(dsn, "scrinalia_workers.demo_handlers", "--runner-id", "outage", "--lease", "9")
+    p = start_runner(dsn, "scrinalia_workers.load_handlers", "--runner-id", "outage", "--lease", "9")
     try:
         # 1. the server goes down while a short handler runs: the report waits for it
         p.wait_event("claimed", run_id=report)
