@@ -98,3 +98,14 @@ def test_the_runner_role_may_interrupt(db, connect_as):
     runner = connect_as("runner")
     run_id, token, *_ = claim(runner)
     assert finish(runner, run_id, token, "INTERRUPTED", "runner shut down")[0] == "INTERRUPTED"
+
+
+def test_an_interrupted_scheduled_run_keeps_the_slot_for_its_retry(db):
+    # DESIGN: the retry owns the worker's slot from the moment its predecessor ends
+    # FAILED or INTERRUPTED, scheduler running or not; a runner's INTERRUPTED too
+    make_worker(db, "s")
+    run_id = _scheduled_run(db, "s")
+    token = claim(db)[1]
+    finish(db, run_id, token, "INTERRUPTED", "runner shut down")
+    with raises_sqlstate("SW010", "owed its retry"):
+        db.execute("SELECT scrinalia.enqueue('s')")
