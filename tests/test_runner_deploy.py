@@ -20,7 +20,7 @@ def test_code_reinstalled_under_a_running_runner(db, db_dsn):
         for _ in range(8):  # past psycopg's prepare threshold (5): the claim would be a cached plan
             run_id = db.execute("SELECT run_id FROM scrinalia.enqueue('ok')").fetchone()[0]
             p.wait_event("finished", run_id=run_id)
-        # what a release does: a migration changes the table, then the code is replaced whole
+        # a release as migrate() does it: the migration commits, then the code is replaced
         db.execute("ALTER TABLE scrinalia.archive_worker_runs ADD COLUMN deploy_test integer")
         apply_code(db)
         for _ in range(3):
@@ -30,5 +30,11 @@ def test_code_reinstalled_under_a_running_runner(db, db_dsn):
     finally:
         if p.popen.poll() is None:
             p.kill()
-    assert p.count("database error") == 0 and p.count("runner error") == 0, "".join(p.raw[-10:])
+    # a cached plan of the claim would fail on every call after the release ("cached plan
+    # must not change result type") until a reconnect: none is kept. A claim that lands
+    # between the migration's commit and the code's may meet the old row type once (the
+    # window is migrate's, reported); the runner logs it, backs off and goes on.
+    errors = [e["reason"] for e in p.events if e.get("event") == "database error"]
+    assert all("structure of query does not match function result type" in r for r in errors), errors
+    assert len(errors) <= 1 and p.count("runner error") == 0, "".join(p.raw[-10:])
     assert run_row(db, run_id)["status"] == "SUCCEEDED"
