@@ -2,21 +2,21 @@
 -- the shim read them here (the table CHECKs in migrations/ restate them as facts).
 
 -- ADR 0015: a scheduled period gets at most three attempts in all.
-CREATE FUNCTION scrinalia.max_attempts()
+CREATE OR REPLACE FUNCTION scrinalia.max_attempts()
 RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT 3 $$;
 
 -- The statuses that hold the worker's one slot.
-CREATE FUNCTION scrinalia.active_statuses()
+CREATE OR REPLACE FUNCTION scrinalia.active_statuses()
 RETURNS scrinalia.run_status[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT ARRAY['QUEUED', 'RUNNING']::scrinalia.run_status[] $$;
 
 -- The statuses a run never leaves.
-CREATE FUNCTION scrinalia.terminal_statuses()
+CREATE OR REPLACE FUNCTION scrinalia.terminal_statuses()
 RETURNS scrinalia.run_status[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -24,14 +24,14 @@ AS $$ SELECT ARRAY['SUCCEEDED', 'FAILED', 'INTERRUPTED', 'CANCELLED']::scrinalia
 
 -- Who did it (updated_by, requested_by, cancelled_by, the scheduler's name): free text
 -- from the caller, at most this long. Longer is refused, never silently cut.
-CREATE FUNCTION scrinalia.max_actor_length()
+CREATE OR REPLACE FUNCTION scrinalia.max_actor_length()
 RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT 200 $$;
 
 -- Returns p_value when it fits (NULL passes), else raises SW002 naming the argument.
-CREATE FUNCTION scrinalia.check_actor(p_argument text, p_value text)
+CREATE OR REPLACE FUNCTION scrinalia.check_actor(p_argument text, p_value text)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -47,7 +47,7 @@ END $$;
 
 -- Does a run in this state owe a retry? (ADR 0015: a SCHEDULE run that ended FAILED
 -- or INTERRUPTED before its last attempt; never MANUAL/CLI, never CANCELLED.)
-CREATE FUNCTION scrinalia.owes_retry(p_trigger scrinalia.run_trigger, p_status scrinalia.run_status,
+CREATE OR REPLACE FUNCTION scrinalia.owes_retry(p_trigger scrinalia.run_trigger, p_status scrinalia.run_status,
                                      p_attempt integer)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -58,14 +58,14 @@ AS $$
 $$;
 
 -- How long a schedule the scheduler could not compute waits before the next try.
-CREATE FUNCTION scrinalia.arm_retry_interval()
+CREATE OR REPLACE FUNCTION scrinalia.arm_retry_interval()
 RETURNS interval
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT interval '1 minute' $$;
 
 -- The scheduler writes its heartbeat at most this often (it passes more often).
-CREATE FUNCTION scrinalia.heartbeat_interval()
+CREATE OR REPLACE FUNCTION scrinalia.heartbeat_interval()
 RETURNS interval
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -75,7 +75,7 @@ AS $$ SELECT interval '1 second' $$;
 -- may end its session. The owner may change it in scrinalia.settings
 -- (SCHEDULER_STALE_AFTER, at least 1 second); the scheduler passes at least every
 -- --max-sleep seconds (default 5), so keep it well above that.
-CREATE FUNCTION scrinalia.scheduler_stale_after()
+CREATE OR REPLACE FUNCTION scrinalia.scheduler_stale_after()
 RETURNS interval
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -87,7 +87,7 @@ $$;
 
 -- An enabled schedule whose due instant passed longer ago than this is overdue
 -- (scheduler_health() says so). SCHEDULE_OVERDUE_GRACE in scrinalia.settings.
-CREATE FUNCTION scrinalia.overdue_grace()
+CREATE OR REPLACE FUNCTION scrinalia.overdue_grace()
 RETURNS interval
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp

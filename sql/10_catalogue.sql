@@ -1,7 +1,7 @@
 -- The worker catalogue, persisted settings, request validation and config resolution.
 -- Errors: SW001 unknown worker, SW002 invalid request or settings.
 
-CREATE FUNCTION scrinalia.require_worker(p_worker_name text)
+CREATE OR REPLACE FUNCTION scrinalia.require_worker(p_worker_name text)
 RETURNS scrinalia.archive_workers
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -19,7 +19,7 @@ END $$;
 
 -- Checks one value against an option spec {"type": ..., "values": [...]}; returns
 -- NULL when it fits, else what is wrong with it.
-CREATE FUNCTION scrinalia.option_value_problem(p_spec jsonb, p_value jsonb)
+CREATE OR REPLACE FUNCTION scrinalia.option_value_problem(p_spec jsonb, p_value jsonb)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -62,7 +62,7 @@ BEGIN
 END $$;
 
 -- Validates a set of {name: value} against {name: spec}; raises SW002 naming the part.
-CREATE FUNCTION scrinalia.check_options(p_worker_name text, p_part text, p_specs jsonb, p_values jsonb)
+CREATE OR REPLACE FUNCTION scrinalia.check_options(p_worker_name text, p_part text, p_specs jsonb, p_values jsonb)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -96,7 +96,7 @@ END $$;
 -- The WorkerRunRequest {engine?, preset?, options?, engine_options?}, checked against
 -- the catalogue; returns it unchanged when valid. engine_options are checked against
 -- the engine the config will resolve to when the request names none.
-CREATE FUNCTION scrinalia.validate_request(p_worker_name text, p_request jsonb)
+CREATE OR REPLACE FUNCTION scrinalia.validate_request(p_worker_name text, p_request jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -163,7 +163,7 @@ END $$;
 -- explicit request > persisted settings > signature default, part by part; a preset
 -- contributes its options between the settings and the request's own options. Never
 -- raises: a pinned request that a later catalogue change made stale still resolves.
-CREATE FUNCTION scrinalia.resolve_config(p_worker_name text, p_request jsonb,
+CREATE OR REPLACE FUNCTION scrinalia.resolve_config(p_worker_name text, p_request jsonb,
                                          OUT config jsonb, OUT sources jsonb)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -223,7 +223,7 @@ BEGIN
 END $$;
 
 -- Registers or updates a worker in the catalogue (deploy-time: the owner only).
-CREATE FUNCTION scrinalia.register_worker(p_worker_name text, p_engines jsonb DEFAULT '{}',
+CREATE OR REPLACE FUNCTION scrinalia.register_worker(p_worker_name text, p_engines jsonb DEFAULT '{}',
                                           p_presets jsonb DEFAULT '{}', p_options jsonb DEFAULT '{}',
                                           p_default_config jsonb DEFAULT '{}', p_description text DEFAULT '')
 RETURNS scrinalia.archive_workers
@@ -250,7 +250,7 @@ BEGIN
 END $$;
 
 -- Persisted settings: same shape as a request, validated the same way.
-CREATE FUNCTION scrinalia.put_settings(p_worker_name text, p_settings jsonb,
+CREATE OR REPLACE FUNCTION scrinalia.put_settings(p_worker_name text, p_settings jsonb,
                                        p_updated_by text DEFAULT NULL, p_updated_by_user_id bigint DEFAULT NULL)
 RETURNS scrinalia.archive_worker_settings
 LANGUAGE plpgsql SECURITY DEFINER

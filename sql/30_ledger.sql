@@ -8,7 +8,7 @@
 -- or else a failed scheduled attempt whose retry is owed (ADR 0015: the retry owns
 -- the slot from the moment of the failure, whether or not a scheduler runs). NULL
 -- when the slot is free.
-CREATE FUNCTION scrinalia.describe_slot_holder(p_worker_name text)
+CREATE OR REPLACE FUNCTION scrinalia.describe_slot_holder(p_worker_name text)
 RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -30,7 +30,7 @@ AS $$
           ORDER BY p.run_id LIMIT 1))
 $$;
 
-CREATE FUNCTION scrinalia.raise_slot_busy(p_worker_name text, p_holder text)
+CREATE OR REPLACE FUNCTION scrinalia.raise_slot_busy(p_worker_name text, p_holder text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -41,7 +41,7 @@ BEGIN
         HINT = 'one run per worker at a time: wait for it to finish, or cancel a queued run (a retry waiting for its moment too)';
 END $$;
 
-CREATE FUNCTION scrinalia.enqueue(p_worker_name text, p_request jsonb DEFAULT '{}',
+CREATE OR REPLACE FUNCTION scrinalia.enqueue(p_worker_name text, p_request jsonb DEFAULT '{}',
                                   p_trigger scrinalia.run_trigger DEFAULT 'MANUAL',
                                   p_requested_by text DEFAULT NULL)
 RETURNS scrinalia.archive_worker_runs
@@ -80,7 +80,7 @@ BEGIN
     RETURN run;
 END $$;
 
-CREATE FUNCTION scrinalia.check_runner(p_runner_id text, p_lease interval)
+CREATE OR REPLACE FUNCTION scrinalia.check_runner(p_runner_id text, p_lease interval)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -101,7 +101,7 @@ END $$;
 
 -- Claims the oldest claimable run (not_before passed), optionally among p_workers.
 -- Returns no row when there is nothing to claim.
-CREATE FUNCTION scrinalia.claim_next(p_runner_id text, p_lease interval DEFAULT '5 minutes',
+CREATE OR REPLACE FUNCTION scrinalia.claim_next(p_runner_id text, p_lease interval DEFAULT '5 minutes',
                                      p_workers text[] DEFAULT NULL)
 RETURNS SETOF scrinalia.archive_worker_runs
 LANGUAGE plpgsql SECURITY DEFINER
@@ -129,7 +129,7 @@ BEGIN
 END $$;
 
 -- Why a heartbeat or finish with this token is refused.
-CREATE FUNCTION scrinalia.lease_lost(p_run_id bigint, p_lease_token uuid)
+CREATE OR REPLACE FUNCTION scrinalia.lease_lost(p_run_id bigint, p_lease_token uuid)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -149,7 +149,7 @@ BEGIN
 END $$;
 
 -- Extends the lease; returns the new expiry. Only the holder of a live lease may.
-CREATE FUNCTION scrinalia.heartbeat(p_run_id bigint, p_lease_token uuid)
+CREATE OR REPLACE FUNCTION scrinalia.heartbeat(p_run_id bigint, p_lease_token uuid)
 RETURNS timestamptz
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -171,7 +171,7 @@ END $$;
 -- before its handler returned). A run that owes_retry() (a SCHEDULE attempt below
 -- max_attempts() that FAILED or was INTERRUPTED, the reaper's rule too) is marked for
 -- its retry; the scheduler creates it. The runner itself never retries.
-CREATE FUNCTION scrinalia.finish(p_run_id bigint, p_lease_token uuid, p_status scrinalia.run_status,
+CREATE OR REPLACE FUNCTION scrinalia.finish(p_run_id bigint, p_lease_token uuid, p_status scrinalia.run_status,
                                  p_error text DEFAULT NULL, p_error_fingerprint text DEFAULT NULL)
 RETURNS scrinalia.archive_worker_runs
 LANGUAGE plpgsql SECURITY DEFINER
@@ -207,7 +207,7 @@ END $$;
 
 -- Cancels a QUEUED run (a retry waiting in its backoff included): frees the slot.
 -- CANCELLED is never retried.
-CREATE FUNCTION scrinalia.cancel_run(p_run_id bigint, p_cancelled_by text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION scrinalia.cancel_run(p_run_id bigint, p_cancelled_by text DEFAULT NULL)
 RETURNS scrinalia.archive_worker_runs
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -232,7 +232,7 @@ END $$;
 
 -- RUNNING rows whose lease expired become INTERRUPTED (a SCHEDULE attempt 1 or 2 is
 -- then marked for a retry). Returns the reaped rows.
-CREATE FUNCTION scrinalia.reap_expired_leases()
+CREATE OR REPLACE FUNCTION scrinalia.reap_expired_leases()
 RETURNS SETOF scrinalia.archive_worker_runs
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -263,7 +263,7 @@ END $$;
 
 -- When the next QUEUED run among p_workers becomes claimable (NULL: none queued);
 -- an idle runner sleeps until then unless a NOTIFY wakes it first.
-CREATE FUNCTION scrinalia.next_claimable_at(p_workers text[] DEFAULT NULL)
+CREATE OR REPLACE FUNCTION scrinalia.next_claimable_at(p_workers text[] DEFAULT NULL)
 RETURNS timestamptz
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp

@@ -3,7 +3,7 @@
 -- occurrences in the zone.
 -- Errors: SW003 invalid cron (20_cron.sql), SW004 invalid time zone, SW005 no schedule.
 
-CREATE FUNCTION scrinalia.validate_timezone(p_timezone text)
+CREATE OR REPLACE FUNCTION scrinalia.validate_timezone(p_timezone text)
 RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -20,7 +20,7 @@ BEGIN
     RETURN p_timezone;
 END $$;
 
-CREATE FUNCTION scrinalia.default_timezone()
+CREATE OR REPLACE FUNCTION scrinalia.default_timezone()
 RETURNS text
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -28,7 +28,7 @@ AS $$
     SELECT coalesce((SELECT value FROM scrinalia.settings WHERE name = 'DEFAULT_TIMEZONE'), 'UTC')
 $$;
 
-CREATE FUNCTION scrinalia.set_default_timezone(p_timezone text)
+CREATE OR REPLACE FUNCTION scrinalia.set_default_timezone(p_timezone text)
 RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -40,7 +40,7 @@ BEGIN
     RETURN p_timezone;
 END $$;
 
-CREATE FUNCTION scrinalia.get_schedule(p_worker_name text)
+CREATE OR REPLACE FUNCTION scrinalia.get_schedule(p_worker_name text)
 RETURNS SETOF scrinalia.archive_worker_schedules
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -52,7 +52,7 @@ $$;
 -- (to be armed by the scheduler) when the cron or zone changes or the schedule is
 -- re-enabled, and kept otherwise, so that editing the request alone neither skips
 -- nor repeats a period.
-CREATE FUNCTION scrinalia.put_schedule(p_worker_name text, p_cron text, p_timezone text DEFAULT NULL,
+CREATE OR REPLACE FUNCTION scrinalia.put_schedule(p_worker_name text, p_cron text, p_timezone text DEFAULT NULL,
                                        p_request jsonb DEFAULT '{}', p_enabled boolean DEFAULT true,
                                        p_updated_by text DEFAULT NULL, p_updated_by_user_id bigint DEFAULT NULL)
 RETURNS scrinalia.archive_worker_schedules
@@ -91,7 +91,7 @@ BEGIN
     RETURN s;
 END $$;
 
-CREATE FUNCTION scrinalia.raise_no_schedule(p_worker_name text)
+CREATE OR REPLACE FUNCTION scrinalia.raise_no_schedule(p_worker_name text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -103,7 +103,7 @@ END $$;
 
 -- Pauses (enabled = false: no due schedule at all) or resumes; resuming re-arms from
 -- the cron, so the periods missed while paused are not caught up.
-CREATE FUNCTION scrinalia.set_schedule_enabled(p_worker_name text, p_enabled boolean,
+CREATE OR REPLACE FUNCTION scrinalia.set_schedule_enabled(p_worker_name text, p_enabled boolean,
                                                p_updated_by text DEFAULT NULL)
 RETURNS scrinalia.archive_worker_schedules
 LANGUAGE plpgsql SECURITY DEFINER
@@ -128,7 +128,7 @@ BEGIN
     RETURN s;
 END $$;
 
-CREATE FUNCTION scrinalia.delete_schedule(p_worker_name text)
+CREATE OR REPLACE FUNCTION scrinalia.delete_schedule(p_worker_name text)
 RETURNS scrinalia.archive_worker_schedules
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp

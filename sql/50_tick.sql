@@ -3,7 +3,7 @@
 -- due_schedules() and tick(), in the same transaction, so the rows stay locked.
 -- Errors: SW030 bad tick input.
 
-CREATE FUNCTION scrinalia.scheduler_lock_key()
+CREATE OR REPLACE FUNCTION scrinalia.scheduler_lock_key()
 RETURNS bigint
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -12,7 +12,7 @@ AS $$ SELECT 7305764011424514049::bigint $$;  -- 'scrinali' as bytes, fixed for 
 -- Raises SW031 unless the scheduler lock is held by the session p_lock_pid: the first
 -- statement of every tick transaction, so that a scheduler that was frozen (SIGSTOP)
 -- and replaced meanwhile does not tick when it resumes.
-CREATE FUNCTION scrinalia.check_scheduler_lock(p_lock_pid integer)
+CREATE OR REPLACE FUNCTION scrinalia.check_scheduler_lock(p_lock_pid integer)
 RETURNS void
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -31,7 +31,7 @@ END $$;
 -- non-finite value, which no cron produces: re-armed), row-locked for the caller's
 -- transaction; those another transaction holds are skipped, and so are those set
 -- aside for an error until their retry time.
-CREATE FUNCTION scrinalia.due_schedules(p_limit integer DEFAULT 100000)
+CREATE OR REPLACE FUNCTION scrinalia.due_schedules(p_limit integer DEFAULT 100000)
 RETURNS TABLE (worker_name text, cron text, timezone text, next_run_at timestamptz, db_now timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -58,7 +58,7 @@ END $$;
 -- agenda and scheduler_health() show it, and the schedule is tried again only after
 -- arm_retry_interval(), so that it neither spins the scheduler nor blocks the others.
 -- Call it in the tick's transaction (the rows are locked by due_schedules()).
-CREATE FUNCTION scrinalia.set_schedules_aside(p_workers text[], p_errors text[])
+CREATE OR REPLACE FUNCTION scrinalia.set_schedules_aside(p_workers text[], p_errors text[])
 RETURNS TABLE (worker_name text, arm_error text, arm_error_since timestamptz, arm_retry_at timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -83,7 +83,7 @@ END $$;
 -- schedule is armed; a due one whose worker has a QUEUED/RUNNING run or a retry still
 -- owed is skipped; otherwise one SCHEDULE run is created for the period it was due
 -- (however many periods were missed: one catch-up). All advance to p_next.
-CREATE FUNCTION scrinalia.tick(p_workers text[], p_next timestamptz[], p_ticked_by text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION scrinalia.tick(p_workers text[], p_next timestamptz[], p_ticked_by text DEFAULT NULL)
 RETURNS TABLE (worker_name text, decision text, run_id bigint, scheduled_for timestamptz,
                next_run_at timestamptz, reason text)
 LANGUAGE plpgsql SECURITY DEFINER
@@ -171,7 +171,7 @@ END $$;
 
 -- The retry delay after attempt n with a given jitter in [-0.2, 0.2]:
 -- min(min(60 * 2^(n-1), 1800) * (1 + jitter), 1800) seconds.
-CREATE FUNCTION scrinalia.retry_delay(p_attempt integer, p_jitter double precision)
+CREATE OR REPLACE FUNCTION scrinalia.retry_delay(p_attempt integer, p_jitter double precision)
 RETURNS interval
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -185,7 +185,7 @@ BEGIN
     RETURN make_interval(secs => least(least(60 * power(2, least(p_attempt, 32) - 1), 1800) * (1 + p_jitter), 1800));
 END $$;
 
-CREATE FUNCTION scrinalia.retry_backoff(p_attempt integer)
+CREATE OR REPLACE FUNCTION scrinalia.retry_backoff(p_attempt integer)
 RETURNS interval
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -195,7 +195,7 @@ AS $$ SELECT scrinalia.retry_delay(p_attempt, random() * 0.4 - 0.2) $$;
 -- INTERRUPTED: same request, attempt + 1, retry_of, not_before = now() + backoff.
 -- Reads only the rows marked retry_pending (a partial index), never the history. A
 -- candidate whose worker's slot is taken (a manual run) stays pending for a later tick.
-CREATE FUNCTION scrinalia.create_retries()
+CREATE OR REPLACE FUNCTION scrinalia.create_retries()
 RETURNS TABLE (run_id bigint, retry_of bigint, worker_name text, attempt integer, not_before timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -234,7 +234,7 @@ END $$;
 -- The earliest instant the scheduler has work: a due or unarmed schedule, a set-aside
 -- one's retry, an owed retry, or a lease to reap. NULL when there is nothing at all.
 -- Only finite instants: a hand-written 'infinity' must not stop (or crash) the sleep.
-CREATE FUNCTION scrinalia.next_wakeup()
+CREATE OR REPLACE FUNCTION scrinalia.next_wakeup()
 RETURNS timestamptz
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp

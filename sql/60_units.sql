@@ -1,7 +1,7 @@
 -- The worker's queue of units: what the pending/processed counters count. Kept apart
 -- from the agenda: nothing in the schedules, the tick or the retries touches it.
 
-CREATE FUNCTION scrinalia.add_units(p_worker_name text, p_unit_keys text[])
+CREATE OR REPLACE FUNCTION scrinalia.add_units(p_worker_name text, p_unit_keys text[])
 RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -16,7 +16,7 @@ BEGIN
     RETURN n;
 END $$;
 
-CREATE FUNCTION scrinalia.mark_units_processed(p_worker_name text, p_unit_keys text[])
+CREATE OR REPLACE FUNCTION scrinalia.mark_units_processed(p_worker_name text, p_unit_keys text[])
 RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp

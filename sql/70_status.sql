@@ -4,7 +4,7 @@
 
 -- The migration this code was written for: the shim refuses to run when it differs
 -- from the one it expects, and checks the ADR 0015 columns and enum value itself.
-CREATE FUNCTION scrinalia.schema_head()
+CREATE OR REPLACE FUNCTION scrinalia.schema_head()
 RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -12,7 +12,7 @@ AS $$ SELECT '0005_health'::text $$;
 
 -- The pid of the session holding the scheduler's advisory lock in this database.
 -- Any login can take any advisory lock key: the holder is not necessarily a scheduler.
-CREATE FUNCTION scrinalia.scheduler_lock_holder()
+CREATE OR REPLACE FUNCTION scrinalia.scheduler_lock_holder()
 RETURNS integer
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -26,7 +26,7 @@ $$;
 
 -- Can this role run the scheduler (execute the tick)? The scheduler group, and the
 -- operator and runner groups the ADR lets run it too.
-CREATE FUNCTION scrinalia.role_can_schedule(p_role oid)
+CREATE OR REPLACE FUNCTION scrinalia.role_can_schedule(p_role oid)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -49,7 +49,7 @@ END $$;
 
 -- Who holds the one-scheduler lock now (and whether that login can run the
 -- scheduler at all), its last heartbeat, and when the last tick ran.
-CREATE FUNCTION scrinalia.scheduler_status()
+CREATE OR REPLACE FUNCTION scrinalia.scheduler_status()
 RETURNS TABLE (lock_held boolean, holder_pid integer, holder_application text, holder_client inet,
                holder_backend_start timestamptz, last_tick_at timestamptz, last_tick_by text, ticks bigint,
                holder_role text, holder_is_scheduler boolean, heartbeat_at timestamptz,
@@ -70,7 +70,7 @@ $$;
 -- session holds the lock, and then the heartbeat is recorded (at most once per
 -- heartbeat_interval(); p_work_pid is the session it ticks on). Only the lock
 -- holder's own session can write it, so no other login can fake a live scheduler.
-CREATE FUNCTION scrinalia.scheduler_heartbeat(p_name text, p_work_pid integer DEFAULT NULL)
+CREATE OR REPLACE FUNCTION scrinalia.scheduler_heartbeat(p_name text, p_work_pid integer DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -92,7 +92,7 @@ END $$;
 -- run the scheduler, that holder's heartbeat is fresh (scheduler_stale_after()), no
 -- enabled schedule is overdue beyond p_grace (default overdue_grace()) and none is
 -- set aside for an error. `reason` says in words what is wrong (NULL when healthy).
-CREATE FUNCTION scrinalia.scheduler_health(p_grace interval DEFAULT NULL)
+CREATE OR REPLACE FUNCTION scrinalia.scheduler_health(p_grace interval DEFAULT NULL)
 RETURNS TABLE (healthy boolean, reason text, holder_pid integer, holder_role text,
                holder_is_scheduler boolean, heartbeat_at timestamptz, heartbeat_age interval,
                overdue_schedules integer, oldest_overdue_since timestamptz,
@@ -169,7 +169,7 @@ END $$;
 -- session: never a live holder, never a backend that does not hold the key (besides
 -- the stale holder's own tick session, recorded by its heartbeat). Needs the schema's
 -- owner to be a superuser or a member of pg_signal_backend.
-CREATE FUNCTION scrinalia.evict_stale_scheduler()
+CREATE OR REPLACE FUNCTION scrinalia.evict_stale_scheduler()
 RETURNS TABLE (evicted boolean, holder_pid integer, holder_role text, reason text)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp

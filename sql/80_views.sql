@@ -1,6 +1,6 @@
 -- The panel's views: the agenda and the run history, with the queue counters apart.
 
-CREATE VIEW scrinalia.worker_agenda AS
+CREATE OR REPLACE VIEW scrinalia.worker_agenda AS
 SELECT w.worker_name,
        s.worker_name IS NOT NULL AS scheduled,
        s.cron, s.timezone,
@@ -18,7 +18,7 @@ SELECT w.worker_name,
   LEFT JOIN scrinalia.archive_worker_runs a
          ON a.worker_name = w.worker_name AND a.status IN ('QUEUED', 'RUNNING');
 
-CREATE VIEW scrinalia.worker_run_history AS
+CREATE OR REPLACE VIEW scrinalia.worker_run_history AS
 SELECT r.run_id, r.worker_name, r.status, r.trigger, r.attempt,
        CASE WHEN r.trigger = 'SCHEDULE' THEN format('%s/%s', r.attempt, scrinalia.max_attempts())
             ELSE '1/1' END AS attempt_label,
@@ -29,7 +29,7 @@ SELECT r.run_id, r.worker_name, r.status, r.trigger, r.attempt,
        r.request, r.config, r.config_sources
   FROM scrinalia.archive_worker_runs r;
 
-CREATE VIEW scrinalia.worker_queue_counters AS
+CREATE OR REPLACE VIEW scrinalia.worker_queue_counters AS
 SELECT w.worker_name,
        count(u.unit_id) FILTER (WHERE u.processed_at IS NULL) AS pending,
        count(u.unit_id) FILTER (WHERE u.processed_at IS NOT NULL) AS processed

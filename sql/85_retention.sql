@@ -9,7 +9,7 @@
 -- Deletes at most p_batch runs (whole chains: a chain that would cross the limit
 -- waits for the next call) and returns how many it deleted; call it again until it
 -- returns 0. Oldest chains first.
-CREATE FUNCTION scrinalia.prune_runs(p_older_than interval, p_batch integer DEFAULT 10000)
+CREATE OR REPLACE FUNCTION scrinalia.prune_runs(p_older_than interval, p_batch integer DEFAULT 10000)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp

@@ -5,7 +5,7 @@
 -- The latest finished scheduled period of each worker that has one, with every
 -- attempt's run id (a period is finished when no attempt of it is QUEUED/RUNNING and
 -- no retry is owed).
-CREATE FUNCTION scrinalia.latest_finished_periods()
+CREATE OR REPLACE FUNCTION scrinalia.latest_finished_periods()
 RETURNS TABLE (worker_name text, scheduled_for timestamptz, run_ids bigint[], attempts integer,
                last_status scrinalia.run_status, last_error text, finished_at timestamptz)
 LANGUAGE sql STABLE
@@ -42,7 +42,7 @@ $$;
 -- The alerts of now, one row each, in words an operator acts on. kind is one of
 -- FAILED_AFTER_ALL_ATTEMPTS, SCHEDULE_OVERDUE, SCHEDULE_SET_ASIDE, LEASE_REAPED,
 -- SCHEDULER_UNHEALTHY. No row: nothing to do.
-CREATE FUNCTION scrinalia.current_alerts()
+CREATE OR REPLACE FUNCTION scrinalia.current_alerts()
 RETURNS TABLE (kind text, worker_name text, since timestamptz, run_ids bigint[], message text)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -83,7 +83,7 @@ AS $$
 $$;
 
 -- Per worker: what prometheus-postgres-exporter exposes as gauges and counters.
-CREATE FUNCTION scrinalia.worker_metrics()
+CREATE OR REPLACE FUNCTION scrinalia.worker_metrics()
 RETURNS TABLE (worker_name text, scheduled integer, paused integer, overdue integer, set_aside integer,
                failed_after_all_attempts integer, retries_created bigint, periods_skipped bigint,
                last_lateness_seconds double precision, queue_pending bigint, queue_processed bigint,
@@ -116,7 +116,7 @@ AS $$
 $$;
 
 -- Per (worker, status, trigger): how many runs the ledger holds (prune_runs lowers it).
-CREATE FUNCTION scrinalia.run_counts()
+CREATE OR REPLACE FUNCTION scrinalia.run_counts()
 RETURNS TABLE (worker_name text, status text, trigger text, runs bigint)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -127,7 +127,7 @@ AS $$
 $$;
 
 -- The scheduler as one row of numbers (1 = true).
-CREATE FUNCTION scrinalia.scheduler_metrics()
+CREATE OR REPLACE FUNCTION scrinalia.scheduler_metrics()
 RETURNS TABLE (healthy integer, lock_held integer, holder_is_scheduler integer,
                heartbeat_timestamp_seconds double precision, heartbeat_age_seconds double precision,
                overdue_schedules integer, set_aside_schedules integer, ticks bigint,

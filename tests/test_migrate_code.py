@@ -53,7 +53,7 @@ def release(tmp_path, monkeypatch):
 
 def test_a_change_that_cannot_be_made_in_place_is_refused_whole(db_dsn, db, release):
     (release / "sql" / "75_next.sql").write_text(
-        "CREATE FUNCTION scrinalia.schema_head() RETURNS integer LANGUAGE sql AS 'SELECT 5';\n")
+        "CREATE OR REPLACE FUNCTION scrinalia.schema_head() RETURNS integer LANGUAGE sql AS 'SELECT 5';\n")
     db.execute("CREATE FUNCTION scrinalia.old_helper() RETURNS int LANGUAGE sql AS 'SELECT 1'")
     before = _oids(db)
     with pytest.raises(m.ConfigError) as e:

@@ -52,3 +52,17 @@ def test_upgrade_in_place_keeps_the_data_and_reaches_the_head(empty_db_dsn, prev
         assert c.execute("SELECT to_regprocedure('scrinalia.describe_active_run(text)')").fetchone()[0] is None
         assert c.execute("SELECT to_regprocedure('scrinalia.no_schedule(text)')").fetchone()[0] is None
     assert migrate(empty_db_dsn) == []  # and again: idempotent
+
+
+def test_every_function_and_view_is_replaced_in_place():
+    """migrate re-installs sql/ while clients run (issue 13): a bare CREATE would fail on
+    an existing function, and a DROP would make callers see it missing."""
+    import re
+
+    for f in sorted((ROOT / "sql").glob("*.sql")):
+        text = f.read_text()
+        bare = re.findall(r"^CREATE (?!OR REPLACE)(FUNCTION|VIEW|PROCEDURE)\b.*$", text, re.M)
+        assert not bare, f"sql/{f.name}: {bare}"
+        drops = [d for d in re.findall(r"^\s*DROP (?:FUNCTION|VIEW)\s+[^;]*", text, re.M)
+                 if "scheduler_status()" not in d]  # the one documented return-type change
+        assert not drops or f.name == "99_drop_obsolete.sql", f"sql/{f.name}: {drops}"

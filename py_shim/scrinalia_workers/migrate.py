@@ -352,13 +352,6 @@ def head_ids() -> list[str]:
 # --- the commands ---------------------------------------------------------------------
 
 # sql/ may say CREATE FUNCTION / CREATE VIEW: the code is always replaced in place.
-_CREATE = re.compile(r"^CREATE (FUNCTION|VIEW|PROCEDURE) ", re.M)
-
-
-def _in_place(sql: str) -> str:
-    return _CREATE.sub(r"CREATE OR REPLACE \1 ", sql)
-
-
 def apply_code(conn: psycopg.Connection) -> None:
     """Creates or replaces every function and view of sql/ in one transaction, then drops
     those of an earlier release that this one no longer defines (99_drop_obsolete.sql).
@@ -368,10 +361,14 @@ def apply_code(conn: psycopg.Connection) -> None:
     function cannot change its return type or parameter names, nor a view drop, rename
     or retype a column, in place; such a change is a new name (`name_v2`), and the old
     one goes when no longer defined."""
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        # 99_drop_obsolete.sql tells this release's code by the top-level transaction id:
+        # inside a caller's transaction (a savepoint) it would see none and drop it all
+        raise ConfigError("apply_code needs a connection outside any transaction")
     with conn.transaction():
         for f in paths.sql_files():
             try:
-                conn.execute(_in_place(f.read_text()))
+                conn.execute(f.read_text())
             except (psycopg.errors.InvalidFunctionDefinition, psycopg.errors.InvalidTableDefinition) as e:
                 raise ConfigError(
                     f"sql/{f.name}: {e.diag.message_primary}: the code is replaced in place while "

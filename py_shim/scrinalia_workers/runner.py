@@ -39,9 +39,14 @@ from .errors import LEASE_LOST, ConfigError, DatabaseUnavailable, MissingPrivile
 from .failure import printable
 from .handlers import ANY_WORKER, Handler, Outcome, call, handler_for, load_handlers
 from .logs import EventLog, one_line, startup_error
-from .schema import check_schema
+from .schema import check_privileges, check_schema
 
 MAX_IDLE = 5.0           # an idle runner re-checks next_claimable_at at least this often
+# Any login can NOTIFY scrinalia_runs: an idle runner woken by a NOTIFY claims at most
+# once per this interval, however many arrive (a flood costs 20 claims a second, not
+# one per message); a backlog is drained without it (a claimed run is followed by the
+# next claim at once).
+MIN_WAKE_INTERVAL = 0.05
 SHUTDOWN_ERROR = "runner shut down"
 SHUTDOWN_FINGERPRINT = "runner-shutdown"
 
@@ -152,6 +157,8 @@ class Runner:
         self._done: queue.SimpleQueue = queue.SimpleQueue()
         self._handler_thread = _HandlerThread(self._done, self.wakeup)
         self._backoff = Backoff()
+        self.claim_attempts = 0
+        self._last_claim = 0.0
         self.stopping = False
         self._signals = 0
 
@@ -208,6 +215,8 @@ class Runner:
         """Claims and runs one run; returns the claimed row (with 'outcome') or None."""
         conn = self._connect()
         cur = conn.cursor(row_factory=dict_row)
+        self.claim_attempts += 1
+        self._last_claim = time.monotonic()
         run = cur.execute("SELECT * FROM scrinalia.claim_next(%s, %s, %s)",
                           (self.runner_id, self.lease, self.workers)).fetchone()
         if run is None:
@@ -347,12 +356,18 @@ class Runner:
         # notifications that came in during a long run wait in psycopg's backlog: one
         # claim attempt answers them all, not one attempt each
         if sum(1 for _ in conn.notifies(timeout=0)):
-            return
+            return self._coalesce(conn)
         deadline = time.monotonic() + delay
         while not self.stopping and (left := deadline - time.monotonic()) > 0:
             # the connection's socket (a NOTIFY) or the wake-up pipe (a signal)
             if self.wakeup.wait(left, also=conn.fileno()) and sum(1 for _ in conn.notifies(timeout=0)):
-                return
+                return self._coalesce(conn)
+
+    def _coalesce(self, conn) -> None:
+        """After a NOTIFY: wait out MIN_WAKE_INTERVAL since the last claim, folding
+        every NOTIFY that arrives meanwhile into the one claim that follows."""
+        self._pause(self._last_claim + MIN_WAKE_INTERVAL - time.monotonic())
+        sum(1 for _ in conn.notifies(timeout=0))
 
     def _pause(self, seconds: float) -> None:
         """Sleeps, unless a stop request comes first."""
@@ -387,54 +402,17 @@ class Runner:
                     self._pause(self._backoff.next_delay())
         finally:
             self.close()
-        self.log("stopped", runner_id=self.runner_id)
+        self.log("stopped", runner_id=self.runner_id, claim_attempts=self.claim_attempts)
 
 
 # -- start-up ----------------------------------------------------------------------
-
-def check_runner_privileges(conn: psycopg.Connection) -> None:
-    """MissingPrivilege naming the group or grant this login lacks to claim runs.
-
-    Reads only the catalogs (readable by any login), so it speaks even to a login
-    without USAGE on the schema. Functions that do not exist are left to check_schema.
-    """
-    cur = conn.cursor(row_factory=dict_row)
-    row = cur.execute(
-        """SELECT current_user AS login,
-                  n.oid IS NOT NULL AS has_schema,
-                  coalesce(has_schema_privilege(n.oid, 'USAGE'), false) AS usage,
-                  EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = %(group)s)
-                      AND pg_has_role(%(group)s, 'MEMBER') AS member,
-                  ARRAY(SELECT 'scrinalia.' || f.sig
-                          FROM unnest(%(functions)s::text[]) WITH ORDINALITY AS f(sig, i)
-                          JOIN pg_catalog.pg_proc p ON p.pronamespace = n.oid
-                           AND format('%%s(%%s)', p.proname, replace(pg_catalog.oidvectortypes(p.proargtypes),
-                                                                     'scrinalia.', '')) = f.sig
-                         WHERE NOT has_function_privilege(p.oid, 'EXECUTE')
-                         ORDER BY f.i) AS denied
-             FROM (SELECT 1) one
-             LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = 'scrinalia'""",
-        {"group": RUNNER_GROUP, "functions": list(RUNNER_FUNCTIONS)}).fetchone()
-    if not row["has_schema"]:
-        return
-    lacks = ([] if row["usage"] else ["USAGE on schema scrinalia"]) + \
-        [f"EXECUTE on {f}" for f in row["denied"]]
-    if not lacks:
-        return
-    login = printable(row["login"])
-    if row["member"]:
-        raise MissingPrivilege(f"login {login} is in {RUNNER_GROUP} but lacks {', '.join(lacks)}: "
-                               f"the group's grants are incomplete (sql/90_roles.sql; run `scrinalia-workers migrate`)")
-    raise MissingPrivilege(f"login {login} cannot claim runs: it is not in {RUNNER_GROUP} and lacks "
-                           f"{', '.join(lacks)}: GRANT {RUNNER_GROUP} TO {login}")
-
 
 def startup_check(dsn: str | None) -> str:
     """The DSN, once it reaches a schema at the head with a login that may claim."""
     dsn = db.require_dsn(dsn)
     try:
         with db.connect(dsn, application_name="scrinalia-runner check") as conn:
-            check_runner_privileges(conn)
+            check_privileges(conn, RUNNER_FUNCTIONS, "claim runs", (RUNNER_GROUP,))
             check_schema(conn)
     except DatabaseUnavailable as e:  # at start-up, as schema.preflight: misconfiguration
         raise ConfigError(str(e)) from None

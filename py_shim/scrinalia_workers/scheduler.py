@@ -50,19 +50,20 @@ NOT_LOCK_HOLDER = "SW031"
 # Every function the scheduler calls: checked at start-up, so that a login without
 # them gets one line and exit 2 instead of a crash loop.
 REQUIRED_FUNCTIONS = (
-    "scrinalia.scheduler_lock_key()",
-    "scrinalia.scheduler_heartbeat(text, integer)",
-    "scrinalia.check_scheduler_lock(integer)",
-    "scrinalia.scheduler_status()",
-    "scrinalia.evict_stale_scheduler()",
-    "scrinalia.reap_expired_leases()",
-    "scrinalia.create_retries()",
-    "scrinalia.due_schedules(integer)",
-    "scrinalia.set_schedules_aside(text[], text[])",
-    "scrinalia.tick(text[], timestamp with time zone[], text)",
-    "scrinalia.next_wakeup()",
+    "scheduler_lock_key()",
+    "scheduler_heartbeat(text, integer)",
+    "check_scheduler_lock(integer)",
+    "scheduler_status()",
+    "evict_stale_scheduler()",
+    "reap_expired_leases()",
+    "create_retries()",
+    "due_schedules(integer)",
+    "set_schedules_aside(text[], text[])",
+    "tick(text[], timestamp with time zone[], text)",
+    "next_wakeup()",
 )
-GROUPS = "scrinalia_scheduler (least privilege), or scrinalia_operator or scrinalia_runner"
+# the first is the least-privilege choice; ADR 0015 lets the API's and a runner's login run it too
+GROUPS = ("scrinalia_scheduler", "scrinalia_operator", "scrinalia_runner")
 
 # After a pass that found work it could not take (schedule rows locked by another
 # transaction), wait this long rather than spin on a due instant in the past.

@@ -7,8 +7,10 @@ may call: the scheduler's role has no more than USAGE on the schema.
 from __future__ import annotations
 
 import psycopg
+from psycopg.rows import dict_row
 
 from .errors import ConfigError, DatabaseUnavailable, MissingPrivilege, SchemaMismatch
+from .failure import printable
 
 EXPECTED_HEAD = "0005_health"
 REQUIRED_COLUMNS = ("attempt", "retry_of", "not_before", "scheduled_for")
@@ -51,20 +53,46 @@ def check_schema(conn: psycopg.Connection) -> str:
     return head
 
 
-def check_privileges(conn: psycopg.Connection, functions: tuple[str, ...], job: str, groups: str) -> None:
-    """Raises MissingPrivilege naming what this login lacks to call `functions`
-    (regprocedure signatures) for `job`, and the groups that grant it."""
-    missing = [f for f in functions if not conn.execute(
-        "SELECT has_function_privilege(current_user, %s, 'EXECUTE')", (f,)).fetchone()[0]]
-    if missing:
-        user = conn.execute("SELECT current_user").fetchone()[0]
-        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-        raise MissingPrivilege(f"login {user!r} cannot {job}: no EXECUTE on {shown}; "
-                               f"grant it {groups} (GRANT scrinalia_... TO {user})")
+def check_privileges(conn: psycopg.Connection, functions: tuple[str, ...], job: str,
+                     groups: tuple[str, ...]) -> None:
+    """MissingPrivilege naming what this login lacks to `job`: USAGE on the schema, or
+    EXECUTE on one of `functions` (exact signatures, scrinalia's own types unqualified,
+    e.g. "finish(bigint, uuid, run_status, text, text)"), and the group(s) that grant
+    it. Reads only the catalogs, readable by any login, so it speaks even to a login
+    in no group; functions that do not exist are check_schema's business."""
+    cur = conn.cursor(row_factory=dict_row)
+    row = cur.execute(
+        """SELECT current_user AS login,
+                  n.oid IS NOT NULL AS has_schema,
+                  coalesce(has_schema_privilege(n.oid, 'USAGE'), false) AS usage,
+                  EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                           WHERE r.rolname = ANY (%(groups)s) AND pg_has_role(r.oid, 'MEMBER')) AS member,
+                  ARRAY(SELECT 'scrinalia.' || f.sig
+                          FROM unnest(%(functions)s::text[]) WITH ORDINALITY AS f(sig, i)
+                          JOIN pg_catalog.pg_proc p ON p.pronamespace = n.oid
+                           AND format('%%s(%%s)', p.proname, replace(pg_catalog.oidvectortypes(p.proargtypes),
+                                                                     'scrinalia.', '')) = f.sig
+                         WHERE NOT has_function_privilege(p.oid, 'EXECUTE')
+                         ORDER BY f.i) AS denied
+             FROM (SELECT 1) one
+             LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = 'scrinalia'""",
+        {"groups": list(groups), "functions": list(functions)}).fetchone()
+    if not row["has_schema"]:
+        return
+    lacks = ([] if row["usage"] else ["USAGE on schema scrinalia"]) + [f"EXECUTE on {f}" for f in row["denied"]]
+    if not lacks:
+        return
+    login = printable(row["login"])
+    shown = ", ".join(lacks[:3]) + (f" and {len(lacks) - 3} more" if len(lacks) > 3 else "")
+    if row["member"]:
+        raise MissingPrivilege(f"login {login} is in {' or '.join(groups)} but lacks {shown}: the group's "
+                               "grants are incomplete (sql/90_roles.sql; run `scrinalia-workers migrate`)")
+    raise MissingPrivilege(f"login {login} cannot {job}: it is not in {' or '.join(groups)} and lacks "
+                           f"{shown}: GRANT {groups[0]} TO {login}")
 
 
 def preflight(dsn: str | None, application_name: str, *, functions: tuple[str, ...] = (),
-              job: str = "", groups: str = "", server_keepalives: bool = False) -> str:
+              job: str = "", groups: tuple[str, ...] = (), server_keepalives: bool = False) -> str:
     """The start-up of a daemon: a configured DSN that reaches a schema at the head, and
     (given `functions`) a login allowed to call every one of them. Anything wrong here
     is misconfiguration: ConfigError, one line, exit 2."""
@@ -74,9 +102,9 @@ def preflight(dsn: str | None, application_name: str, *, functions: tuple[str, .
     try:
         # connect as the daemon will (a pooler may refuse the keepalive options)
         with db.connect(dsn, application_name=application_name, server_keepalives=server_keepalives) as conn:
-            check_schema(conn)
             if functions:
                 check_privileges(conn, functions, job, groups)
+            check_schema(conn)
     except DatabaseUnavailable as e:
         raise ConfigError(str(e)) from None
     except psycopg.OperationalError as e:  # the server went away during the check

@@ -112,10 +112,9 @@ def test_a_login_that_cannot_schedule_gets_one_line_and_exit_2(db_dsn, role_logi
                         _as(db_dsn, role_logins[group])], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
-    if group == "reader":
-        assert "cannot run the scheduler" in r.stderr and "scrinalia_scheduler" in r.stderr
-    else:  # no group at all: the schema itself is out of reach
-        assert "scrinalia" in r.stderr
+    assert "cannot run the scheduler" in r.stderr and "GRANT scrinalia_scheduler TO" in r.stderr
+    if group == "nobody":  # no group at all: the schema itself is out of reach, and it says so
+        assert "USAGE on schema scrinalia" in r.stderr
 
 
 def test_one_poisoned_schedule_never_stalls_or_spins_the_others(db, db_dsn, procs):
@@ -233,3 +232,29 @@ def test_a_frozen_holder_is_replaced_and_does_not_tick_when_it_resumes(db, db_ds
                          " GROUP BY 1, 2 HAVING count(*) > 1").fetchall()
     assert periods == []
     print(f"\nRELIABILITY frozen holder replaced in {took:.2f} s (stale after 2 s, standby retry 0.3 s)")
+
+
+def test_a_notify_flood_costs_an_idle_runner_a_bounded_number_of_claims(db, db_dsn, role_logins, procs):
+    from procs import start_runner
+
+    make_worker(db, "ocr")
+    r = start_runner(db_dsn, "scrinalia_workers.load_handlers", "--runner-id", "flooded")
+    procs.append(r)
+    r.wait_event("runner started")
+    sent = 0
+    with psycopg.connect(_as(db_dsn, role_logins["nobody"]), autocommit=True) as attacker:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 3:
+            attacker.execute("NOTIFY scrinalia_runs, 'ocr'")
+            sent += 1
+        # a real run enqueued in the flood is still claimed promptly
+        run_id = db.execute("SELECT run_id FROM scrinalia.enqueue('ocr')").fetchone()[0]
+        wait_for(lambda: db.execute("SELECT status = 'SUCCEEDED' FROM scrinalia.archive_worker_runs"
+                                    " WHERE run_id = %s", (run_id,)).fetchone()[0], timeout=5,
+                 what="the run enqueued during the flood done")
+    assert r.stop() == 0
+    claims = r.wait_event("stopped")["claim_attempts"]
+    assert sent > 1000
+    # at most one claim per MIN_WAKE_INTERVAL (0.05 s) while flooded, plus the run's own
+    assert claims <= (time.monotonic() - t0) / 0.05 + 5, (claims, sent)
+    print(f"\nRELIABILITY NOTIFY flood on scrinalia_runs: {sent} NOTIFYs -> {claims} claim attempts")
