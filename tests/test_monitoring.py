@@ -3,6 +3,7 @@ and the Prometheus rules checked and unit-tested by the real promtool."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -117,7 +118,7 @@ def _get(samples, name: str, **labels) -> float:
 def test_the_real_exporter_exposes_the_metrics(world, db_dsn, role_logins):
     exporter = shutil.which("prometheus-postgres-exporter")
     if exporter is None:
-        pytest.skip("prometheus-postgres-exporter is not installed (.ci/run installs it)")
+        _missing("prometheus-postgres-exporter is not installed (Debian package; .ci/run installs it)")
     info = psycopg.conninfo.conninfo_to_dict(db_dsn)
     dsn = (f"postgresql://{role_logins['reader']}@{info['host']}:{info['port']}/{info['dbname']}"
            "?sslmode=disable")
@@ -156,8 +157,15 @@ def test_the_real_exporter_exposes_the_metrics(world, db_dsn, role_logins):
 def _promtool() -> str:
     tool = shutil.which("promtool")
     if tool is None:
-        pytest.skip("promtool is not installed (Debian package prometheus; .ci/run installs it)")
+        _missing("promtool is not installed (Debian package prometheus; .ci/run installs it)")
     return tool
+
+
+def _missing(why: str) -> None:
+    """Skip where a developer lacks the tool; fail in CI (SCRINALIA_REQUIRE_INFRA), which installs it."""
+    if os.environ.get("SCRINALIA_REQUIRE_INFRA"):
+        pytest.fail(why)
+    pytest.skip(why)
 
 
 def test_the_alert_rules_pass_promtool_check_and_unit_tests():

@@ -77,3 +77,62 @@ def test_the_timeline_shows_each_attempt_with_its_outcome_and_backoff(busy):
 @pytest.mark.parametrize("seconds, text", [(5, "5s"), (125, "2m05s"), (7300, "2h01m"), (90000, "1d01h"), (-12, "overdue 12s")])
 def test_spans_read_at_a_glance(seconds, text):
     assert watch.span(seconds) == text
+
+
+def test_status_watch_in_a_real_terminal_fits_80_columns_and_quits_on_ctrl_c(busy, db_dsn, role_logins):
+    """`scrinalia-workers status --watch` under a pseudo-terminal of 80 columns, as an
+    operator runs it; Ctrl-C (SIGINT) ends it with exit 0 and no traceback."""
+    import os
+    import pty
+    import select
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psycopg
+
+    dsn = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["reader"])
+    main, child = pty.openpty()
+    env = dict(os.environ, COLUMNS="80", LINES="40")
+    p = subprocess.Popen([sys.executable, "-m", "scrinalia_workers.cli", "status", "--watch", "--interval", "0.3",
+                          "--dsn", dsn], stdin=child, stdout=child, stderr=child, env=env, start_new_session=True)
+    os.close(child)
+    out = b""
+    deadline = time.monotonic() + 20
+    try:
+        while out.count(watch.CLEAR.encode()) < 2 and time.monotonic() < deadline:
+            if select.select([main], [], [], 0.5)[0]:
+                out += os.read(main, 65536)
+        assert out.count(watch.CLEAR.encode()) >= 2, out[-2000:]
+        os.killpg(p.pid, signal.SIGINT)
+        assert p.wait(10) == 0
+        while select.select([main], [], [], 0.2)[0]:
+            try:
+                out += os.read(main, 65536)
+            except OSError:
+                break
+    finally:
+        if p.poll() is None:
+            p.kill()
+        os.close(main)
+    text = out.decode()
+    last = text.rsplit(watch.CLEAR, 1)[1]
+    assert "AGENDA" in last and "ACTIVE RUNS" in last and "Traceback" not in text
+    assert all(len(line.rstrip("\r")) <= 80 for line in last.splitlines())
+
+
+def test_runs_timeline_from_the_cli(busy, db_dsn, role_logins):
+    import subprocess
+    import sys
+
+    import psycopg
+
+    dsn = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["reader"])
+    r = subprocess.run([sys.executable, "-m", "scrinalia_workers.cli", "runs", "ocr", "--timeline", "--dsn", dsn],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("ocr: the last") and "1/3" in r.stdout and "backoff" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "scrinalia_workers.cli", "runs", "--timeline", "--dsn", dsn],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and "needs a WORKER" in r.stderr

@@ -252,16 +252,23 @@ def _scheduler_line(s: dict) -> str:
 
 
 def cmd_status(args) -> int:
+    if args.watch:
+        from .watch import watch
+
+        _connect(args).close()  # a bad DSN or login is one line before the screen takes over
+        return watch(lambda: _connect(args), args.interval)
     with _connect(args) as conn:
         cur = conn.cursor(row_factory=dict_row)
         agenda = cur.execute("SELECT * FROM scrinalia.worker_agenda ORDER BY worker_name").fetchall()
         counters = cur.execute("SELECT * FROM scrinalia.worker_queue_counters ORDER BY worker_name").fetchall()
         sched = cur.execute("SELECT * FROM scrinalia.scheduler_status()").fetchone()
+        health = cur.execute("SELECT healthy, reason FROM scrinalia.scheduler_health()").fetchone()
         most = _max_attempts(conn)
     if args.json:
-        print_json({"scheduler": sched, "agenda": agenda, "queue_counters": counters})
+        print_json({"scheduler": sched, "health": health, "agenda": agenda, "queue_counters": counters})
         return EXIT_OK
     print(f"scheduler: {_scheduler_line(sched)}")
+    print("health: " + ("healthy" if health["healthy"] else f"NOT HEALTHY: {health['reason']}"))
     print()
     rows = []
     for a in agenda:
@@ -269,6 +276,8 @@ def cmd_status(args) -> int:
             nxt_zone = nxt_utc = "unscheduled"
         elif a["paused"]:
             nxt_zone, nxt_utc = "paused", "-"
+        elif a["arm_error"]:
+            nxt_zone, nxt_utc = f"SET ASIDE: {_one_line(a['arm_error'], 60)}", _utc(a["arm_retry_at"])
         elif a["awaiting_arm"]:
             nxt_zone, nxt_utc = "not armed yet", "-"
         else:
@@ -291,12 +300,19 @@ def cmd_status(args) -> int:
 def cmd_runs(args) -> int:
     sql = ("SELECT * FROM scrinalia.worker_run_history WHERE (%(w)s::text IS NULL OR worker_name = %(w)s)"
            " ORDER BY run_id DESC LIMIT %(n)s")
+    if args.timeline and args.worker is None:
+        raise errors.ConfigError("runs --timeline needs a WORKER")
     with _connect(args) as conn:
         if args.worker is not None:
             known = conn.execute("SELECT 1 FROM scrinalia.worker_agenda WHERE worker_name = %s",
                                  (args.worker,)).fetchone()
             if not known:
                 raise errors.ScrinaliaError(f"[{errors.UNKNOWN_WORKER}] unknown worker {args.worker!r}")
+        if args.timeline:
+            from .watch import timeline
+
+            print(timeline(conn, args.worker, periods=min(args.limit, 1000)))
+            return EXIT_OK
         rows = conn.cursor(row_factory=dict_row).execute(sql, {"w": args.worker, "n": args.limit}).fetchall()
     if args.json:
         print_json(rows)
@@ -478,6 +494,7 @@ BATCH = _count(1, 1_000_000)
 MIGRATIONS = _count(1, 1_000)
 DEMO_SECONDS = _seconds(0, 3600)
 LOCK_WAIT = _seconds(0, 86400, zero_ok=True)
+WATCH_INTERVAL = _seconds(0.2, 3600, zero_ok=True)
 
 
 def _global_options(p: argparse.ArgumentParser, top: bool) -> None:
@@ -543,11 +560,17 @@ def build_parser() -> argparse.ArgumentParser:
     put.set_defaults(func=cmd_schedule)
 
     st = sub.add_parser("status", parents=[common], help="agenda, queue counters and the scheduler lock")
+    st.add_argument("--watch", action="store_true",
+                    help="a live view, refreshed in place (Ctrl-C quits): health, agenda, active runs, failures")
+    st.add_argument("--interval", type=WATCH_INTERVAL, default=2.0, metavar="SECONDS",
+                    help="--watch refresh interval (0.2..3600, default 2)")
     st.set_defaults(func=cmd_status)
 
     r = sub.add_parser("runs", parents=[common], help="the run history, newest first")
     r.add_argument("worker", nargs="?")
     r.add_argument("--limit", type=LIMIT, default=20, metavar="N", help="how many (1..100000, default 20)")
+    r.add_argument("--timeline", action="store_true",
+                   help="WORKER's scheduled periods, each with its attempts, outcomes and delays")
     r.set_defaults(func=cmd_runs)
 
     c = sub.add_parser("cancel", parents=[common], help="cancel a QUEUED run (a retry in its backoff too)")
