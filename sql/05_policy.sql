@@ -8,7 +8,9 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT 3 $$;
 
--- The statuses that hold the worker's one slot.
+-- The statuses that hold the worker's one slot. The partial unique index
+-- uq_worker_run_active (migrations/0001) states the same set as its predicate, and the
+-- queries that must use that index spell it out as the index does.
 CREATE OR REPLACE FUNCTION scrinalia.active_statuses()
 RETURNS scrinalia.run_status[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE

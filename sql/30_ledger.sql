@@ -129,7 +129,7 @@ BEGIN
 END $$;
 
 -- Why a heartbeat or finish with this token is refused.
-CREATE OR REPLACE FUNCTION scrinalia.lease_lost(p_run_id bigint, p_lease_token uuid)
+CREATE OR REPLACE FUNCTION scrinalia.raise_lease_lost(p_run_id bigint, p_lease_token uuid)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -162,7 +162,7 @@ BEGIN
        AND lease_token = p_lease_token AND lease_expires_at > now()
     RETURNING lease_expires_at INTO expires;
     IF NOT FOUND THEN
-        PERFORM scrinalia.lease_lost(p_run_id, p_lease_token);
+        PERFORM scrinalia.raise_lease_lost(p_run_id, p_lease_token);
     END IF;
     RETURN expires;
 END $$;
@@ -197,7 +197,7 @@ BEGIN
        AND lease_token = p_lease_token AND lease_expires_at > now()
     RETURNING * INTO run;
     IF NOT FOUND THEN
-        PERFORM scrinalia.lease_lost(p_run_id, p_lease_token);
+        PERFORM scrinalia.raise_lease_lost(p_run_id, p_lease_token);
     END IF;
     IF run.retry_pending THEN
         PERFORM pg_notify('scrinalia_scheduler', 'retry');

@@ -40,13 +40,13 @@ BEGIN
           LEFT JOIN scrinalia.archive_worker_runs r2 ON r2.retry_of = r1.run_id
           LEFT JOIN scrinalia.archive_worker_runs r3 ON r3.retry_of = r2.run_id
          WHERE r1.retry_of IS NULL
-           AND r1.status IN ('SUCCEEDED', 'FAILED', 'INTERRUPTED', 'CANCELLED')
+           AND r1.status = ANY (scrinalia.terminal_statuses())
            AND r1.finished_at < cutoff AND NOT r1.retry_pending
            AND (r2.run_id IS NULL
-                OR (r2.status IN ('SUCCEEDED', 'FAILED', 'INTERRUPTED', 'CANCELLED')
+                OR (r2.status = ANY (scrinalia.terminal_statuses())
                     AND r2.finished_at < cutoff AND NOT r2.retry_pending))
            AND (r3.run_id IS NULL
-                OR (r3.status IN ('SUCCEEDED', 'FAILED', 'INTERRUPTED', 'CANCELLED')
+                OR (r3.status = ANY (scrinalia.terminal_statuses())
                     AND r3.finished_at < cutoff AND NOT r3.retry_pending))
            -- attempt 3 is the last (CHECK attempt BETWEEN 1 AND 3): no fourth row
          ORDER BY r1.run_id
@@ -62,7 +62,7 @@ BEGIN
      USING doomed d
      WHERE r.run_id = d.run_id
        -- the same rules again on the row as it is now, in case it changed meanwhile
-       AND r.status IN ('SUCCEEDED', 'FAILED', 'INTERRUPTED', 'CANCELLED')
+       AND r.status = ANY (scrinalia.terminal_statuses())
        AND r.finished_at < cutoff AND NOT r.retry_pending;
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;

@@ -105,7 +105,7 @@ AS $$
            q.pending, q.processed,
            (SELECT extract(epoch FROM now() - min(coalesce(r.not_before, r.created_at)))::float8
               FROM scrinalia.archive_worker_runs r
-             WHERE r.worker_name = w.worker_name AND r.status IN ('QUEUED', 'RUNNING') AND r.status = 'QUEUED'
+             WHERE r.worker_name = w.worker_name AND r.status = 'QUEUED'
                AND (r.not_before IS NULL OR r.not_before <= now()))
       FROM scrinalia.archive_workers w
       LEFT JOIN scrinalia.archive_worker_schedules s ON s.worker_name = w.worker_name

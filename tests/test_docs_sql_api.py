@@ -23,7 +23,7 @@ GROUPS = ("scrinalia_reader", "scrinalia_operator", "scrinalia_runner", "scrinal
 # Granted to no group, called only by other functions: the doc lists them in a table.
 INTERNAL = {
     "require_worker", "validate_request", "check_options", "option_value_problem", "resolve_config",
-    "describe_slot_holder", "raise_slot_busy", "check_runner", "lease_lost", "raise_no_schedule",
+    "describe_slot_holder", "raise_slot_busy", "check_runner", "raise_lease_lost", "raise_no_schedule",
     "retry_backoff", "check_actor", "max_actor_length", "owes_retry", "arm_retry_interval",
     "heartbeat_interval", "scheduler_stale_after", "overdue_grace", "scheduler_lock_holder",
     "role_can_schedule", "latest_finished_periods",

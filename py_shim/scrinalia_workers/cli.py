@@ -25,7 +25,7 @@ from psycopg.types.json import Jsonb
 from . import errors
 from .clifmt import duration as _duration
 from .clifmt import in_zone as _in_zone
-from .clifmt import one_line as _one_line
+from .logs import one_line as _one_line
 from .clifmt import print_fields, print_json, print_table
 from .clifmt import utc as _utc
 from .db import connect, require_dsn

@@ -36,13 +36,6 @@ def duration(d: timedelta | None) -> str | None:
     return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
 
 
-def one_line(text: str | None, width: int) -> str | None:
-    if text is None:
-        return None
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
-
-
 def _jsonable(v: Any) -> Any:
     if isinstance(v, datetime):
         return v.astimezone(timezone.utc).isoformat()

@@ -31,9 +31,14 @@ class EventLog:
             pass  # a closed pipe must not stop the daemon
 
 
-def one_line(error: object) -> str:
-    """An error's text on one line (libpq messages carry a second, indented line)."""
-    return " ".join(str(error).split()) or type(error).__name__
+def one_line(text: object, width: int | None = None) -> str | None:
+    """Any text (an error's included: libpq messages carry a second, indented line) on
+    one line, cut to `width` with an ellipsis when given. None stays None; an error
+    with an empty message reads as its type."""
+    if text is None:
+        return None
+    flat = " ".join(str(text).split()) or (type(text).__name__ if isinstance(text, BaseException) else "")
+    return flat if width is None or len(flat) <= width else flat[: max(width - 1, 0)] + "…"
 
 
 def startup_error(log: "EventLog", prog: str, as_json: bool, e: BaseException) -> None:

@@ -66,7 +66,7 @@ def render(conn: psycopg.Connection, width: int = 80, failures: int = 5) -> str:
         " FROM scrinalia.worker_agenda ORDER BY next_run_at NULLS LAST, worker_name").fetchall()
     active = cur.execute(
         "SELECT run_id, worker_name, status, trigger, attempt_label, lease_owner, lease_expires_at, not_before,"
-        " created_at FROM scrinalia.worker_run_history WHERE status IN ('QUEUED', 'RUNNING') ORDER BY run_id").fetchall()
+        " created_at FROM scrinalia.worker_run_history WHERE status = ANY (scrinalia.active_statuses()) ORDER BY run_id").fetchall()
     failed = cur.execute(
         "SELECT run_id, worker_name, status, attempt_label, finished_at, error FROM scrinalia.worker_run_history"
         " WHERE status IN ('FAILED', 'INTERRUPTED') ORDER BY finished_at DESC NULLS LAST, run_id DESC LIMIT %s",
