@@ -60,6 +60,7 @@ class Result:
     headline: str = ""  # the figure the summary table shows
     extra_md: str = ""  # e.g. an EXPLAIN, already formatted
     data: dict = field(default_factory=dict)  # raw figures for tests and later analysis
+    figure: str = ""  # a picture of data (bench/figures.py), as a link relative to the report
 
     @property
     def verdict(self) -> str:

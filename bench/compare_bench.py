@@ -341,5 +341,5 @@ def run(dsn_for, quick: bool = False) -> Result:
         headline="claim-run-finish ours/theirs: " + ", ".join(
             f"{k} {ours['drain']['rate'] / f['drain']['rate']:.2f}x" for k, f in figures.items() if k != "ours"),
         notes=notes,
-        data={"figures": figures, "versions": v},
+        data={"figures": figures, "versions": v, "n": n},
     )

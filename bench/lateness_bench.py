@@ -19,14 +19,18 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-from . import seed
+import psycopg
+
+from . import pgcron, seed
 from .common import Result, check, conn, now, percentile
 
 ROOT = Path(__file__).resolve().parent.parent
 N_SCHEDULES = 200
+ALONE_MINUTES = 3  # after the shared minutes, ours with pg_cron's jobs unscheduled
 
 
 def _env() -> dict:
@@ -80,22 +84,71 @@ def runner_command(dsn: str) -> tuple[list[str], str]:
             "bench/notify_runner.py, a minimal LISTEN-woken claim loop mirroring the reference runner")
 
 
-def scheduler_lateness(dsn: str, rounds: int, quick: bool, logdir: Path) -> dict:
+class Listener:
+    """One connection LISTENing in the benchmark's database, in a thread of its own. NOTIFY
+    is delivered when its transaction commits, so a notification's arrival (time.time() on
+    this machine, the server's clock too) is when that transaction became visible to a client."""
+
+    def __init__(self, dsn: str, channels: tuple[str, ...]):
+        self.got: list[tuple[float, str, str]] = []  # (arrival epoch, channel, payload)
+        self.stop = threading.Event()
+        self.c = conn(dsn, name="scrinalia-bench-listener")
+        for ch in channels:
+            self.c.execute(f"LISTEN {ch}")
+        self.thread = threading.Thread(target=self._loop, name="bench-listener", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.stop.is_set():
+            for n in self.c.notifies(timeout=0.2):
+                self.got.append((time.time(), n.channel, n.payload))
+
+    def between(self, channel: str, t0: float, t1: float) -> list[tuple[float, str]]:
+        return [(t, p) for t, ch, p in list(self.got) if ch == channel and t0 <= t < t1]
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+        self.c.close()
+
+
+def _epoch(c, ts) -> float:
+    return c.execute("SELECT extract(epoch FROM %s::timestamptz)::float8", (ts,)).fetchone()[0]
+
+
+def scheduler_lateness(dsn: str, rounds: int, quick: bool, logdir: Path, admin_dsn: str | None = None,
+                       alone: int = 0) -> dict:
+    """rounds minutes with pg_cron's jobs (when it is there) in the same minutes, then `alone`
+    more minutes with its jobs unscheduled: what pg_cron's work at the boundary costs ours."""
     with conn(dsn) as c:
         seed.reset(c)
         seed.workers(c, N_SCHEDULES)
         for i in range(N_SCHEDULES):
             c.execute("SELECT scrinalia.put_schedule(%s, '* * * * *', %s, '{}'::jsonb, true, 'bench')",
                       (seed.worker_name(i), seed.ZONES[i % len(seed.ZONES)]))
+    if quick:
+        cron = {"available": False, "why": "--quick moves our schedules' clock, which pg_cron does not read"}
+    elif admin_dsn is None:
+        cron = {"available": False, "why": "no superuser DSN to set pg_cron up with"}
+    else:
+        bench_db = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+        cron = pgcron.setup(admin_dsn, bench_db, N_SCHEDULES, wait=_await)
+    listener = Listener(dsn, ("scrinalia_runs", pgcron.CHANNEL))
     log = logdir / "scheduler.log"
     proc = _start(["-m", "scrinalia_workers.scheduler", "--dsn", dsn, "--json"], log)
-    samples, per_round = [], []
+    samples, per_round, seen, boundaries, loads = [], [], [], [], []
+    cron_rounds, cron_missing = [], []
+    seen_alone, cron_while_alone = [], 0
+    warmup = None
+    alone = alone if cron["available"] else 0
     try:
         with conn(dsn) as c:
             _await(lambda: c.execute(
                 "SELECT count(*) = %s FROM scrinalia.archive_worker_schedules WHERE next_run_at IS NOT NULL",
                 (N_SCHEDULES,)).fetchone()[0], 60, "the scheduler arming the schedules", proc, log)
-            for r in range(rounds):
+            while len(per_round) + len(seen_alone) < rounds + alone:
+                if cron["available"] and len(per_round) == rounds and not seen_alone:
+                    pgcron.teardown(admin_dsn)  # from the next boundary on, ours alone
                 if quick:
                     c.execute("UPDATE scrinalia.archive_worker_schedules "
                               "SET next_run_at = date_trunc('second', now()) + interval '2 seconds'")
@@ -103,6 +156,9 @@ def scheduler_lateness(dsn: str, rounds: int, quick: bool, logdir: Path) -> dict
                 due = c.execute("SELECT min(next_run_at), max(next_run_at) FROM scrinalia.archive_worker_schedules").fetchone()
                 check(due[0] == due[1], f"the schedules are not due at one instant: {due}")
                 wait = (due[0] - c.execute("SELECT now()").fetchone()[0]).total_seconds()
+                b = _epoch(c, due[0])
+                # pg_cron reads its new jobs on its next loop: a boundary a few seconds away is a warm-up
+                warm = cron["available"] and warmup is None and not per_round and wait < 10
                 got = _await(lambda: c.execute(
                     "SELECT array_agg(extract(epoch FROM created_at - scheduled_for)::float8) "
                     "FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE' AND scheduled_for = %s "
@@ -113,14 +169,47 @@ def scheduler_lateness(dsn: str, rounds: int, quick: bool, logdir: Path) -> dict
                 twice = c.execute("SELECT count(*) - count(DISTINCT (worker_name, scheduled_for)) "
                                   "FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE'").fetchone()[0]
                 check(twice == 0, f"{twice} periods enqueued twice")
-                samples += lat
-                per_round.append(max(lat))
                 # free the slots (the public cancel) so that the next minute enqueues again
                 c.execute("SELECT scrinalia.cancel_run(run_id, 'bench') FROM scrinalia.archive_worker_runs "
                           "WHERE status = 'QUEUED'")
+                # the tick's one NOTIFY (all 200 runs commit together) may trail the rows by a moment
+                ticks = _await(lambda: [t for t, p in listener.between("scrinalia_runs", b - 1, b + 59)
+                                        if p == "tick"], 10, "the tick's NOTIFY", proc, log)
+                crons = []
+                if cron["available"] and len(per_round) == rounds:
+                    seen_alone.append(ticks[0] - b)
+                    cron_while_alone += len(listener.between(pgcron.CHANNEL, b - 1, b + 59))
+                    continue
+                if cron["available"]:
+                    until = b + 59  # a job not run by then has missed its minute
+                    while True:
+                        arrived = {p: t for t, p in sorted(listener.between(pgcron.CHANNEL, b - 1, b + 59),
+                                                           reverse=True)}
+                        if len(arrived) >= N_SCHEDULES or time.time() >= until:
+                            break
+                        time.sleep(0.05)
+                    crons = [t - b for t in arrived.values()]
+                if warm:
+                    warmup = {"boundary": b, "seen": ticks[0] - b, "cron": len(crons)}
+                    continue
+                samples += lat
+                per_round.append(max(lat))
+                seen.append(ticks[0] - b)
+                boundaries.append(b)
+                loads.append(os.getloadavg()[0] if hasattr(os, "getloadavg") else None)
+                if cron["available"]:
+                    cron_rounds.append(sorted(crons))
+                    cron_missing.append(N_SCHEDULES - len(crons))
     finally:
         _stop(proc)
-    return {"samples": samples, "rounds": rounds, "round_max": per_round}
+        listener.close()
+        if cron["available"]:
+            cron["details"] = pgcron.run_details(admin_dsn, boundaries[0] - 1) if boundaries else []
+            pgcron.teardown(admin_dsn)
+    return {"samples": samples, "rounds": rounds, "round_max": per_round, "seen": seen,
+            "boundaries": boundaries, "load": loads, "warmup": warmup, "seen_alone": seen_alone,
+            "cron_while_alone": cron_while_alone,
+            "pgcron": {**cron, "rounds": cron_rounds, "missing": cron_missing}}
 
 
 def _enqueue_and_await(c, worker: str, proc, log) -> float:
@@ -158,52 +247,127 @@ def claim_latency(dsn: str, n: int, logdir: Path) -> dict:
     return {"samples": samples, "runner": which}
 
 
-def run(dsn: str, quick: bool = False, logdir: Path | None = None) -> Result:
+def _row(what: str, samples: str, values: list[float], target: str, verdict: str) -> list[str]:
+    return [what, samples, f"{percentile(values, 50) * 1000:.1f} ms", f"{percentile(values, 99) * 1000:.1f} ms",
+            f"{max(values) * 1000:.1f} ms", target, verdict]
+
+
+def _scheduler_rows(s: dict, quick: bool) -> tuple[list[list[str]], list[str], bool]:
+    rows, notes = [], []
+    k = len(s["seen"])
+    # every run of a tick becomes visible at the tick's commit: one sample per run
+    seen = [x for x in s["seen"] for _ in range(N_SCHEDULES)]
+    s["seen_runs"] = seen
+    ok_seen = percentile(seen, 99) <= 0.050
+    rows.append(_row("ours, as a client sees it: the tick's commit (its NOTIFY) - the boundary",
+                     f"{len(seen):,} runs ({k} ticks)", seen, "p99 <= 50 ms", "met" if ok_seen else "NOT met"))
+    cron = s["pgcron"]
+    if cron["available"] and cron["rounds"]:
+        vals = [x for r in cron["rounds"] for x in r]
+        missing = sum(cron["missing"])
+        rows.append(_row(f"pg_cron {cron['version']}, as a client sees it: the job's commit (its NOTIFY) - the boundary",
+                         f"{len(vals):,} job runs ({len(cron['rounds'])} minutes)"
+                         + (f", {missing} missed" if missing else ""), vals, "(the reference)", "-"))
+        if s["seen_alone"]:
+            alone = [x for x in s["seen_alone"] for _ in range(N_SCHEDULES)]
+            s["seen_alone_runs"] = alone
+            rows.append(_row("ours alone (pg_cron's jobs unscheduled), as a client sees it",
+                             f"{len(alone):,} runs ({len(s['seen_alone'])} ticks)", alone, "-", "-"))
+            notes.append(f"'ours alone': {len(s['seen_alone'])} more minutes right after, with pg_cron's jobs "
+                         f"unscheduled ({s['cron_while_alone']} of its notifications arrived in them), to show "
+                         "what sharing 2 cores with pg_cron's work at the boundary costs our tick: "
+                         + ", ".join(f"{x * 1000:.1f} ms" for x in s["seen_alone"]) + ".")
+        bset = set(s["boundaries"])
+        starts = [d["start"] - (d["start"] // 60) * 60 for d in cron.get("details", [])
+                  if (d["start"] // 60) * 60 in bset]
+        if starts:
+            rows.append(_row("pg_cron, its own record: job_run_details.start_time - the boundary",
+                             f"{len(starts):,}", starts, "-", "-"))
+        st = cron["settings"]
+        waves = -(-N_SCHEDULES // int(st["cron.max_running_jobs"])) if st.get("cron.max_running_jobs") else None
+        notes.append(
+            f"pg_cron {cron['version']} (Debian's postgresql-15-cron) in the same cluster and the same minutes: "
+            f"{N_SCHEDULES} jobs `* * * * *` made with cron.schedule_in_database(), each running "
+            f"`SELECT pg_notify('{pgcron.CHANNEL}', '<n>')` in the benchmark's database; its settings as installed: "
+            + ", ".join(f"{k}={v}" for k, v in st.items()) + ". "
+            + (f"cron.max_running_jobs={st['cron.max_running_jobs']} lets at most that many jobs run at once, "
+               f"so the {N_SCHEDULES} jobs of a minute start in at least {waves} waves: the distribution is a "
+               "staircase whose tail is the number of waves times one job's connect-run-commit time, "
+               "not one job's lateness. " if waves else "")
+            + ("With cron.use_background_workers=off (the default) each job run opens a new libpq connection "
+               "(a backend fork and authentication) to cron.host. " if st.get("cron.use_background_workers") == "off" else "")
+            + (f"{missing} job runs missed their minute (no NOTIFY within 59 s)." if missing else
+               "Every job ran once in every minute measured."))
+        if s["warmup"]:
+            notes.append("The first boundary after the set-up was under 10 s away and not counted (pg_cron "
+                         "reads new jobs on its next loop).")
+    else:
+        rows.append(["pg_cron, as a client sees it", "-", "-", "-", "-", "(the reference)", "not measured"])
+        notes.append(f"pg_cron not measured: {cron['why']}.")
+    p50, p99 = percentile(s["samples"], 50), percentile(s["samples"], 99)
+    ok_db = p99 <= 0.100
+    rows.append(_row("ours, the database's view: run created_at - scheduled_for",
+                     f"{len(s['samples']):,} ({k} ticks)", s["samples"], "p99 <= 100 ms", "met" if ok_db else "NOT met"))
+    notes.append("How lateness is timed: one client connection LISTENs in the benchmark's database on both "
+                 "channels; NOTIFY is delivered at commit, so a notification's arrival (time.time(), the same "
+                 "machine and clock as the server) minus the minute boundary is the time until the run is "
+                 "visible to a user. Ours sends one pg_notify('scrinalia_runs', 'tick') from the tick that "
+                 f"creates all {N_SCHEDULES} runs, so its {N_SCHEDULES} runs of a minute share one figure "
+                 "(counted once per run). 'created_at - scheduled_for' is the tick transaction's now(), before its "
+                 "work and commit. Worst per tick (database's view): "
+                 + ", ".join(f"{x * 1000:.1f} ms" for x in s["round_max"]) + "; as seen: "
+                 + ", ".join(f"{x * 1000:.1f} ms" for x in s["seen"]) + ".")
+    loads = [x for x in s["load"] if x is not None]
+    if loads:
+        notes.append(f"The machine is shared: 1-minute load average {min(loads):.2f}-{max(loads):.2f} "
+                     "over the minutes measured.")
+    if not quick and k < 10:
+        notes.append(f"Issue 12 asks for at least 10 minutes; this run measured {k}.")
+    return rows, notes, ok_seen and ok_db
+
+
+def run(dsn: str, quick: bool = False, logdir: Path | None = None, admin_dsn: str | None = None,
+        minutes: int | None = None) -> Result:
     logdir = logdir or Path(tempfile.mkdtemp(prefix="scrinalia-bench-"))
     rows, notes, sched_ok = [], [], None
     data = {}
+    rounds = 1 if quick else (minutes or 10)
     if scheduler_available():
-        s = scheduler_lateness(dsn, 1 if quick else 2, quick, logdir)
+        s = scheduler_lateness(dsn, rounds, quick, logdir, admin_dsn=admin_dsn, alone=0 if quick else ALONE_MINUTES)
         data["scheduler"] = s
-        p50, p99 = percentile(s["samples"], 50), percentile(s["samples"], 99)
-        ok = sched_ok = p99 <= 0.100
-        rows.append(["scheduler: run created_at - scheduled_for", f"{len(s['samples'])} ({s['rounds']} round(s))",
-                     f"{p50 * 1000:.1f} ms", f"{p99 * 1000:.1f} ms", f"{max(s['samples']) * 1000:.1f} ms",
-                     "p99 <= 100 ms", "met" if ok else "NOT met"])
-        notes.append("All runs of one tick share the tick transaction's now(), so the 200 runs of a minute have "
-                     "the same lateness: the figure is the scheduler's wake-up precision plus the tick's time. "
-                     "Worst per round: " + ", ".join(f"{x * 1000:.1f} ms" for x in s["round_max"]) + ".")
+        rows, notes, sched_ok = _scheduler_rows(s, quick)
     else:
-        rows.append(["scheduler: run created_at - scheduled_for", "-", "-", "-", "-", "p99 <= 100 ms",
-                     "not measured"])
+        rows.append(["scheduler", "-", "-", "-", "-", "p99 <= 50 ms", "not measured"])
         notes.append("scrinalia_workers.scheduler is not installed yet: the scheduler lateness was not measured.")
     n = 50 if quick else 200
     cl = claim_latency(dsn, n, logdir)
     data["claim"] = cl
-    p50, p99 = percentile(cl["samples"], 50), percentile(cl["samples"], 99)
-    ok = p99 <= 0.050
+    ok = percentile(cl["samples"], 99) <= 0.050
     # unmeasured scheduler: the verdict is open unless the part measured already failed
     met = (ok and sched_ok) if sched_ok is not None else (None if ok else False)
-    rows.append(["idle runner: run started_at - created_at", f"{n}", f"{p50 * 1000:.1f} ms", f"{p99 * 1000:.1f} ms",
-                 f"{max(cl['samples']) * 1000:.1f} ms", "p99 <= 50 ms", "met" if ok else "NOT met"])
+    rows.append(_row("idle runner: run started_at - created_at", f"{n}", cl["samples"], "p99 <= 50 ms",
+                     "met" if ok else "NOT met"))
     notes.append(f"Runner: {cl['runner']}; runs enqueued one at a time with scrinalia.enqueue() "
                  "20-50 ms apart, each awaited until SUCCEEDED before the next.")
-    headline = ", ".join(f"{r[0].split(':')[0]} p99 {r[3]}" for r in rows if r[3] != "-")
+    headline = "; ".join(f"{r[0].split(',')[0].split(':')[0]} p99 {r[3]}" for r in rows
+                         if r[3] != "-" and "database's view" not in r[0] and "own record" not in r[0])
     return Result(
         key="lateness",
-        title="4. Lateness: scheduler and NOTIFY-woken runner",
+        title="4. Lateness: scheduler against pg_cron, and the NOTIFY-woken runner",
         setup=[
             f"a. `python -m scrinalia_workers.scheduler --dsn ... --json` as its own process; {N_SCHEDULES} workers "
             f"with schedules `* * * * *` (zones cycling over {len(seed.ZONES)}), saved with scrinalia.put_schedule() "
             "and armed by the scheduler itself; "
             + ("--quick: next_run_at moved 2 s ahead and the scheduler NOTIFYed." if quick
-               else "the real minute boundaries, one per round; the runs are cancelled between rounds."),
+               else f"the real minute boundaries, {rounds} in a row; the runs are cancelled between minutes. "
+                    f"pg_cron, when installed, runs {N_SCHEDULES} jobs `* * * * *` in the same minutes, timed "
+                    "the same way (the commit as a LISTENing client sees it)."),
             f"b. An idle runner process LISTENing on scrinalia_runs; {n} runs enqueued one at a time; "
             "the latency is started_at - created_at (enqueue's now() to claim's now(), the database's clock).",
         ],
         headers=["what", "samples", "p50", "p99", "max", "target", "verdict"],
         rows=rows,
-        target="scheduler p99 <= 100 ms; enqueue-to-claim p99 <= 50 ms",
+        target="scheduler p99 <= 50 ms as seen (<= 100 ms created_at); enqueue-to-claim p99 <= 50 ms",
         met=met,
         notes=notes,
         headline=headline,

@@ -10,7 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 from .common import conn
 
 SETTINGS = ("shared_buffers", "synchronous_commit", "fsync", "full_page_writes", "max_connections",
-            "wal_level", "jit", "work_mem")
+            "wal_level", "jit", "work_mem", "shared_preload_libraries")
 
 
 def _cpu_model() -> str:
@@ -54,7 +54,7 @@ def describe(dsn: str, cluster_note: str) -> dict:
         "memory": _mem_total(),
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
-        "packages": {p: _version(p) for p in ("psycopg", "croniter", "procrastinate", "pgqueuer")},
+        "packages": {p: _version(p) for p in ("psycopg", "croniter", "procrastinate", "pgqueuer", "matplotlib")},
         "server": server,
         "cluster": cluster_note,
         "settings": settings,

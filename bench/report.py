@@ -34,6 +34,8 @@ def section(r: Result, m: dict) -> str:
     out += ["", "**Setup.**", ""]
     out += [f"- {s}" for s in r.setup]
     out += ["", "**Figures.**", "", table(r.headers, r.rows), ""]
+    if r.figure:
+        out += [f"![{r.title}: a picture of the figures above]({r.figure})", ""]
     out += [f"**Target:** {r.target}. **Verdict: {r.verdict}.**", ""]
     if r.notes:
         out += ["**Notes.**", ""] + [f"- {n}" for n in r.notes] + [""]

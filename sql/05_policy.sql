@@ -73,19 +73,31 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT interval '1 second' $$;
 
+-- An interval from scrinalia.settings (set by the owner), at least 1 second; the
+-- default when the row is missing or does not read as an interval.
+CREATE OR REPLACE FUNCTION scrinalia.setting_interval(p_name text, p_default interval)
+RETURNS interval
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE v interval;
+BEGIN
+    BEGIN
+        SELECT st.value::interval INTO v FROM scrinalia.settings st WHERE st.name = p_name;
+    EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+        v := NULL;
+    END;
+    RETURN greatest(coalesce(v, p_default), interval '1 second');
+END $$;
+
 -- A lock holder whose heartbeat is older than this is stale: unhealthy, and a standby
--- may end its session. The owner may change it in scrinalia.settings
--- (SCHEDULER_STALE_AFTER, at least 1 second); the scheduler passes at least every
--- --max-sleep seconds (default 5), so keep it well above that.
+-- may end its session. SCHEDULER_STALE_AFTER in scrinalia.settings; the scheduler
+-- passes at least every --max-sleep seconds (default 5), so keep it well above that.
 CREATE OR REPLACE FUNCTION scrinalia.scheduler_stale_after()
 RETURNS interval
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT greatest(coalesce((SELECT st.value::interval FROM scrinalia.settings st
-                               WHERE st.name = 'SCHEDULER_STALE_AFTER'), interval '30 seconds'),
-                    interval '1 second')
-$$;
+AS $$ SELECT scrinalia.setting_interval('SCHEDULER_STALE_AFTER', interval '30 seconds') $$;
 
 -- An enabled schedule whose due instant passed longer ago than this is overdue
 -- (scheduler_health() says so). SCHEDULE_OVERDUE_GRACE in scrinalia.settings.
@@ -93,8 +105,4 @@ CREATE OR REPLACE FUNCTION scrinalia.overdue_grace()
 RETURNS interval
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT greatest(coalesce((SELECT st.value::interval FROM scrinalia.settings st
-                               WHERE st.name = 'SCHEDULE_OVERDUE_GRACE'), interval '1 minute'),
-                    interval '1 second')
-$$;
+AS $$ SELECT scrinalia.setting_interval('SCHEDULE_OVERDUE_GRACE', interval '1 minute') $$;

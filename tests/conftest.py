@@ -153,3 +153,18 @@ def connect_as(db_dsn, role_logins, template_db):
     yield _connect
     for c in opened:
         c.close()
+
+
+@pytest.fixture
+def procs():
+    """A list to append started Procs (tests/procs.py) to; whatever still runs at the end
+    is killed (resumed first, in case a test froze it with SIGSTOP)."""
+    import signal
+
+    started = []
+    yield started
+    for p in started:
+        if p.popen.poll() is None:
+            os.kill(p.pid, signal.SIGCONT)
+            p.popen.kill()
+            p.popen.wait()

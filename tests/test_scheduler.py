@@ -15,16 +15,6 @@ from scrinalia_workers import db as swdb
 from scrinalia_workers.schema import EXPECTED_HEAD
 
 
-@pytest.fixture
-def procs():
-    started = []
-    yield started
-    for p in started:
-        if p.popen.poll() is None:
-            p.popen.kill()
-            p.popen.wait()
-
-
 def _start(procs, dsn, *args):
     p = start_scheduler(dsn, *args)
     procs.append(p)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
-import math
 import os
 import socket
 import sys
@@ -22,7 +21,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from . import errors
+from . import argtypes, errors
 from .clifmt import duration as _duration
 from .clifmt import in_zone as _in_zone
 from .logs import one_line as _one_line
@@ -460,41 +459,13 @@ def _delegate(name: str, argv: list[str]) -> int:
 BIGINT_MAX = 2**63 - 1
 
 
-def _count(lo: int, hi: int, what: str = "a whole number"):
-    """An argparse type: a whole number in [lo, hi], else one line naming the range."""
-    def parse(text: str) -> int:
-        try:
-            n = int(text, 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        if not lo <= n <= hi:
-            raise argparse.ArgumentTypeError(f"{text} is out of range {lo}..{hi}")
-        return n
-    parse.__name__ = what  # argparse names the type in its message
-    return parse
-
-
-def _seconds(lo: float, hi: float, zero_ok: bool = False):
-    def parse(text: str) -> float:
-        try:
-            x = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-        if not math.isfinite(x) or not (lo <= x if zero_ok else lo < x) or x > hi:
-            least = f"at least {lo:g}" if zero_ok else f"more than {lo:g}"
-            raise argparse.ArgumentTypeError(f"{text} is out of range: {least}, at most {hi:g} seconds")
-        return x
-    parse.__name__ = "seconds"
-    return parse
-
-
-RUN_ID = _count(1, BIGINT_MAX, "a run id")
-LIMIT = _count(1, 100_000)
-BATCH = _count(1, 1_000_000)
-MIGRATIONS = _count(1, 1_000)
-DEMO_SECONDS = _seconds(0, 3600)
-LOCK_WAIT = _seconds(0, 86400, zero_ok=True)
-WATCH_INTERVAL = _seconds(0.2, 3600, zero_ok=True)
+RUN_ID = argtypes.count(1, BIGINT_MAX, "a run id")
+LIMIT = argtypes.count(1, 100_000)
+BATCH = argtypes.count(1, 1_000_000)
+MIGRATIONS = argtypes.count(1, 1_000)
+DEMO_SECONDS = argtypes.seconds(0, 3600, above=True)
+LOCK_WAIT = argtypes.seconds(0, 86400)
+WATCH_INTERVAL = argtypes.seconds(0.2, 3600)
 
 
 def _global_options(p: argparse.ArgumentParser, top: bool) -> None:

@@ -33,7 +33,7 @@ from typing import NamedTuple
 import psycopg
 from psycopg.rows import dict_row
 
-from . import db
+from . import argtypes, db
 from .backoff import Backoff, is_transient
 from .errors import LEASE_LOST, ConfigError, DatabaseUnavailable, MissingPrivilege
 from .failure import printable
@@ -434,28 +434,15 @@ def _runner_id(value: str) -> str:
     return value
 
 
-def _seconds(lo: float, hi: float):
-    def parse(value: str) -> float:
-        try:
-            seconds = float(value)
-        except ValueError:
-            seconds = math.nan
-        if not lo <= seconds <= hi:  # NaN fails too
-            raise argparse.ArgumentTypeError(f"{printable(value[:40])!r} is not a number of seconds "
-                                             f"between {lo:g} and {hi:g}")
-        return seconds
-    return parse
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = _Parser(prog="scrinalia-runner", description="the reference runner (handler contract: docs/handlers.md)")
     p.add_argument("--dsn", help="database (else DATABASE_URL or the PG* variables)")
     p.add_argument("--handlers", metavar="MODULE", required=False,
                    help="the module whose HANDLERS dict maps worker names to handlers (required)")
     p.add_argument("--runner-id", type=_runner_id, help="1 to 200 of A-Z a-z 0-9 _ . : @ / - (default host:pid)")
-    p.add_argument("--lease", type=_seconds(*LEASE_RANGE), default=30.0, metavar="SECONDS",
+    p.add_argument("--lease", type=argtypes.seconds(*LEASE_RANGE), default=30.0, metavar="SECONDS",
                    help="lease of a claimed run; the runner heartbeats every lease/3 (default 30)")
-    p.add_argument("--grace", type=_seconds(*GRACE_RANGE), default=30.0, metavar="SECONDS",
+    p.add_argument("--grace", type=argtypes.seconds(*GRACE_RANGE), default=30.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT, how long the running handler may still take (default 30)")
     p.add_argument("--json", action="store_true", help="log JSON lines")
     args = p.parse_args(argv)

@@ -38,7 +38,7 @@ from datetime import datetime, timedelta
 import psycopg
 from psycopg.rows import dict_row
 
-from . import cron, db
+from . import argtypes, cron, db
 from .backoff import Backoff, is_transient
 from .errors import ConfigError
 from .logs import EventLog, one_line, startup_error
@@ -355,29 +355,17 @@ class Scheduler:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="scrinalia-scheduler", description="the one-instance cron scheduler")
     p.add_argument("--dsn", help="database (else DATABASE_URL or the PG* variables)")
-    p.add_argument("--standby-retry", type=_seconds(0.05, 3600), default=3.0, metavar="SECONDS",
+    p.add_argument("--standby-retry", type=argtypes.seconds(0.05, 3600), default=3.0, metavar="SECONDS",
                    help="seconds between two lock attempts of a standby (default 3)")
-    p.add_argument("--max-sleep", type=_seconds(0.05, 3600), default=5.0, metavar="SECONDS",
+    p.add_argument("--max-sleep", type=argtypes.seconds(0.05, 3600), default=5.0, metavar="SECONDS",
                    help="the longest sleep between passes (default 5)")
-    p.add_argument("--min-wake-interval", type=_seconds(0.0, 10), default=0.2, metavar="SECONDS",
+    p.add_argument("--min-wake-interval", type=argtypes.seconds(0.0, 10), default=0.2, metavar="SECONDS",
                    help="NOTIFY wake-ups closer than this to the last pass are coalesced (default 0.2)")
     p.add_argument("--name", type=_name, help="recorded as the ticker (default host:pid)")
     p.add_argument("--json", action="store_true", help="JSON log lines")
     p.add_argument("--log-level", default="info", type=str.lower, choices=["debug", "info", "warning", "error"],
                    help="case-insensitive: debug, info, warning, error")
     return p
-
-
-def _seconds(lo: float, hi: float):
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"must be between {lo:g} and {hi:g} seconds, not {text}")
-        return v
-    return parse
 
 
 def _name(text: str) -> str:

@@ -17,17 +17,6 @@ from procs import start_scheduler, wait_for
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def procs():
-    started = []
-    yield started
-    for p in started:
-        if p.popen.poll() is None:
-            os.kill(p.pid, signal.SIGCONT)
-            p.popen.kill()
-            p.popen.wait()
-
-
 def _start(procs, dsn, *args):
     p = start_scheduler(dsn, *args)
     procs.append(p)
