@@ -82,6 +82,6 @@ def run_details(admin_dsn: str, since_epoch: float) -> list[dict]:
         return cur.execute(
             "SELECT d.status, extract(epoch FROM d.start_time)::float8 AS start, "
             "extract(epoch FROM d.end_time)::float8 AS end "
-            "FROM cron.job_run_details d JOIN cron.job j USING (jobid) "
-            "WHERE j.jobname LIKE %s AND d.start_time >= to_timestamp(%s)",
-            (JOB_PREFIX + "%", since_epoch)).fetchall()
+            "FROM cron.job_run_details d "  # by command, not cron.job: unscheduled jobs leave their details
+            "WHERE d.command LIKE %s AND d.start_time >= to_timestamp(%s)",
+            (f"SELECT pg_notify('{CHANNEL}', %", since_epoch)).fetchall()
