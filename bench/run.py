@@ -30,7 +30,7 @@ DESCRIPTIONS = {
     "tick": "1. one tick over 10,000 and 100,000 due schedules",
     "history": "2. tick and create_retries() with 1,000,000 finished runs",
     "claim": "3. claim/run/finish with 4 runners (processes, threads, durable)",
-    "lateness": "4. scheduler lateness and enqueue-to-claim latency (real processes)",
+    "lateness": "4. scheduler lateness against pg_cron, and enqueue-to-claim latency (real processes)",
     "compare": "5. side by side with procrastinate and pgqueuer",
 }
 
