@@ -249,9 +249,10 @@ class Sim:
             row = self.db.execute("SELECT run_id, created_at FROM scrinalia.enqueue(%s, '{}', %s)",
                                   (w, trigger)).fetchone()
         except psycopg.Error as e:
-            assert e.sqlstate == "SW010" and self.m.live(w) is not None, e
+            # busy: a live run, or a failed attempt whose retry is owed (it owns the slot)
+            assert e.sqlstate == "SW010" and (self.m.live(w) is not None or self.m.owed(w) is not None), e
             return
-        assert self.m.live(w) is None
+        assert self.m.live(w) is None and self.m.owed(w) is None
         self.m.runs[row[0]] = Run(row[0], w, trigger, 1, self.v(row[1]))
         assert self.v(row[1]) >= t
 
