@@ -63,9 +63,11 @@ def lateness(r: Result, plt):
     ax.set_ylim(0, 1.02)
     ax.axvline(50, color="grey", linestyle=":", linewidth=1, label="50 ms: our p99 target")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="best", fontsize=9)
+    # below the axes: inside, it would hide the top of a curve
+    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=8.5, frameon=False)
     ax.set_title(f"Scheduler lateness: 200 jobs every minute, both systems in the same {k} minute"
                  f"{'s' if k != 1 else ''} (ECDF)", fontsize=11)
+    fig.tight_layout(rect=(0, 0.11, 1, 1))
     return fig
 
 
@@ -93,6 +95,7 @@ def compare(r: Result, plt):
     ax.set_axisbelow(True)
     ax.set_title(f"Drain rate, 4 worker processes, empty task{f', {n_jobs:,} jobs' if n_jobs else ''}: "
                  f"median of {reps}, bars = range", fontsize=11)
+    fig.tight_layout()
     return fig
 
 
@@ -113,7 +116,6 @@ def draw(r: Result, directory: Path) -> Path | None:
         return None
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{r.key}.png"
-    fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path

@@ -21,7 +21,8 @@ HEADER = """# Benchmarks
 Written by `python -m bench` (bench/run.py); re-run it rather than editing this file.
 `python -m bench --only claim` re-measures one benchmark and keeps the other sections.
 Figures are from one machine at one time: read them with the machine table of their
-section, and expect some noise on 2 shared cores.
+section, and expect some noise on 2 shared cores. The pictures (bench/figures/) are drawn
+by the same run from its raw figures (bench/figures.py; matplotlib, the `bench` extra).
 
 """
 
