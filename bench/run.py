@@ -206,8 +206,11 @@ def main(argv=None) -> int:
     out = args.output or (None if args.quick else ROOT / "BENCHMARKS.md")
     if out is not None:
         from bench import figures
+        # the repository's pictures belong to BENCHMARKS.md; another report gets its own folder
+        fig_dir = (ROOT / "bench" / "figures" if out.resolve() == (ROOT / "BENCHMARKS.md").resolve()
+                   else out.resolve().parent / f"{out.stem}-figures")
         for r in results:
-            png = figures.draw(r, ROOT / "bench" / "figures")
+            png = figures.draw(r, fig_dir)
             if png is not None:
                 r.figure = os.path.relpath(png, out.resolve().parent)
                 print(f"wrote {png}")
