@@ -88,6 +88,34 @@ BEGIN
     RETURN true;
 END $$;
 
+-- When the lock holder p_holder_pid last showed it is alive: its heartbeat when it has
+-- written one, else when it connected (a scheduler heartbeats right after taking the
+-- lock). Older than scheduler_stale_after(): stale, for scheduler_health() and
+-- evict_stale_scheduler() alike.
+CREATE OR REPLACE FUNCTION scrinalia.holder_last_seen(p_holder_pid integer)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+    SELECT CASE WHEN st.heartbeat_pid = p_holder_pid THEN st.heartbeat_at ELSE a.backend_start END
+      FROM scrinalia.scheduler_state st
+      LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = p_holder_pid
+$$;
+
+-- The enabled schedules whose due instant (or, unarmed, their last save) passed more
+-- than p_grace ago (default overdue_grace()): the one overdue rule of
+-- scheduler_health(), current_alerts() and worker_metrics(). Set-aside schedules are
+-- counted apart.
+CREATE OR REPLACE FUNCTION scrinalia.overdue_schedules(p_grace interval DEFAULT NULL)
+RETURNS SETOF scrinalia.archive_worker_schedules
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+    SELECT s.* FROM scrinalia.archive_worker_schedules s
+     WHERE s.enabled AND s.arm_error IS NULL
+       AND coalesce(s.next_run_at, s.updated_at) < now() - coalesce(p_grace, scrinalia.overdue_grace())
+$$;
+
 -- Is scheduling happening? Healthy only when the lock is held by a login that can
 -- run the scheduler, that holder's heartbeat is fresh (scheduler_stale_after()), no
 -- enabled schedule is overdue beyond p_grace (default overdue_grace()) and none is
@@ -103,8 +131,7 @@ AS $$
 DECLARE
     grace interval := coalesce(p_grace, scrinalia.overdue_grace());
     stale interval := scrinalia.scheduler_stale_after();
-    st scrinalia.scheduler_state;
-    a record;
+    st record;
     problems text[] := '{}';
     overdue_names text;
     aside_names text;
@@ -112,12 +139,10 @@ BEGIN
     IF grace < interval '0' THEN
         RAISE EXCEPTION USING ERRCODE = 'SW002', MESSAGE = format('scheduler_health takes a grace >= 0, not %s', grace);
     END IF;
-    SELECT * INTO st FROM scrinalia.scheduler_state;
-    holder_pid := scrinalia.scheduler_lock_holder();
-    SELECT x.usename::text AS role, x.usesysid, x.application_name, x.backend_start
-      INTO a FROM pg_catalog.pg_stat_activity x WHERE x.pid = holder_pid;
-    holder_role := a.role;
-    holder_is_scheduler := CASE WHEN holder_pid IS NOT NULL THEN scrinalia.role_can_schedule(a.usesysid) END;
+    SELECT * INTO st FROM scrinalia.scheduler_status();
+    holder_pid := st.holder_pid;
+    holder_role := st.holder_role;
+    holder_is_scheduler := st.holder_is_scheduler;
     heartbeat_at := st.heartbeat_at;
     heartbeat_age := now() - st.heartbeat_at;
     checked_at := now();
@@ -126,23 +151,21 @@ BEGIN
         problems := problems || 'no scheduler holds the lock'::text;
     ELSIF NOT holder_is_scheduler THEN
         problems := problems || format('the scheduler lock is held by pid %s (role %s, application %L), a login that cannot run the scheduler: nothing ticks while it holds it',
-                                       holder_pid, coalesce(a.role, '?'), coalesce(a.application_name, ''));
-    ELSIF st.heartbeat_pid IS DISTINCT FROM holder_pid THEN
-        IF a.backend_start < now() - stale THEN
+                                       holder_pid, coalesce(st.holder_role, '?'), coalesce(st.holder_application, ''));
+    ELSIF scrinalia.holder_last_seen(holder_pid) < now() - stale THEN
+        IF st.heartbeat_pid IS DISTINCT FROM holder_pid THEN
             problems := problems || format('the lock holder pid %s (role %s) has written no heartbeat since it connected at %s',
-                                           holder_pid, a.role, a.backend_start);
-        END IF;  -- else it has just taken the lock
-    ELSIF st.heartbeat_at < now() - stale THEN
-        problems := problems || format('the scheduler''s heartbeat is stale: last at %s by %s (pid %s), more than %s ago: frozen or cut off',
-                                       st.heartbeat_at, coalesce(st.heartbeat_by, '?'), holder_pid, stale);
+                                           holder_pid, st.holder_role, st.holder_backend_start);
+        ELSE
+            problems := problems || format('the scheduler''s heartbeat is stale: last at %s by %s (pid %s), more than %s ago: frozen or cut off',
+                                           st.heartbeat_at, coalesce(st.heartbeat_by, '?'), holder_pid, stale);
+        END IF;
     END IF;
 
     SELECT count(*)::integer, min(coalesce(s.next_run_at, s.updated_at)),
            string_agg(s.worker_name, ', ' ORDER BY coalesce(s.next_run_at, s.updated_at)) FILTER (WHERE true)
       INTO overdue_schedules, oldest_overdue_since, overdue_names
-      FROM scrinalia.archive_worker_schedules s
-     WHERE s.enabled AND s.arm_error IS NULL
-       AND coalesce(s.next_run_at, s.updated_at) < now() - grace;
+      FROM scrinalia.overdue_schedules(grace) s;
     IF overdue_schedules > 0 THEN
         problems := problems || format('%s enabled schedule(s) overdue by more than %s (due since %s): %s',
                                        overdue_schedules, grace, oldest_overdue_since, left(overdue_names, 300));
@@ -176,12 +199,12 @@ SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 DECLARE
     stale interval := scrinalia.scheduler_stale_after();
-    st scrinalia.scheduler_state;
-    a record;
-    w record;
+    st record;
 BEGIN
     evicted := false;
-    holder_pid := scrinalia.scheduler_lock_holder();
+    SELECT * INTO st FROM scrinalia.scheduler_status();
+    holder_pid := st.holder_pid;
+    holder_role := st.holder_role;
     IF holder_pid IS NULL THEN
         reason := 'nobody holds the lock';
         RETURN NEXT; RETURN;
@@ -190,37 +213,30 @@ BEGIN
         reason := 'this session holds the lock';
         RETURN NEXT; RETURN;
     END IF;
-    SELECT * INTO st FROM scrinalia.scheduler_state;
-    SELECT x.usename::text AS role, x.usesysid, x.backend_start INTO a
-      FROM pg_catalog.pg_stat_activity x WHERE x.pid = holder_pid;
-    holder_role := a.role;
-    IF st.heartbeat_pid = holder_pid AND st.heartbeat_at >= now() - stale THEN
-        reason := format('the holder is alive: heartbeat at %s', st.heartbeat_at);
-        RETURN NEXT; RETURN;
-    END IF;
-    IF st.heartbeat_pid IS DISTINCT FROM holder_pid AND a.backend_start >= now() - stale THEN
-        reason := format('the holder connected at %s and may not have written its first heartbeat yet', a.backend_start);
+    IF scrinalia.holder_last_seen(holder_pid) >= now() - stale THEN
+        reason := CASE WHEN st.heartbeat_pid = holder_pid
+                       THEN format('the holder is alive: heartbeat at %s', st.heartbeat_at)
+                       ELSE format('the holder connected at %s and may not have written its first heartbeat yet',
+                                   st.holder_backend_start) END;
         RETURN NEXT; RETURN;
     END IF;
     BEGIN
         evicted := pg_terminate_backend(holder_pid);
-        IF evicted AND st.heartbeat_pid = holder_pid AND st.heartbeat_work_pid IS NOT NULL THEN
+        IF evicted AND st.heartbeat_pid = holder_pid THEN
             -- its tick session may sit in a transaction holding schedule rows
-            SELECT x.pid INTO w FROM pg_catalog.pg_stat_activity x
-             WHERE x.pid = st.heartbeat_work_pid AND x.usesysid = a.usesysid;
-            IF FOUND THEN
-                PERFORM pg_terminate_backend(w.pid);
-            END IF;
+            PERFORM pg_terminate_backend(x.pid)
+               FROM scrinalia.scheduler_state w JOIN pg_catalog.pg_stat_activity x ON x.pid = w.heartbeat_work_pid
+              WHERE x.usename = st.holder_role;
         END IF;
     EXCEPTION WHEN insufficient_privilege THEN
         evicted := false;
         reason := format('cannot end the session of pid %s (role %s): the owner of the scrinalia schema needs SUPERUSER or membership in pg_signal_backend (%s)',
-                         holder_pid, a.role, SQLERRM);
+                         holder_pid, st.holder_role, SQLERRM);
         RETURN NEXT; RETURN;
     END;
     reason := CASE WHEN evicted
                    THEN format('ended the session of stale holder pid %s (role %s; last heartbeat %s)',
-                               holder_pid, a.role,
+                               holder_pid, st.holder_role,
                                CASE WHEN st.heartbeat_pid = holder_pid THEN st.heartbeat_at::text ELSE 'never' END)
                    ELSE format('pid %s was gone already', holder_pid) END;
     RETURN NEXT;

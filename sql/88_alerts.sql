@@ -65,9 +65,7 @@ AS $$
            format('the schedule of %s (%s, %s) was due at %s and has not been handled for %s: is a scheduler running?',
                   s.worker_name, s.cron, s.timezone, coalesce(s.next_run_at::text, 'arming'),
                   date_trunc('second', now() - coalesce(s.next_run_at, s.updated_at)))
-      FROM scrinalia.archive_worker_schedules s
-     WHERE s.enabled AND s.arm_error IS NULL
-       AND coalesce(s.next_run_at, s.updated_at) < now() - scrinalia.overdue_grace()
+      FROM scrinalia.overdue_schedules() s
     UNION ALL
     SELECT 'SCHEDULE_SET_ASIDE', s.worker_name, s.arm_error_since, NULL,
            format('the scheduler cannot compute the schedule of %s (%s, %s): %s; fix it with put_schedule (next try %s)',
@@ -94,8 +92,7 @@ AS $$
     SELECT w.worker_name,
            (s.worker_name IS NOT NULL)::int,
            coalesce((NOT s.enabled)::int, 0),
-           coalesce((s.enabled AND s.arm_error IS NULL
-                     AND coalesce(s.next_run_at, s.updated_at) < now() - scrinalia.overdue_grace())::int, 0),
+           (o.worker_name IS NOT NULL)::int,
            coalesce((s.enabled AND s.arm_error IS NOT NULL)::int, 0),
            coalesce((p.last_status IN ('FAILED', 'INTERRUPTED'))::int, 0),
            coalesce(rt.retries, 0),
@@ -110,6 +107,7 @@ AS $$
       FROM scrinalia.archive_workers w
       LEFT JOIN scrinalia.archive_worker_schedules s ON s.worker_name = w.worker_name
       LEFT JOIN scrinalia.worker_queue_counters q ON q.worker_name = w.worker_name
+      LEFT JOIN scrinalia.overdue_schedules() o ON o.worker_name = w.worker_name
       LEFT JOIN scrinalia.latest_finished_periods() p ON p.worker_name = w.worker_name
       LEFT JOIN (SELECT r.worker_name, count(*) AS retries FROM scrinalia.archive_worker_runs r
                   WHERE r.retry_of IS NOT NULL GROUP BY r.worker_name) rt ON rt.worker_name = w.worker_name

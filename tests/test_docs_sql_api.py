@@ -26,7 +26,7 @@ INTERNAL = {
     "describe_slot_holder", "raise_slot_busy", "check_runner", "raise_lease_lost", "raise_no_schedule",
     "retry_backoff", "check_actor", "max_actor_length", "owes_retry", "arm_retry_interval",
     "heartbeat_interval", "scheduler_stale_after", "overdue_grace", "scheduler_lock_holder",
-    "role_can_schedule", "latest_finished_periods", "setting_interval",
+    "role_can_schedule", "latest_finished_periods", "setting_interval", "holder_last_seen", "overdue_schedules",
 }
 
 # Blocks (by a fragment of their SQL) that fail as their documented role because of a
