@@ -10,7 +10,6 @@ its own: roles are cluster-wide, and these tests need a cluster without the grou
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import psycopg
 import pytest

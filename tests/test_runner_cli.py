@@ -155,7 +155,7 @@ def test_default_runner_id_is_valid(monkeypatch):
 
 def test_a_privilege_lost_while_running_is_one_line_exit_2(db, db_dsn, role_logins):
     login = role_logins["runner"]
-    db.execute(f'CREATE ROLE "sw_login_runner_tmp" LOGIN IN ROLE scrinalia_runner')
+    db.execute('CREATE ROLE "sw_login_runner_tmp" LOGIN IN ROLE scrinalia_runner')
     try:
         dsn = psycopg.conninfo.make_conninfo(db_dsn, user="sw_login_runner_tmp")
         p = start_runner(dsn, "demo_handlers")

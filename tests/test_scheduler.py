@@ -7,8 +7,6 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from helpers import make_worker, put_schedule, set_next_run
 from procs import start_scheduler, wait_for
 from scrinalia_workers import db as swdb

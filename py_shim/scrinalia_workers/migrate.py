@@ -14,7 +14,6 @@ yoyo's bookkeeping tables live in a schema of ours (BOOKKEEPING_SCHEMA), not in
 from __future__ import annotations
 
 import logging
-import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass

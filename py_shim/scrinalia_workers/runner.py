@@ -39,7 +39,7 @@ from .errors import LEASE_LOST, ConfigError, DatabaseUnavailable, MissingPrivile
 from .failure import printable
 from .handlers import ANY_WORKER, Handler, Outcome, call, handler_for, load_handlers
 from .logs import EventLog, one_line, startup_error
-from .schema import check_privileges, check_schema
+from .schema import preflight
 
 MAX_IDLE = 5.0           # an idle runner re-checks next_claimable_at at least this often
 # Any login can NOTIFY scrinalia_runs: an idle runner woken by a NOTIFY claims at most
@@ -407,20 +407,6 @@ class Runner:
 
 # -- start-up ----------------------------------------------------------------------
 
-def startup_check(dsn: str | None) -> str:
-    """The DSN, once it reaches a schema at the head with a login that may claim."""
-    dsn = db.require_dsn(dsn)
-    try:
-        with db.connect(dsn, application_name="scrinalia-runner check") as conn:
-            check_privileges(conn, RUNNER_FUNCTIONS, "claim runs", (RUNNER_GROUP,))
-            check_schema(conn)
-    except DatabaseUnavailable as e:  # at start-up, as schema.preflight: misconfiguration
-        raise ConfigError(str(e)) from None
-    except psycopg.OperationalError as e:  # the server went away during the check
-        raise ConfigError(f"the database closed the connection during the start-up check: {one_line(e)}") from None
-    return dsn
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         """One line and exit 2: no usage block, never a traceback."""
@@ -459,7 +445,8 @@ def _exit_now(signum: int, frame=None) -> None:
 def _start(args: argparse.Namespace, log: EventLog) -> Runner:
     """The runner, once its handlers load and its database and login check out."""
     handlers = load_handlers(args.handlers)
-    dsn = startup_check(args.dsn)
+    dsn = preflight(args.dsn, "scrinalia-runner check", functions=RUNNER_FUNCTIONS,
+                    job="claim runs", groups=(RUNNER_GROUP,))
     return Runner(dsn, handlers, runner_id=args.runner_id, lease=timedelta(seconds=args.lease),
                   grace=args.grace, log=log)
 

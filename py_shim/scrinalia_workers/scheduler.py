@@ -161,8 +161,6 @@ class Scheduler:
     def _check_lock(self) -> None:
         try:
             held = self._heartbeat()
-        except UnsafeConnection:
-            raise
         except psycopg.Error as e:
             raise LockLost(one_line(e)) from e
         if not held:

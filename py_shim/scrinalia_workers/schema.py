@@ -11,6 +11,7 @@ from psycopg.rows import dict_row
 
 from .errors import ConfigError, DatabaseUnavailable, MissingPrivilege, SchemaMismatch
 from .failure import printable
+from .logs import one_line
 
 EXPECTED_HEAD = "0005_health"
 REQUIRED_COLUMNS = ("attempt", "retry_of", "not_before", "scheduled_for")
@@ -108,5 +109,5 @@ def preflight(dsn: str | None, application_name: str, *, functions: tuple[str, .
     except DatabaseUnavailable as e:
         raise ConfigError(str(e)) from None
     except psycopg.OperationalError as e:  # the server went away during the check
-        raise ConfigError(f"the database closed the connection during the start-up check: {e}") from None
+        raise ConfigError(f"the database closed the connection during the start-up check: {one_line(e)}") from None
     return dsn

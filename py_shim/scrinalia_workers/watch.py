@@ -12,12 +12,13 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Callable, TextIO
 
 import psycopg
 from psycopg.rows import dict_row
 
+from . import clifmt
 from .backoff import Backoff, is_transient
 from .logs import one_line
 
@@ -25,8 +26,8 @@ CLEAR = "\x1b[H\x1b[2J"
 
 
 def utc(ts: datetime | None) -> str:
-    """An instant as 2026-12-03T06:30:00Z ('-' for none)."""
-    return "-" if ts is None else ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """An instant as the CLI prints it, '-' for none."""
+    return clifmt.utc(ts) or "-"
 
 
 def span(d: timedelta | float | None) -> str:
