@@ -1,7 +1,8 @@
 -- The ledger as a queue: enqueue into the one slot, the leased claim, heartbeat,
 -- finish, cancel and the lease reaper.
 -- Errors: SW010 slot busy (an API answers 409), SW011 run not found or not cancellable,
--- SW020 lease lost, SW021 bad finish status, SW022 bad runner id or lease.
+-- SW020 lease lost, SW021 bad finish status, SW022 bad runner id, lease, claim limit or
+-- batch arrays.
 -- Channels: scrinalia_runs (a run may be claimable), scrinalia_scheduler (work for it).
 
 -- How the slot's current holder reads in an error message: the QUEUED/RUNNING run,
@@ -99,8 +100,74 @@ BEGIN
     END IF;
 END $$;
 
--- Claims the oldest claimable run (not_before passed), optionally among p_workers.
--- Returns no row when there is nothing to claim.
+-- How many runs one claim_runs() call may hand out, at most.
+CREATE OR REPLACE FUNCTION scrinalia.max_claim_batch()
+RETURNS integer
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN 1000; END $$;
+
+-- Claims up to p_limit claimable runs (not_before passed), oldest first, optionally
+-- among p_workers: one round trip hands a runner several runs, of different workers
+-- since a worker has one slot. Rows another claim holds are skipped (SKIP LOCKED);
+-- each claimed run gets its own lease token. Returns no row when nothing is claimable.
+-- The two branches are one query each: with "p_workers IS NULL OR ..." in one query
+-- PL/pgSQL's generic plan filters instead of reading ix_worker_runs_queued in order.
+CREATE OR REPLACE FUNCTION scrinalia.claim_runs(p_runner_id text, p_lease interval DEFAULT '5 minutes',
+                                     p_workers text[] DEFAULT NULL, p_limit integer DEFAULT 1)
+RETURNS SETOF scrinalia.archive_worker_runs
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
+AS $$
+BEGIN
+    PERFORM scrinalia.check_runner(p_runner_id, p_lease);
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > scrinalia.max_claim_batch() THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW022',
+            MESSAGE = format('invalid claim limit %s: between 1 and %s', coalesce(p_limit::text, 'NULL'),
+                             scrinalia.max_claim_batch());
+    END IF;
+    IF p_workers IS NULL THEN
+        RETURN QUERY
+        WITH c AS (
+            SELECT r.run_id FROM scrinalia.archive_worker_runs r
+             WHERE r.status = 'QUEUED' AND (r.not_before IS NULL OR r.not_before <= now())
+             ORDER BY r.created_at, r.run_id
+             LIMIT p_limit
+             FOR UPDATE SKIP LOCKED
+        ), u AS (
+            UPDATE scrinalia.archive_worker_runs r
+               SET status = 'RUNNING', lease_owner = p_runner_id, lease_token = gen_random_uuid(),
+                   lease_duration = p_lease, lease_expires_at = now() + p_lease,
+                   heartbeat_at = now(), started_at = now()
+              FROM c
+             WHERE r.run_id = c.run_id
+            RETURNING r.*
+        )
+        SELECT * FROM u ORDER BY u.created_at, u.run_id;
+    ELSE
+        RETURN QUERY
+        WITH c AS (
+            SELECT r.run_id FROM scrinalia.archive_worker_runs r
+             WHERE r.status = 'QUEUED' AND (r.not_before IS NULL OR r.not_before <= now())
+               AND r.worker_name = ANY (p_workers)
+             ORDER BY r.created_at, r.run_id
+             LIMIT p_limit
+             FOR UPDATE SKIP LOCKED
+        ), u AS (
+            UPDATE scrinalia.archive_worker_runs r
+               SET status = 'RUNNING', lease_owner = p_runner_id, lease_token = gen_random_uuid(),
+                   lease_duration = p_lease, lease_expires_at = now() + p_lease,
+                   heartbeat_at = now(), started_at = now()
+              FROM c
+             WHERE r.run_id = c.run_id
+            RETURNING r.*
+        )
+        SELECT * FROM u ORDER BY u.created_at, u.run_id;
+    END IF;
+END $$;
+
+-- Claims the oldest claimable run: claim_runs() with a limit of one.
 CREATE OR REPLACE FUNCTION scrinalia.claim_next(p_runner_id text, p_lease interval DEFAULT '5 minutes',
                                      p_workers text[] DEFAULT NULL)
 RETURNS SETOF scrinalia.archive_worker_runs
@@ -108,24 +175,25 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 BEGIN
-    PERFORM scrinalia.check_runner(p_runner_id, p_lease);
-    RETURN QUERY
-    WITH c AS (
-        SELECT r.run_id FROM scrinalia.archive_worker_runs r
-         WHERE r.status = 'QUEUED'
-           AND (r.not_before IS NULL OR r.not_before <= now())
-           AND (p_workers IS NULL OR r.worker_name = ANY (p_workers))
-         ORDER BY r.created_at, r.run_id
-         LIMIT 1
-         FOR UPDATE SKIP LOCKED
-    )
-    UPDATE scrinalia.archive_worker_runs r
-       SET status = 'RUNNING', lease_owner = p_runner_id, lease_token = gen_random_uuid(),
-           lease_duration = p_lease, lease_expires_at = now() + p_lease,
-           heartbeat_at = now(), started_at = now()
-      FROM c
-     WHERE r.run_id = c.run_id
-    RETURNING r.*;
+    RETURN QUERY SELECT * FROM scrinalia.claim_runs(p_runner_id, p_lease, p_workers, 1);
+END $$;
+
+-- Why a heartbeat, finish or release with this token does not hold the run; NULL when
+-- it does (RUNNING, this token, the lease not expired).
+CREATE OR REPLACE FUNCTION scrinalia.lease_problem(p_run_id bigint, p_lease_token uuid)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+DECLARE r scrinalia.archive_worker_runs;
+BEGIN
+    SELECT * INTO r FROM scrinalia.archive_worker_runs WHERE run_id = p_run_id;
+    RETURN CASE
+        WHEN NOT FOUND THEN 'no such run'
+        WHEN r.status <> 'RUNNING' THEN format('the run is %s', r.status)
+        WHEN r.lease_token IS DISTINCT FROM p_lease_token THEN 'another lease holds it'
+        WHEN r.lease_expires_at <= now() THEN format('the lease expired at %s', r.lease_expires_at)
+    END;
 END $$;
 
 -- Why a heartbeat or finish with this token is refused.
@@ -134,18 +202,66 @@ RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
-DECLARE r scrinalia.archive_worker_runs;
 BEGIN
-    SELECT * INTO r FROM scrinalia.archive_worker_runs WHERE run_id = p_run_id;
     RAISE EXCEPTION USING ERRCODE = 'SW020',
         MESSAGE = format('lease lost for run #%s: %s', p_run_id,
-            CASE
-                WHEN NOT FOUND THEN 'no such run'
-                WHEN r.status <> 'RUNNING' THEN format('the run is %s', r.status)
-                WHEN r.lease_token IS DISTINCT FROM p_lease_token THEN 'another lease holds it'
-                ELSE format('the lease expired at %s', r.lease_expires_at)
-            END),
+                         coalesce(scrinalia.lease_problem(p_run_id, p_lease_token), 'the lease ended meanwhile')),
         HINT = 'the runner must stop working on this run and must not report it';
+END $$;
+
+-- The batch calls take parallel arrays, one element per run: they must be there and
+-- of one length. Raises SW022 naming the call.
+CREATE OR REPLACE FUNCTION scrinalia.check_run_arrays(p_call text, p_run_ids bigint[], p_lease_tokens uuid[],
+                                           p_other_lengths integer[] DEFAULT '{}')
+RETURNS integer
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE n integer := coalesce(cardinality(p_run_ids), -1);
+BEGIN
+    IF p_run_ids IS NULL OR p_lease_tokens IS NULL OR cardinality(p_lease_tokens) <> n
+       OR EXISTS (SELECT 1 FROM unnest(p_other_lengths) l WHERE l IS DISTINCT FROM n)
+       OR array_position(p_run_ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW022',
+            MESSAGE = format('%s takes arrays of one length, one element per run, and no NULL run id', p_call);
+    END IF;
+    IF n > scrinalia.max_claim_batch() THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW022',
+            MESSAGE = format('%s takes at most %s runs a call, not %s', p_call, scrinalia.max_claim_batch(), n);
+    END IF;
+    IF (SELECT count(DISTINCT i) FROM unnest(p_run_ids) i) <> n THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW022', MESSAGE = format('%s: a run is named twice', p_call);
+    END IF;
+    RETURN n;
+END $$;
+
+-- Extends the leases of the given runs (the holder's tokens); one row per run: the new
+-- expiry, or NULL and why the lease is lost. A lost lease is answered, not raised, so
+-- that one lost run does not cost the others their heartbeat.
+CREATE OR REPLACE FUNCTION scrinalia.heartbeat_runs(p_run_ids bigint[], p_lease_tokens uuid[])
+RETURNS TABLE (run_id bigint, lease_expires_at timestamptz, lost_reason text)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
+AS $$
+BEGIN
+    PERFORM scrinalia.check_run_arrays('heartbeat_runs', p_run_ids, p_lease_tokens);
+    RETURN QUERY
+    WITH i AS (
+        SELECT * FROM unnest(p_run_ids, p_lease_tokens) AS i(run_id, lease_token)
+    ), u AS (
+        UPDATE scrinalia.archive_worker_runs r
+           SET lease_expires_at = now() + r.lease_duration, heartbeat_at = now()
+          FROM i
+         WHERE r.run_id = i.run_id AND r.status = 'RUNNING'
+           AND r.lease_token = i.lease_token AND r.lease_expires_at > now()
+        RETURNING r.run_id, r.lease_expires_at
+    )
+    SELECT i.run_id, u.lease_expires_at,
+           CASE WHEN u.run_id IS NULL
+                THEN coalesce(scrinalia.lease_problem(i.run_id, i.lease_token), 'the lease ended meanwhile') END
+      FROM i LEFT JOIN u ON u.run_id = i.run_id
+     ORDER BY i.run_id;
 END $$;
 
 -- Extends the lease; returns the new expiry. Only the holder of a live lease may.
@@ -167,42 +283,110 @@ BEGIN
     RETURN expires;
 END $$;
 
--- Reports the outcome: SUCCEEDED, FAILED, or INTERRUPTED (the runner shut down
--- before its handler returned). A run that owes_retry() (a SCHEDULE attempt below
--- max_attempts() that FAILED or was INTERRUPTED, the reaper's rule too) is marked for
--- its retry; the scheduler creates it. The runner itself never retries.
+-- Reports the outcomes of several runs in one statement: SUCCEEDED, FAILED, or
+-- INTERRUPTED (the runner shut down before its handler returned). A run that
+-- owes_retry() (a SCHEDULE attempt below max_attempts() that FAILED or was INTERRUPTED,
+-- the reaper's rule too) is marked for its retry; the scheduler creates it. The runner
+-- itself never retries. One row per run: its status, whether a retry is owed, or NULL
+-- and why the lease is lost (answered, not raised: the other outcomes still land).
+CREATE OR REPLACE FUNCTION scrinalia.finish_runs(p_run_ids bigint[], p_lease_tokens uuid[],
+                                      p_statuses scrinalia.run_status[], p_errors text[] DEFAULT NULL,
+                                      p_error_fingerprints text[] DEFAULT NULL)
+RETURNS TABLE (run_id bigint, status scrinalia.run_status, retry_pending boolean, lost_reason text)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    n integer := scrinalia.check_run_arrays('finish_runs', p_run_ids, p_lease_tokens,
+                     ARRAY[cardinality(p_statuses), coalesce(cardinality(p_errors), cardinality(p_run_ids)),
+                           coalesce(cardinality(p_error_fingerprints), cardinality(p_run_ids))]);
+    bad text;
+BEGIN
+    SELECT coalesce(s::text, 'NULL') INTO bad FROM unnest(p_statuses) s
+     WHERE s IS NULL OR s NOT IN ('SUCCEEDED', 'FAILED', 'INTERRUPTED') LIMIT 1;
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW021',
+            MESSAGE = format('a runner reports SUCCEEDED or FAILED (or INTERRUPTED when it shuts down), not %s', bad);
+    END IF;
+    RETURN QUERY
+    WITH i AS (
+        SELECT i.run_id, i.lease_token, i.status, e.error, f.fingerprint
+          FROM unnest(p_run_ids, p_lease_tokens, p_statuses) WITH ORDINALITY AS i(run_id, lease_token, status, k)
+          LEFT JOIN unnest(p_errors) WITH ORDINALITY AS e(error, k) ON e.k = i.k
+          LEFT JOIN unnest(p_error_fingerprints) WITH ORDINALITY AS f(fingerprint, k) ON f.k = i.k
+    ), u AS (
+        UPDATE scrinalia.archive_worker_runs r
+           SET status = i.status, finished_at = now(), duration = now() - r.started_at,
+               lease_token = NULL, lease_expires_at = NULL,
+               error = CASE WHEN i.status <> 'SUCCEEDED' THEN
+                   left(coalesce(i.error, lower(i.status::text) || ' without an error text'), 10000) END,
+               error_fingerprint = CASE WHEN i.status <> 'SUCCEEDED' THEN
+                   left(coalesce(i.fingerprint,
+                                 md5(regexp_replace(coalesce(i.error, ''), '[0-9]+', 'N', 'g'))), 200) END,
+               retry_pending = scrinalia.owes_retry(r.trigger, i.status, r.attempt)
+          FROM i
+         WHERE r.run_id = i.run_id AND r.status = 'RUNNING'
+           AND r.lease_token = i.lease_token AND r.lease_expires_at > now()
+        RETURNING r.run_id, r.status, r.retry_pending
+    )
+    SELECT i.run_id, u.status, u.retry_pending,
+           CASE WHEN u.run_id IS NULL
+                THEN coalesce(scrinalia.lease_problem(i.run_id, i.lease_token), 'the lease ended meanwhile') END
+      FROM i LEFT JOIN u ON u.run_id = i.run_id
+     ORDER BY i.run_id;
+    IF EXISTS (SELECT 1 FROM scrinalia.archive_worker_runs r
+                WHERE r.run_id = ANY (p_run_ids) AND r.retry_pending) THEN
+        PERFORM pg_notify('scrinalia_scheduler', 'retry');
+    END IF;
+END $$;
+
+-- Reports the outcome of one run (finish_runs() with one element); returns the
+-- finished row, and raises SW020 when the lease is lost.
 CREATE OR REPLACE FUNCTION scrinalia.finish(p_run_id bigint, p_lease_token uuid, p_status scrinalia.run_status,
                                  p_error text DEFAULT NULL, p_error_fingerprint text DEFAULT NULL)
 RETURNS scrinalia.archive_worker_runs
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
-DECLARE run scrinalia.archive_worker_runs;
+DECLARE
+    lost text;
+    run scrinalia.archive_worker_runs;
 BEGIN
-    IF p_status IS NULL OR p_status NOT IN ('SUCCEEDED', 'FAILED', 'INTERRUPTED') THEN
-        RAISE EXCEPTION USING ERRCODE = 'SW021',
-            MESSAGE = format('a runner reports SUCCEEDED or FAILED (or INTERRUPTED when it shuts down), not %s',
-                             coalesce(p_status::text, 'NULL'));
+    SELECT f.lost_reason INTO lost
+      FROM scrinalia.finish_runs(ARRAY[p_run_id], ARRAY[p_lease_token], ARRAY[p_status],
+                                 ARRAY[p_error], ARRAY[p_error_fingerprint]) f;
+    IF lost IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW020',
+            MESSAGE = format('lease lost for run #%s: %s', p_run_id, lost),
+            HINT = 'the runner must stop working on this run and must not report it';
     END IF;
-    UPDATE scrinalia.archive_worker_runs
-       SET status = p_status, finished_at = now(), duration = now() - started_at,
-           lease_token = NULL, lease_expires_at = NULL,
-           error = CASE WHEN p_status <> 'SUCCEEDED' THEN
-               left(coalesce(p_error, lower(p_status::text) || ' without an error text'), 10000) END,
-           error_fingerprint = CASE WHEN p_status <> 'SUCCEEDED' THEN
-               left(coalesce(p_error_fingerprint,
-                             md5(regexp_replace(coalesce(p_error, ''), '[0-9]+', 'N', 'g'))), 200) END,
-           retry_pending = scrinalia.owes_retry(trigger, p_status, attempt)
-     WHERE run_id = p_run_id AND status = 'RUNNING'
-       AND lease_token = p_lease_token AND lease_expires_at > now()
-    RETURNING * INTO run;
-    IF NOT FOUND THEN
-        PERFORM scrinalia.raise_lease_lost(p_run_id, p_lease_token);
-    END IF;
-    IF run.retry_pending THEN
-        PERFORM pg_notify('scrinalia_scheduler', 'retry');
-    END IF;
+    SELECT * INTO run FROM scrinalia.archive_worker_runs WHERE run_id = p_run_id;
     RETURN run;
+END $$;
+
+-- Gives claimed runs whose handler has not started back to the queue (QUEUED, lease
+-- and start cleared), so that another runner takes them: a runner that claimed a batch
+-- and meets a slow handler, or shuts down, returns the rest. Returns the released ids;
+-- a run whose lease is no longer this token's is left alone.
+CREATE OR REPLACE FUNCTION scrinalia.release_runs(p_run_ids bigint[], p_lease_tokens uuid[])
+RETURNS TABLE (run_id bigint)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
+AS $$
+BEGIN
+    PERFORM scrinalia.check_run_arrays('release_runs', p_run_ids, p_lease_tokens);
+    RETURN QUERY
+    UPDATE scrinalia.archive_worker_runs r
+       SET status = 'QUEUED', lease_owner = NULL, lease_token = NULL, lease_duration = NULL,
+           lease_expires_at = NULL, heartbeat_at = NULL, started_at = NULL
+      FROM unnest(p_run_ids, p_lease_tokens) AS i(run_id, lease_token)
+     WHERE r.run_id = i.run_id AND r.status = 'RUNNING' AND r.lease_token = i.lease_token
+    RETURNING r.run_id;
+    IF FOUND THEN
+        PERFORM pg_notify('scrinalia_runs', 'released');
+    END IF;
 END $$;
 
 -- Cancels a QUEUED run (a retry waiting in its backoff included): frees the slot.

@@ -2,7 +2,7 @@
 -- the functions of its job, all SECURITY DEFINER with a pinned search_path.
 --   reader     reads the views and a schedule
 --   operator   reader + schedule writes, settings, manual enqueue, cancel
---   runner     claim, heartbeat, finish, the units it processes
+--   runner     claim, heartbeat, finish, release (one run or a batch), the units it processes
 --   scheduler  due, tick, retries, reaping, when to wake
 REVOKE ALL ON SCHEMA scrinalia FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA scrinalia FROM PUBLIC;
@@ -49,8 +49,12 @@ GRANT EXECUTE ON FUNCTION
 
 GRANT EXECUTE ON FUNCTION
     scrinalia.claim_next(text, interval, text[]),
+    scrinalia.claim_runs(text, interval, text[], integer),
     scrinalia.heartbeat(bigint, uuid),
+    scrinalia.heartbeat_runs(bigint[], uuid[]),
     scrinalia.finish(bigint, uuid, scrinalia.run_status, text, text),
+    scrinalia.finish_runs(bigint[], uuid[], scrinalia.run_status[], text[], text[]),
+    scrinalia.release_runs(bigint[], uuid[]),
     scrinalia.next_claimable_at(text[]),
     scrinalia.mark_units_processed(text, text[])
    TO scrinalia_runner;

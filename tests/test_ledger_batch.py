@@ -1,0 +1,234 @@
+"""The batch forms of the queue (issue 12): claim_runs, heartbeat_runs, finish_runs,
+release_runs. Same rules as the one-run calls: fenced leases, one slot per worker,
+not_before, SKIP LOCKED; a lost lease is answered per run, not raised."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import psycopg
+import pytest
+
+from helpers import make_workers, put_schedule, raises_sqlstate, run_row, set_next_run, tick
+
+CLAIM = "SELECT run_id, lease_token, worker_name FROM scrinalia.claim_runs(%s, %s::interval, %s, %s)"
+FINISH = ("SELECT run_id, status::text, retry_pending, lost_reason FROM scrinalia.finish_runs("
+          "%s, %s, %s::scrinalia.run_status[], %s, %s)")
+
+
+def _enqueue_all(db, workers):
+    return [db.execute("SELECT run_id FROM scrinalia.enqueue(%s)", (w,)).fetchone()[0] for w in workers]
+
+
+def _claim(conn, limit, runner="r1", lease="5 minutes", workers=None):
+    return conn.execute(CLAIM, (runner, lease, workers, limit)).fetchall()
+
+
+def _scheduled_run(db, worker):
+    put_schedule(db, worker, "* * * * *", "UTC")
+    tick(db)  # arm
+    set_next_run(db, worker, "1 minute")
+    _, decisions = tick(db)
+    return [d[2] for d in decisions if d[1] == "ENQUEUED"][0]
+
+
+def test_claim_runs_takes_the_oldest_claimable_up_to_the_limit(db):
+    workers = make_workers(db, 6)
+    ids = _enqueue_all(db, workers)
+    # a retry in its backoff is not claimable yet
+    db.execute("UPDATE scrinalia.archive_worker_runs SET not_before = now() + interval '1 hour' WHERE run_id = %s",
+               (ids[1],))
+    got = _claim(db, 3)
+    assert [r[0] for r in got] == [ids[0], ids[2], ids[3]]
+    assert len({r[1] for r in got}) == 3  # a lease token each
+    for run_id, token, _ in got:
+        row = run_row(db, run_id)
+        assert (row["status"], row["lease_owner"], row["lease_token"]) == ("RUNNING", "r1", token)
+    assert [r[0] for r in _claim(db, 10)] == [ids[4], ids[5]]
+    assert _claim(db, 10) == []
+
+
+def test_claim_runs_among_named_workers(db):
+    workers = make_workers(db, 4)
+    ids = _enqueue_all(db, workers)
+    got = _claim(db, 10, workers=[workers[3], workers[1]])
+    assert sorted(r[0] for r in got) == [ids[1], ids[3]]
+
+
+def test_concurrent_batch_claims_never_share_a_run(db, db_dsn):
+    workers = make_workers(db, 400)
+    ids = _enqueue_all(db, workers)
+    seen: list[list[int]] = []
+    barrier = threading.Barrier(4)
+
+    def runner(i):
+        mine = []
+        with psycopg.connect(db_dsn, autocommit=True) as c:
+            barrier.wait()
+            while rows := _claim(c, 7, runner=f"r{i}"):
+                mine += [r[0] for r in rows]
+        seen.append(mine)
+
+    threads = [threading.Thread(target=runner, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    claimed = [run_id for mine in seen for run_id in mine]
+    assert sorted(claimed) == sorted(ids)  # every run once, none twice
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1001, None])
+def test_claim_runs_refuses_a_bad_limit(db, limit):
+    with raises_sqlstate("SW022", "claim limit"):
+        _claim(db, limit)
+
+
+def test_finish_runs_reports_each_outcome_in_one_call(db):
+    workers = make_workers(db, 3)
+    _enqueue_all(db, workers)
+    got = _claim(db, 3)
+    ids, tokens = [r[0] for r in got], [r[1] for r in got]
+    rows = db.execute(FINISH, (ids, tokens, ["SUCCEEDED", "FAILED", "INTERRUPTED"],
+                               [None, "disk full on /srv 3", None], [None, None, "my-fp"])).fetchall()
+    assert [(r[0], r[1], r[3]) for r in rows] == [(ids[0], "SUCCEEDED", None), (ids[1], "FAILED", None),
+                                                  (ids[2], "INTERRUPTED", None)]
+    ok, failed, interrupted = (run_row(db, i) for i in ids)
+    assert ok["error"] is None and ok["lease_token"] is None and ok["finished_at"] is not None
+    assert failed["error"] == "disk full on /srv 3"
+    # the same default fingerprint as finish(): digits masked
+    same = db.execute("SELECT md5(regexp_replace('disk full on /srv 3', '[0-9]+', 'N', 'g'))").fetchone()[0]
+    assert failed["error_fingerprint"] == same
+    assert (interrupted["error"], interrupted["error_fingerprint"]) == ("interrupted without an error text", "my-fp")
+    # MANUAL runs never owe a retry
+    assert [r[2] for r in rows] == [False, False, False]
+
+
+def test_finish_runs_marks_owed_retries_and_wakes_the_scheduler(db, db_dsn):
+    (w,) = make_workers(db, 1)
+    run_id = _scheduled_run(db, w)
+    (claimed,) = _claim(db, 1)
+    assert claimed[0] == run_id
+    with psycopg.connect(db_dsn, autocommit=True) as listener:
+        listener.execute("LISTEN scrinalia_scheduler")
+        rows = db.execute(FINISH, ([run_id], [claimed[1]], ["FAILED"], ["boom"], None)).fetchall()
+        assert rows[0][1:] == ("FAILED", True, None)
+        notes = [n.payload for n in listener.notifies(timeout=2, stop_after=1)]
+    assert notes == ["retry"]
+    assert run_row(db, run_id)["retry_pending"] is True
+
+
+def test_a_lost_lease_is_answered_and_the_other_outcomes_land(db):
+    workers = make_workers(db, 4)
+    _enqueue_all(db, workers)
+    got = _claim(db, 4)
+    ids, tokens = [r[0] for r in got], [r[1] for r in got]
+    db.execute("UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() - interval '1 second' "
+               "WHERE run_id = %s", (ids[1],))
+    db.execute("SELECT scrinalia.finish(%s, %s, 'SUCCEEDED')", (ids[2], tokens[2]))
+    wrong = [tokens[0], tokens[1], tokens[2], uuid.uuid4()]
+    rows = {r[0]: r for r in db.execute(FINISH, (ids, wrong, ["SUCCEEDED"] * 4, None, None)).fetchall()}
+    assert rows[ids[0]][1:] == ("SUCCEEDED", False, None)
+    assert rows[ids[1]][1] is None and rows[ids[1]][3].startswith("the lease expired at")
+    assert rows[ids[2]][1] is None and rows[ids[2]][3] == "the run is SUCCEEDED"
+    assert rows[ids[3]][1] is None and rows[ids[3]][3] == "another lease holds it"
+    assert run_row(db, ids[0])["status"] == "SUCCEEDED"
+    assert run_row(db, ids[1])["status"] == "RUNNING"   # the reaper's, not ours
+    assert run_row(db, ids[3])["status"] == "RUNNING"
+    missing = db.execute(FINISH, ([10 ** 12], [uuid.uuid4()], ["SUCCEEDED"], None, None)).fetchone()
+    assert missing[3] == "no such run"
+
+
+def test_finish_one_run_still_raises_sw020_with_the_reason(db):
+    (w,) = make_workers(db, 1)
+    _enqueue_all(db, [w])
+    (run_id, token, _), = _claim(db, 1)
+    with raises_sqlstate("SW020", f"lease lost for run #{run_id}: another lease holds it"):
+        db.execute("SELECT scrinalia.finish(%s, %s, 'SUCCEEDED')", (run_id, uuid.uuid4()))
+    db.execute("SELECT scrinalia.finish(%s, %s, 'SUCCEEDED')", (run_id, token))
+    with raises_sqlstate("SW020", "the run is SUCCEEDED"):
+        db.execute("SELECT scrinalia.finish(%s, %s, 'SUCCEEDED')", (run_id, token))
+
+
+@pytest.mark.parametrize("statuses", [["CANCELLED"], ["QUEUED"], ["RUNNING"], [None]])
+def test_finish_runs_takes_only_the_runner_statuses(db, statuses):
+    (w,) = make_workers(db, 1)
+    _enqueue_all(db, [w])
+    (run_id, token, _), = _claim(db, 1)
+    with raises_sqlstate("SW021"):
+        db.execute(FINISH, ([run_id], [token], statuses, None, None))
+    assert run_row(db, run_id)["status"] == "RUNNING"
+
+
+@pytest.mark.parametrize("ids, tokens, statuses", [
+    ([1, 2], [uuid.uuid4()], ["SUCCEEDED", "SUCCEEDED"]),           # tokens short
+    ([1, 2], [uuid.uuid4(), uuid.uuid4()], ["SUCCEEDED"]),          # statuses short
+    ([1, 1], [uuid.uuid4(), uuid.uuid4()], ["SUCCEEDED"] * 2),      # a run twice
+    ([1, None], [uuid.uuid4(), uuid.uuid4()], ["SUCCEEDED"] * 2),   # a NULL run id
+    (None, None, None),
+])
+def test_finish_runs_refuses_malformed_arrays(db, ids, tokens, statuses):
+    with raises_sqlstate("SW022"):
+        db.execute(FINISH, (ids, tokens, statuses, None, None))
+
+
+def test_finish_runs_refuses_errors_of_another_length(db):
+    with raises_sqlstate("SW022"):
+        db.execute(FINISH, ([1], [uuid.uuid4()], ["FAILED"], ["a", "b"], None))
+
+
+def test_heartbeat_runs_extends_live_leases_and_answers_lost_ones(db):
+    workers = make_workers(db, 3)
+    _enqueue_all(db, workers)
+    got = _claim(db, 3, lease="10 seconds")
+    ids, tokens = [r[0] for r in got], [r[1] for r in got]
+    db.execute("UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() + interval '1 second' "
+               "WHERE run_id = ANY(%s)", (ids,))
+    db.execute("UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() - interval '1 second' "
+               "WHERE run_id = %s", (ids[2],))
+    rows = db.execute("SELECT run_id, lease_expires_at - now(), lost_reason FROM scrinalia.heartbeat_runs(%s, %s)",
+                      (ids, [tokens[0], uuid.uuid4(), tokens[2]])).fetchall()
+    assert rows[0][0] == ids[0] and rows[0][1].total_seconds() == pytest.approx(10, abs=0.5) and rows[0][2] is None
+    assert rows[1][1] is None and rows[1][2] == "another lease holds it"
+    assert rows[2][1] is None and rows[2][2].startswith("the lease expired at")
+
+
+def test_release_runs_gives_unstarted_runs_back_to_the_queue(db, db_dsn):
+    workers = make_workers(db, 3)
+    ids = _enqueue_all(db, workers)
+    got = _claim(db, 3, runner="greedy")
+    with psycopg.connect(db_dsn, autocommit=True) as listener:
+        listener.execute("LISTEN scrinalia_runs")
+        released = db.execute("SELECT run_id FROM scrinalia.release_runs(%s, %s)",
+                              ([got[1][0], got[2][0]], [got[1][1], uuid.uuid4()])).fetchall()
+        assert [n.channel for n in listener.notifies(timeout=2, stop_after=1)] == ["scrinalia_runs"]
+    assert released == [(got[1][0],)]  # the wrong token's run stays where it is
+    row = run_row(db, ids[1])
+    assert (row["status"], row["lease_owner"], row["lease_token"], row["lease_expires_at"], row["started_at"]) == \
+        ("QUEUED", None, None, None, None)
+    assert run_row(db, ids[2])["status"] == "RUNNING"
+    # another runner takes it; the old token can no longer finish it
+    (again,) = _claim(db, 10, runner="other")
+    assert again[0] == ids[1]
+    lost = db.execute(FINISH, ([ids[1]], [got[1][1]], ["SUCCEEDED"], None, None)).fetchone()
+    assert lost[3] == "another lease holds it"
+    # the slot stayed taken throughout: no second run for the worker
+    with raises_sqlstate("SW010"):
+        db.execute("SELECT scrinalia.enqueue(%s)", (workers[1],))
+
+
+def test_the_runner_group_may_call_the_batch_forms_and_the_reader_may_not(db, connect_as):
+    workers = make_workers(db, 2)
+    _enqueue_all(db, workers)
+    runner = connect_as("runner")
+    got = _claim(runner, 2)
+    assert len(got) == 2
+    runner.execute("SELECT * FROM scrinalia.heartbeat_runs(%s, %s)", ([got[0][0]], [got[0][1]]))
+    runner.execute("SELECT * FROM scrinalia.release_runs(%s, %s)", ([got[1][0]], [got[1][1]]))
+    runner.execute(FINISH, ([got[0][0]], [got[0][1]], ["SUCCEEDED"], None, None))
+    reader = connect_as("reader")
+    for sql, args in [(CLAIM, ("r", "1 minute", None, 1)), (FINISH, ([1], [uuid.uuid4()], ["SUCCEEDED"], None, None)),
+                      ("SELECT * FROM scrinalia.release_runs(%s, %s)", ([1], [uuid.uuid4()]))]:
+        with raises_sqlstate("42501"):
+            reader.execute(sql, args)
