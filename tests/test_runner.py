@@ -183,8 +183,8 @@ def test_a_notify_backlog_costs_one_claim_attempt(db, db_dsn, quiet):
 
 
 def test_a_report_whose_answer_was_lost_is_not_called_a_lost_lease(db, db_dsn):
-    # finish() committed, then the connection died before its answer arrived: the
-    # retry's SW020 says "the run is SUCCEEDED", which is this runner's own report
+    # finish_runs() committed, then the connection died before its answer arrived: the
+    # retry answers "the run is SUCCEEDED", which is this runner's own report
     import io
     import json
 
@@ -196,10 +196,11 @@ def test_a_report_whose_answer_was_lost_is_not_called_a_lost_lease(db, db_dsn):
     real_finish, calls = r._finish, []
 
     def finish_then_drop(*args):
-        real_finish(*args)
+        rows = real_finish(*args)
         calls.append(1)
         if len(calls) == 1:
             raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return rows
 
     r._finish = finish_then_drop
     try:

@@ -96,16 +96,16 @@ def test_a_login_that_cannot_claim_is_told_which_group(db_dsn, role_logins, grou
     dsn = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins[group])
     line = _one_line_exit_2(_run("--dsn", dsn, "--handlers", "scrinalia_workers.demo_handlers"),
                             f"login {role_logins[group]}", "not in scrinalia_runner",
-                            "EXECUTE on scrinalia.claim_next(", f"GRANT scrinalia_runner TO {role_logins[group]}")
+                            "EXECUTE on scrinalia.claim_runs(", f"GRANT scrinalia_runner TO {role_logins[group]}")
     if group == "nobody":
         assert "USAGE on schema scrinalia" in line
 
 
 def test_a_runner_group_missing_a_grant_is_named(db, db_dsn, role_logins):
-    db.execute("REVOKE EXECUTE ON FUNCTION scrinalia.heartbeat(bigint, uuid) FROM scrinalia_runner")
+    db.execute("REVOKE EXECUTE ON FUNCTION scrinalia.heartbeat_runs(bigint[], uuid[]) FROM scrinalia_runner")
     dsn = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["runner"])
     _one_line_exit_2(_run("--dsn", dsn, "--handlers", "scrinalia_workers.demo_handlers"),
-                     "is in scrinalia_runner but lacks EXECUTE on scrinalia.heartbeat(bigint, uuid)")
+                     "is in scrinalia_runner but lacks EXECUTE on scrinalia.heartbeat_runs(bigint[], uuid[])")
 
 
 def test_json_start_up_errors_are_one_json_line(db_dsn, role_logins):
@@ -205,11 +205,11 @@ def test_the_checked_signatures_are_the_schemas(db):
 
 
 def test_a_revoked_finish_is_named_with_its_signature(db, db_dsn, role_logins):
-    db.execute("REVOKE EXECUTE ON FUNCTION scrinalia.finish(bigint, uuid, scrinalia.run_status, text, text)"
-               " FROM scrinalia_runner")
+    db.execute("REVOKE EXECUTE ON FUNCTION"
+               " scrinalia.finish_runs(bigint[], uuid[], scrinalia.run_status[], text[], text[]) FROM scrinalia_runner")
     dsn = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["runner"])
     _one_line_exit_2(_run("--dsn", dsn, "--handlers", "scrinalia_workers.demo_handlers"),
-                     "lacks EXECUTE on scrinalia.finish(bigint, uuid, run_status, text, text)")
+                     "lacks EXECUTE on scrinalia.finish_runs(bigint[], uuid[], run_status[], text[], text[])")
 
 
 def test_an_unmigrated_database_is_one_line_exit_2(empty_db_dsn):

@@ -1,0 +1,153 @@
+"""The runner's batches (issue 12): a backlog of quick runs is claimed several at a
+time and reported together; claimed runs never wait long behind a slow handler, and
+a stop gives back the ones not started."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+
+import psycopg
+
+from helpers import make_workers, run_row
+from procs import wait_for
+from scrinalia_workers import runner as runner_mod
+from scrinalia_workers.logs import EventLog
+from scrinalia_workers.runner import Runner
+
+
+def _enqueue_all(db, workers):
+    return [db.execute("SELECT run_id FROM scrinalia.enqueue(%s)", (w,)).fetchone()[0] for w in workers]
+
+
+def _events(out: io.StringIO) -> list[dict]:
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def _statuses(db, ids):
+    return dict(db.execute("SELECT run_id, status::text FROM scrinalia.archive_worker_runs WHERE run_id = ANY(%s)",
+                           (ids,)).fetchall())
+
+
+def test_a_backlog_is_claimed_in_growing_batches(db, db_dsn):
+    workers = make_workers(db, 200)
+    ids = _enqueue_all(db, workers)
+    done = []
+    out = io.StringIO()
+    r = Runner(db_dsn, {"*": lambda run: done.append(run["run_id"])}, log=EventLog(json_lines=True, stream=out),
+               batch=32)
+    t = threading.Thread(target=r.run_forever)
+    t.start()
+    try:
+        wait_for(lambda: set(_statuses(db, ids).values()) == {"SUCCEEDED"}, 30, what="the backlog drained")
+    finally:
+        r.request_stop()
+        t.join(10)
+    assert sorted(done) == sorted(ids)
+    # one run at a time would be 200 claims; doubling batches (1, 2, 4, .. 32) take about 10
+    assert r.claim_attempts <= 20, r.claim_attempts
+    finished = [e for e in _events(out) if e["event"] == "finished"]
+    assert sorted(e["run_id"] for e in finished) == sorted(ids)
+    assert max(row[0] for row in db.execute(
+        "SELECT count(*) FROM scrinalia.archive_worker_runs GROUP BY lease_owner, started_at")) > 1
+
+
+def test_batch_one_claims_one_run_at_a_time(db, db_dsn):
+    workers = make_workers(db, 12)
+    ids = _enqueue_all(db, workers)
+    r = Runner(db_dsn, {"*": lambda run: None}, log=EventLog(stream=io.StringIO()), batch=1)
+    t = threading.Thread(target=r.run_forever)
+    t.start()
+    try:
+        wait_for(lambda: set(_statuses(db, ids).values()) == {"SUCCEEDED"}, 30, what="the backlog drained")
+    finally:
+        r.request_stop()
+        t.join(10)
+    assert r.claim_attempts >= len(ids)
+
+
+def test_runs_held_up_by_a_slow_handler_go_back_to_the_queue(db, db_dsn):
+    workers = make_workers(db, 3)
+    ids = _enqueue_all(db, workers)
+    release, slow_started = threading.Event(), threading.Event()
+    ran = []
+
+    def handler(run):
+        ran.append(run["run_id"])
+        if run["run_id"] == ids[0]:
+            slow_started.set()
+            release.wait(20)
+
+    out = io.StringIO()
+    r = Runner(db_dsn, {"*": handler}, log=EventLog(json_lines=True, stream=out))
+    t = threading.Thread(target=r.run_batch, args=(3,))
+    t.start()
+    try:
+        assert slow_started.wait(10)
+        t0 = time.monotonic()
+        assert _statuses(db, ids[1:]) == {ids[1]: "RUNNING", ids[2]: "RUNNING"}  # claimed with it
+        # the two runs behind the slow one are QUEUED again, for any runner
+        wait_for(lambda: _statuses(db, ids[1:]) == {ids[1]: "QUEUED", ids[2]: "QUEUED"}, 10,
+                 what="the held runs released")
+        waited = time.monotonic() - t0
+        assert runner_mod.RELEASE_AFTER - 0.1 <= waited < 5, waited
+        with psycopg.connect(db_dsn, autocommit=True) as other:
+            taken = other.execute("SELECT run_id FROM scrinalia.claim_runs('other', '1 minute', NULL, 10)").fetchall()
+        assert sorted(x[0] for x in taken) == ids[1:]
+        assert run_row(db, ids[0])["status"] == "RUNNING"
+    finally:
+        release.set()
+        t.join(10)
+    assert ran == [ids[0]]  # this runner never ran the runs it gave back
+    assert run_row(db, ids[0])["status"] == "SUCCEEDED"
+    released = [e for e in _events(out) if e["event"] == "released"]
+    assert [e["runs"] for e in released] == [f"{ids[1]},{ids[2]}"]
+
+
+def test_a_stop_gives_back_the_unstarted_runs_and_interrupts_the_running_one(db, db_dsn):
+    workers = make_workers(db, 3)
+    ids = _enqueue_all(db, workers)
+    started, never = threading.Event(), threading.Event()
+
+    def handler(run):
+        started.set()
+        never.wait(30)
+
+    r = Runner(db_dsn, {"*": handler}, log=EventLog(stream=io.StringIO()), grace=0.3)
+    out: dict = {}
+    t = threading.Thread(target=lambda: out.update(runs=r.run_batch(3)))
+    t.start()
+    try:
+        assert started.wait(10)
+        r.request_stop()
+        t.join(10)
+        assert not t.is_alive()
+    finally:
+        never.set()
+    outcomes = {run["run_id"]: run["outcome"] for run in out["runs"]}
+    assert outcomes == {ids[0]: "INTERRUPTED", ids[1]: "RELEASED", ids[2]: "RELEASED"}
+    assert _statuses(db, ids) == {ids[0]: "INTERRUPTED", ids[1]: "QUEUED", ids[2]: "QUEUED"}
+
+
+def test_outcomes_wait_for_the_batch_at_most_briefly(db, db_dsn):
+    # the first run's outcome is reported while the second, slower handler still runs
+    workers = make_workers(db, 2)
+    ids = _enqueue_all(db, workers)
+    second = threading.Event()
+
+    def handler(run):
+        if run["run_id"] == ids[1]:
+            second.wait(20)
+
+    r = Runner(db_dsn, {"*": handler}, log=EventLog(stream=io.StringIO()))
+    t = threading.Thread(target=r.run_batch, args=(2,))
+    t.start()
+    try:
+        wait_for(lambda: run_row(db, ids[0])["status"] == "SUCCEEDED", 5, what="the first outcome reported")
+        assert run_row(db, ids[1])["status"] == "RUNNING"
+    finally:
+        second.set()
+        t.join(10)
+    assert run_row(db, ids[1])["status"] == "SUCCEEDED"
