@@ -1,0 +1,361 @@
+"""Claim-run-finish as a user sees it: N jobs become visible in one commit while four
+workers of each system wait, idle, for work; the figure is N / the time from that
+commit until the database says all N are done (polled every 10 ms). Every system is
+timed the same way, its workers already started and connected, so no start-up is
+counted; rounds are interleaved (each round runs every system once) so that the
+noise of 2 shared cores falls on all of them alike.
+
+Systems:
+- ours: 4 real `scrinalia-runner` processes (its --batch default, heartbeats, JSON
+  log lines to a file), handlers bench.any_handlers (an empty "*" handler);
+- ours, one at a time: the same processes with --batch 1;
+- bare statements: 4 processes looping on the claim and finish statements of
+  sql/30_ledger.sql written out without their PL/pgSQL wrappers (one run at a time,
+  prepared), the floor issue 12 compares the runner with;
+- pgqueuer: 4 processes of QueueManager.run() (continuous mode, its default batch);
+  and, as its best case, the old harness: the jobs queued before 4 processes of
+  QueueManager.run(mode=drain) start, timed from their start barrier;
+- procrastinate: 4 processes of run_worker_async(concurrency=1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+
+from . import seed
+from .common import check, conn, median, now, vacuum_analyze
+
+ROOT = Path(__file__).resolve().parent.parent
+N_WORKERS = 4
+POLL = 0.01
+
+# The statements of claim_runs(.., 1) and finish_runs() for one SUCCEEDED run, without
+# the functions around them (no runner check, no arrays, no lost-lease answer).
+BARE_CLAIM = """
+WITH c AS (
+    SELECT r.run_id FROM scrinalia.archive_worker_runs r
+     WHERE r.status = 'QUEUED' AND (r.not_before IS NULL OR r.not_before <= now())
+     ORDER BY r.created_at, r.run_id LIMIT 1 FOR UPDATE SKIP LOCKED)
+UPDATE scrinalia.archive_worker_runs r
+   SET status = 'RUNNING', lease_owner = %(runner)s, lease_token = gen_random_uuid(),
+       lease_duration = %(lease)s::interval, lease_expires_at = now() + %(lease)s::interval,
+       heartbeat_at = now(), started_at = now()
+  FROM c WHERE r.run_id = c.run_id
+RETURNING r.run_id, r.lease_token"""
+BARE_FINISH = """
+UPDATE scrinalia.archive_worker_runs r
+   SET status = 'SUCCEEDED', finished_at = now(), duration = now() - r.started_at,
+       lease_token = NULL, lease_expires_at = NULL, error = NULL, error_fingerprint = NULL,
+       retry_pending = false
+ WHERE r.run_id = %s AND r.status = 'RUNNING' AND r.lease_token = %s AND r.lease_expires_at > now()
+RETURNING r.run_id"""
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _timed_drain(dsn: str, make_visible, done_sql: str, workers_alive) -> float:
+    """Runs make_visible(conn) (one commit that makes the N jobs visible) and times
+    from its return until done_sql is true."""
+    with conn(dsn) as c:
+        make_visible(c)
+        t0 = now()
+        deadline = t0 + 600
+        while not c.execute(done_sql).fetchone()[0]:
+            check(now() < deadline, "the jobs were not done within 10 minutes")
+            check(workers_alive(), "a worker process exited before the jobs were done")
+            time.sleep(POLL)
+        return now() - t0
+
+
+def _await_sessions(dsn: str, sql: str, k: int, what: str, timeout: float = 60) -> None:
+    """Waits until k sessions match sql (pg_stat_activity): the workers are connected
+    and idle, waiting for work."""
+    deadline = now() + timeout
+    with conn(dsn) as c:
+        while c.execute(sql).fetchone()[0] < k:
+            check(now() < deadline, f"{what}: the workers did not start within {timeout:.0f} s")
+            time.sleep(0.05)
+
+
+# --- ours: the real runner processes ----------------------------------------------
+
+def _ours_fill(n: int):
+    def fill(c: psycopg.Connection) -> None:
+        with c.transaction():
+            seed.queued_runs(c, n)
+            # what n enqueue() calls send: a NOTIFY each, the worker's name as payload
+            c.execute("SELECT count(pg_notify('scrinalia_runs', worker_name)) FROM scrinalia.archive_worker_runs")
+    return fill
+
+
+def _ours_prepare(dsn: str, n: int) -> None:
+    with conn(dsn) as c:
+        seed.reset(c)
+        seed.workers(c, n)
+    vacuum_analyze(dsn)
+
+
+def _ours_check(dsn: str, n: int) -> dict:
+    with conn(dsn) as c:
+        states = dict(c.execute(
+            "SELECT status::text, count(*) FROM scrinalia.archive_worker_runs GROUP BY 1").fetchall())
+        owners = c.execute("SELECT count(DISTINCT lease_owner) FROM scrinalia.archive_worker_runs").fetchone()[0]
+    check(states == {"SUCCEEDED": n}, f"ours: the ledger is {states}, expected {n} SUCCEEDED")
+    return {"owners": owners}
+
+
+def runner_drain(dsn: str, n: int, batch: int | None, logdir: Path) -> dict:
+    """n runs drained by N_WORKERS scrinalia-runner processes (--batch batch)."""
+    _ours_prepare(dsn, n)
+    extra = [] if batch is None else ["--batch", str(batch)]
+    procs = []
+    try:
+        for i in range(N_WORKERS):
+            log = open(logdir / f"runner-{batch}-{i}.log", "w")
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "scrinalia_workers.runner", "--dsn", dsn, "--handlers", "bench.any_handlers",
+                 "--json", "--runner-id", f"bench-{i}", *extra],
+                stdout=log, stderr=subprocess.STDOUT, env=_env(), start_new_session=True))
+        _await_sessions(dsn, "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'scrinalia-runner bench-%' "
+                             "AND state = 'idle' AND query LIKE '%next_claimable_at%'", N_WORKERS, "ours")
+        elapsed = _timed_drain(dsn, _ours_fill(n),
+                               f"SELECT count(*) = {int(n)} FROM scrinalia.archive_worker_runs WHERE status = 'SUCCEEDED'",
+                               lambda: all(p.poll() is None for p in procs))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    check(all(p.returncode == 0 for p in procs), f"ours: runner exit codes {[p.returncode for p in procs]}")
+    return {"rate": n / elapsed, "elapsed": elapsed, **_ours_check(dsn, n)}
+
+
+def _bare_worker(dsn: str, i: int, ready, go) -> None:
+    with psycopg.connect(dsn, autocommit=True, prepare_threshold=0, application_name=f"bench-bare-{i}") as c:
+        c.execute("LISTEN scrinalia_runs")
+        ready.set()
+        go.wait()
+        args = {"runner": f"bare-{i}", "lease": "5 minutes"}
+        while True:
+            row = c.execute(BARE_CLAIM, args).fetchone()
+            if row is None:
+                return
+            c.execute(BARE_FINISH, row).fetchone()
+
+
+def bare_drain(dsn: str, n: int) -> dict:
+    """The bare statements: the workers are released by an Event set right after the
+    commit (they would poll otherwise): the same start as a NOTIFY, without its cost."""
+    _ours_prepare(dsn, n)
+    ctx = multiprocessing.get_context("fork")
+    go = ctx.Event()
+    readies = [ctx.Event() for _ in range(N_WORKERS)]
+    procs = [ctx.Process(target=_bare_worker, args=(dsn, i, readies[i], go)) for i in range(N_WORKERS)]
+    for p in procs:
+        p.start()
+    for r in readies:
+        check(r.wait(60), "bare: a worker did not connect")
+
+    def fill(c):
+        _ours_fill(n)(c)
+        go.set()
+
+    elapsed = _timed_drain(dsn, fill,
+                           f"SELECT count(*) = {int(n)} FROM scrinalia.archive_worker_runs WHERE status = 'SUCCEEDED'",
+                           lambda: True)
+    for p in procs:
+        p.join(timeout=60)
+    check(all(p.exitcode == 0 for p in procs), f"bare: exit codes {[p.exitcode for p in procs]}")
+    return {"rate": n / elapsed, "elapsed": elapsed, **_ours_check(dsn, n)}
+
+
+# --- pgqueuer ---------------------------------------------------------------------
+
+def _pgqueuer_worker(dsn: str, i: int, ready) -> None:
+    logging.disable(logging.CRITICAL)
+    from pgqueuer import PsycopgDriver, Queries, QueueManager
+
+    async def main():
+        aconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, application_name=f"bench-pgq-{i}")
+        async with aconn:
+            qm = QueueManager(Queries(PsycopgDriver(aconn)))
+
+            @qm.entrypoint("noop")
+            async def noop(job) -> None:
+                return None
+
+            ready.set()
+            await qm.run()
+
+    asyncio.run(main())
+
+
+def _pgqueuer_fill(dsn: str, n: int):
+    from pgqueuer import PsycopgDriver, Queries
+
+    async def fill():
+        aconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        async with aconn:
+            q = Queries(PsycopgDriver(aconn))
+            await q.enqueue(["noop"] * n, [None] * n, [0] * n)  # one statement, one commit
+    return lambda c: asyncio.run(fill())
+
+
+def pgqueuer_install(dsn: str) -> None:
+    from pgqueuer import PsycopgDriver, Queries
+
+    async def install():
+        aconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        async with aconn:
+            q = Queries(PsycopgDriver(aconn))
+            if not await q.schema_is_installed():
+                await q.install()
+    asyncio.run(install())
+
+
+def pgqueuer_drain(dsn: str, n: int) -> dict:
+    with conn(dsn) as c:
+        c.execute("TRUNCATE pgqueuer, pgqueuer_log RESTART IDENTITY")
+    vacuum_analyze(dsn, "pgqueuer", "pgqueuer_log")
+    done_sql = (f"SELECT NOT EXISTS (SELECT FROM pgqueuer) AND "
+                f"(SELECT count(*) FROM pgqueuer_log WHERE status = 'successful') = {int(n)}")
+    elapsed = _with_processes(_pgqueuer_worker, dsn, "pgqueuer", "bench-pgq-%",
+                              lambda alive: _timed_drain(dsn, _pgqueuer_fill(dsn, n), done_sql, alive))
+    with conn(dsn) as c:
+        done, distinct = c.execute(
+            "SELECT count(*), count(DISTINCT job_id) FROM pgqueuer_log WHERE status = 'successful'").fetchone()
+    check(done == n == distinct, f"pgqueuer: {done} successes for {distinct} jobs, expected {n}")
+    return {"rate": n / elapsed, "elapsed": elapsed}
+
+
+# --- procrastinate ----------------------------------------------------------------
+
+def _procrastinate_app(dsn: str):
+    import procrastinate
+
+    conninfo = psycopg.conninfo.make_conninfo(dsn, application_name="bench-procrastinate")
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=conninfo))
+
+    @app.task(name="noop")
+    async def noop() -> None:
+        return None
+
+    return app, noop
+
+
+def _procrastinate_worker(dsn: str, i: int, ready) -> None:
+    logging.disable(logging.CRITICAL)
+    app, _ = _procrastinate_app(dsn)
+
+    async def main():
+        async with app.open_async():
+            ready.set()
+            await app.run_worker_async(concurrency=1, name=f"bench-{i}", install_signal_handlers=False)
+
+    asyncio.run(main())
+
+
+def procrastinate_install(dsn: str) -> None:
+    app, _ = _procrastinate_app(dsn)
+
+    async def install():
+        async with app.open_async():
+            await app.schema_manager.apply_schema_async()
+    asyncio.run(install())
+
+
+def procrastinate_drain(dsn: str, n: int) -> dict:
+    app, noop = _procrastinate_app(dsn)
+
+    def fill(c):
+        async def go():
+            async with app.open_async():
+                await noop.batch_defer_async(*({} for _ in range(n)))  # one call
+        asyncio.run(go())
+
+    with conn(dsn) as c:
+        c.execute("TRUNCATE procrastinate_jobs, procrastinate_events RESTART IDENTITY CASCADE")
+    vacuum_analyze(dsn, "procrastinate_jobs", "procrastinate_events")
+    done_sql = f"SELECT count(*) = {int(n)} FROM procrastinate_jobs WHERE status = 'succeeded'"
+    elapsed = _with_processes(_procrastinate_worker, dsn, "procrastinate", "bench-procrastinate",
+                              lambda alive: _timed_drain(dsn, fill, done_sql, alive))
+    with conn(dsn) as c:
+        twice = c.execute(
+            "SELECT count(*) FROM (SELECT job_id FROM procrastinate_events WHERE type = 'started' "
+            "GROUP BY job_id HAVING count(*) > 1) x").fetchone()[0]
+    check(twice == 0, f"procrastinate: {twice} jobs started twice")
+    return {"rate": n / elapsed, "elapsed": elapsed}
+
+
+def _with_processes(target, dsn: str, what: str, app_name: str, body):
+    """Starts N_WORKERS processes of target(dsn, i, ready), waits until each is ready
+    and the system's sessions (application_name LIKE app_name) are connected and idle,
+    runs body(alive) and stops them."""
+    ctx = multiprocessing.get_context("fork")
+    readies = [ctx.Event() for _ in range(N_WORKERS)]
+    procs = [ctx.Process(target=target, args=(dsn, i, readies[i]), daemon=True) for i in range(N_WORKERS)]
+    for p in procs:
+        p.start()
+    try:
+        for r in readies:
+            check(r.wait(60), f"{what}: a worker did not start")
+        _await_sessions(dsn, f"SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE '{app_name}' "
+                             "AND state = 'idle'", N_WORKERS, what)
+        time.sleep(0.5)  # their first (empty) dequeue done, they wait for a notification
+        return body(lambda: all(p.is_alive() for p in procs))
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+            p.join(timeout=30)
+
+
+# --- the rounds -------------------------------------------------------------------
+
+def run(dsns: dict[str, str], n: int, rounds: int, versions: dict) -> dict:
+    """dsns: ours, pgqueuer, procrastinate (a database each). Returns
+    {system: {"rates": [...], "median": .., "min": .., "max": ..}} and per-round ratios."""
+    systems = {
+        "ours": lambda: runner_drain(dsns["ours"], n, None, logdir),
+        "ours --batch 1": lambda: runner_drain(dsns["ours"], n, 1, logdir),
+        "bare statements": lambda: bare_drain(dsns["ours"], n),
+    }
+    if versions.get("pgqueuer"):
+        from . import compare_bench
+        pgqueuer_install(dsns["pgqueuer"])
+        systems["pgqueuer"] = lambda: pgqueuer_drain(dsns["pgqueuer"], n)
+        # its best figure: the jobs there before its workers start (drain mode), timed
+        # from the workers' start barrier, start-up included
+        systems["pgqueuer, drain mode"] = lambda: compare_bench.pgqueuer_drain(dsns["pgqueuer"], n)
+    if versions.get("procrastinate"):
+        procrastinate_install(dsns["procrastinate"])
+        systems["procrastinate"] = lambda: procrastinate_drain(dsns["procrastinate"], n)
+    out: dict = {name: {"rates": []} for name in systems}
+    with tempfile.TemporaryDirectory(prefix="scrinalia-drain-") as tmp:
+        logdir = Path(tmp)
+        for _ in range(rounds):
+            for name, drain in systems.items():
+                out[name]["rates"].append(drain()["rate"])
+    for f in out.values():
+        f.update(median=median(f["rates"]), min=min(f["rates"]), max=max(f["rates"]))
+    return out
