@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from helpers import make_worker, raises_sqlstate
+from helpers import make_worker, make_workers, raises_sqlstate
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -241,6 +241,51 @@ def test_who_may_write_in_bulk_is_who_may_put_one(db, connect_as):
     assert connect_as("operator").execute(
         "SELECT created FROM scrinalia.put_schedules(%s, 'alice')", (schedules,)).fetchone() == (1,)
     assert db.execute("SELECT updated_by FROM scrinalia.archive_worker_schedules").fetchone() == ("alice",)
+
+
+# --- crons: validated per distinct field, decided exactly as validate_cron decides -------
+
+VERDICTS_FN = """
+CREATE FUNCTION pg_temp.cron_verdicts(exprs text[])
+RETURNS TABLE (i int, single text, bulk text)
+LANGUAGE plpgsql AS $$
+BEGIN
+    FOR k IN 1..cardinality(exprs) LOOP
+        i := k;
+        BEGIN
+            PERFORM scrinalia.validate_cron(exprs[k]);
+            single := 'ok';
+        EXCEPTION WHEN OTHERS THEN
+            single := SQLSTATE || ' ' || SQLERRM;
+        END;
+        BEGIN
+            PERFORM scrinalia.put_schedules(jsonb_build_array(jsonb_build_object('worker_name', 'w00000',
+                                                                                 'cron', exprs[k])));
+            bulk := 'ok';
+        EXCEPTION WHEN OTHERS THEN
+            bulk := SQLSTATE || ' ' || replace(SQLERRM, 'schedule #1 (worker ''w00000''): ', '');
+        END;
+        RETURN NEXT;
+    END LOOP;
+END $$
+"""
+
+
+def test_the_per_field_cron_check_decides_as_validate_cron(db):
+    from test_cron_sql_agreement import generated, hand_written
+
+    make_workers(db, 1)
+    exprs = [e for e in hand_written() + generated(3000) if e is not None and "\x00" not in e]
+    db.execute(VERDICTS_FN)
+    got = db.execute("SELECT i, single, bulk FROM pg_temp.cron_verdicts(%s)", (exprs,)).fetchall()
+    assert len(got) == len(exprs)
+    valid = [exprs[i - 1] for i, single, _ in got if single == "ok"]
+    assert 1000 < len(valid) < len(exprs) - 1000
+    differ = [(exprs[i - 1], single, bulk) for i, single, bulk in got if single != bulk]
+    assert differ == []
+    # and all the valid ones at once, each on its own worker: the per-field path accepts them
+    names = make_workers(db, len(valid), prefix="v")
+    assert bulk(db, [{"worker_name": n, "cron": c} for n, c in zip(names, valid)]) == (len(valid), 0)
 
 
 # --- validate_timezone: the list taken at install and the scan agree ---------------------
