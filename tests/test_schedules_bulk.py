@@ -382,3 +382,45 @@ def test_quick_schedule_bench_checks_its_rows(db_dsn):
         with pytest.raises(InvariantError, match="49 written"):
             schedule_bench.verify(c, specs[:49], "bulk")
     json.dumps(r.data)  # the raw figures stay plain data
+
+
+# --- two batches at once -------------------------------------------------------------------
+
+def wait_until_blocked(db, pid: int, deadline_s: float = 10.0) -> None:
+    import time
+
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if db.execute("SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0]:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"backend {pid} never waited for a lock")
+
+
+def test_concurrent_batches_lock_in_worker_order_and_cannot_deadlock(db, db_dsn):
+    # B lists w00001 before w00000; were rows locked in the list's order, B would hold
+    # w00001 while it waits for A's w00000, and A's next write of w00001 would deadlock
+    import threading
+
+    make_workers(db, 2)
+    bulk(db, [{"worker_name": "w00000", "cron": "0 1 * * *"}, {"worker_name": "w00001", "cron": "0 1 * * *"}])
+    with psycopg.connect(db_dsn) as a, psycopg.connect(db_dsn, autocommit=True) as b:
+        a.execute("SET deadlock_timeout = '100ms'")
+        bulk(a, [{"worker_name": "w00000", "cron": "0 2 * * *"}])  # A's open transaction holds w00000
+        failures = []
+
+        def batch_b():
+            try:
+                bulk(b, [{"worker_name": "w00001", "cron": "0 3 * * *"}, {"worker_name": "w00000", "cron": "0 3 * * *"}])
+            except psycopg.Error as e:
+                failures.append(e)
+
+        t = threading.Thread(target=batch_b)
+        t.start()
+        wait_until_blocked(db, b.info.backend_pid)
+        bulk(a, [{"worker_name": "w00001", "cron": "0 2 * * *"}])  # free: B waits before taking it
+        a.commit()
+        t.join(timeout=10)
+        assert not t.is_alive() and failures == []
+    assert db.execute("SELECT array_agg(cron ORDER BY worker_name) FROM scrinalia.archive_worker_schedules"
+                      ).fetchone()[0] == ["0 3 * * *", "0 3 * * *"]
