@@ -370,7 +370,8 @@ def test_quick_schedule_bench_checks_its_rows(db_dsn):
 
     r = schedule_bench.run(db_dsn, quick=True)
     assert r.data["single"]["n"] == 300 and len(r.data["single"]["new"]) == 3
-    assert [b["n"] for b in r.data["bulk"]] == [1_000, 5_000]
+    assert [(b["n"], b["all_distinct"]) for b in r.data["bulk"]] == [(1_000, False), (5_000, False), (1_000, True)]
+    assert r.data["bulk"][2]["distinct_crons"] == 1_000
     assert all(x > 0 for b in r.data["bulk"] for x in b["new"] + b["update"])
     with schedule_bench.conn(db_dsn) as c:
         specs = [schedule_bench.spec(i) for i in range(50)]
