@@ -90,7 +90,7 @@ $$;
 -- Creates or replaces the worker's schedule. The stored next_run_at is cleared
 -- (to be armed by the scheduler) when the cron or zone changes or the schedule is
 -- re-enabled, and kept otherwise, so that editing the request alone neither skips
--- nor repeats a period.
+-- nor repeats a period. put_schedules (below) writes the same row: change them together.
 CREATE OR REPLACE FUNCTION scrinalia.put_schedule(p_worker_name text, p_cron text, p_timezone text DEFAULT NULL,
                                        p_request jsonb DEFAULT '{}', p_enabled boolean DEFAULT true,
                                        p_updated_by text DEFAULT NULL, p_updated_by_user_id bigint DEFAULT NULL)
