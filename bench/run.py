@@ -32,6 +32,7 @@ DESCRIPTIONS = {
     "claim": "3. claim/run/finish with 4 runners (processes, threads, durable)",
     "lateness": "4. scheduler lateness against pg_cron, and enqueue-to-claim latency (real processes)",
     "compare": "5. side by side with procrastinate and pgqueuer",
+    "schedules": "6. schedule writes: put_schedule calls/s and put_schedules in bulk",
 }
 
 
@@ -117,6 +118,9 @@ def run_one(key: str, dbs: Databases, args, own_cluster: bool) -> Result:
     if key == "compare":
         from bench import compare_bench
         return compare_bench.run(lambda name, migrate=True: dbs.fresh(name, migrate), quick=args.quick)
+    if key == "schedules":
+        from bench import schedule_bench
+        return schedule_bench.run(dbs.fresh("bench_schedules"), quick=args.quick)
     raise ValueError(key)
 
 

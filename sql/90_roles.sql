@@ -38,6 +38,7 @@ GRANT EXECUTE ON FUNCTION
 
 GRANT EXECUTE ON FUNCTION
     scrinalia.put_schedule(text, text, text, jsonb, boolean, text, bigint),
+    scrinalia.put_schedules(jsonb, text, bigint),
     scrinalia.set_schedule_enabled(text, boolean, text),
     scrinalia.delete_schedule(text),
     scrinalia.put_settings(text, jsonb, text, bigint),

@@ -172,6 +172,78 @@ def test_schedule_put_bad_request_json(db_dsn, ocr):
     assert_one_line_error(r, 2, "--request is not valid JSON")
 
 
+# --- schedule import (put_schedules) ------------------------------------------------
+
+SCHEDULES_YAML = """\
+schedules:
+  - worker_name: ocr
+    cron: 0  2 * * 1-5
+    timezone: Europe/Berlin
+    request: {options: {lang: eng}}
+  - worker_name: thumbs
+    cron: "*/15 * * * *"
+    enabled: false
+"""
+
+
+def test_schedule_import_a_yaml_file_then_again(db_dsn, db, ocr, tmp_path):
+    make_worker(db, "thumbs")
+    f = tmp_path / "schedules.yaml"
+    f.write_text(SCHEDULES_YAML)
+    dry = cli("schedule", "import", str(f), "--dry-run", dsn=db_dsn)
+    assert dry.code == 0, dry.err
+    assert "2 schedule(s) valid: 2 would be created, 0 replaced" in dry.out
+    assert one(db, "SELECT count(*) FROM scrinalia.archive_worker_schedules")[0] == 0
+    r = cli("schedule", "import", str(f), dsn=db_dsn)
+    assert r.code == 0, r.err
+    assert f"imported 2 schedule(s) from {f}: 2 created, 0 replaced" in r.out
+    assert db.execute("SELECT worker_name, cron, timezone, enabled, request, updated_by LIKE 'cli:%'"
+                      " FROM scrinalia.archive_worker_schedules ORDER BY 1").fetchall() == [
+        ("ocr", "0 2 * * 1-5", "Europe/Berlin", True, {"options": {"lang": "eng"}}, True),
+        ("thumbs", "*/15 * * * *", "UTC", False, {}, True)]
+    again = cli("schedule", "import", str(f), "--json", dsn=db_dsn)
+    assert json.loads(again.out) == {"file": str(f), "created": 0, "replaced": 2, "dry_run": False}
+
+
+def test_schedule_import_from_stdin_as_json(db_dsn, db, ocr):
+    env = {k: v for k, v in os.environ.items() if k not in ENV_DB_VARS}
+    p = subprocess.run([sys.executable, "-m", "scrinalia_workers", "schedule", "import", "-", "--dsn", db_dsn],
+                       input='[{"worker_name": "ocr", "cron": "0 3 * * *"}]', capture_output=True, text=True,
+                       env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "imported 1 schedule(s) from <stdin>: 1 created" in p.stdout
+    assert one(db, "SELECT cron FROM scrinalia.archive_worker_schedules") == ("0 3 * * *",)
+
+
+def test_schedule_import_refuses_the_whole_file_naming_the_element(db_dsn, db, ocr, tmp_path):
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps([{"worker_name": "ocr", "cron": "0 3 * * *"},
+                             {"worker_name": "ocr", "cron": "0 24 * * *", "timezone": "UTC"}]))
+    assert_one_line_error(cli("schedule", "import", str(f), dsn=db_dsn), 1, str(f), "[SW002]",
+                          "schedule #2: worker 'ocr' is named twice")
+    f.write_text(json.dumps([{"worker_name": "ocr", "cron": "0 24 * * *"}]))
+    assert_one_line_error(cli("schedule", "import", str(f), dsn=db_dsn), 1, f"{f}: [SW003]",
+                          "schedule #1 (worker 'ocr'): invalid cron", "field 2 (hour)")
+    assert one(db, "SELECT count(*) FROM scrinalia.archive_worker_schedules")[0] == 0
+
+
+@pytest.mark.parametrize("name,text,fragment", [
+    ("s.json", "[{oops}]", "not valid JSON"),
+    ("s.yaml", "- worker_name: ocr\n  cron: [", "not valid YAML"),
+    ("s.json", '{"worker_name": "ocr", "cron": "0 2 * * *"}', "expected a list of schedules"),
+    ("s.yaml", "- worker_name: ocr\n  cron: 0 2 * * *\n  request: {options: {day: 2026-01-01}}",
+     "is not a JSON value (quote it in YAML)"),
+    ("s.json", '[{"worker_name": "ocr", "cron": "0 2 * * *", "request": {"options": {"x": NaN}}}]',
+     "Out of range float values are not JSON compliant"),
+])
+def test_schedule_import_a_bad_file_is_one_line(db_dsn, db, ocr, tmp_path, name, text, fragment):
+    f = tmp_path / name
+    f.write_text(text)
+    assert_one_line_error(cli("schedule", "import", str(f), dsn=db_dsn), 1, str(f), fragment)
+    assert one(db, "SELECT count(*) FROM scrinalia.archive_worker_schedules")[0] == 0
+    assert_one_line_error(cli("schedule", "import", str(tmp_path / "missing.json"), dsn=db_dsn), 1, "cannot read it")
+
+
 # --- status and runs -------------------------------------------------------------
 
 def test_status_shows_agenda_counters_and_the_lock_apart(db_dsn, db, ocr):

@@ -236,6 +236,80 @@ def cmd_schedule(args) -> int:
     return EXIT_OK
 
 
+# 100,000 schedules are about 8 MiB of JSON
+SCHEDULE_FILE_MAX_BYTES = 64 * 1024 * 1024
+
+
+def read_schedule_file(path: str) -> tuple[str, str]:
+    """(label, the JSON array) of a schedule file: a JSON or YAML (.yaml/.yml; `-` reads
+    either from stdin) list of {worker_name, cron, timezone?, request?, enabled?}, or
+    {"schedules": [...]}. Only the file's syntax is checked here: every element is
+    scrinalia.put_schedules' to judge, which names the one it refuses."""
+    label = "<stdin>" if path == "-" else path
+    try:
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, "rb") as f:
+                raw = f.read(SCHEDULE_FILE_MAX_BYTES + 1)
+            if len(raw) > SCHEDULE_FILE_MAX_BYTES:
+                raise errors.ScrinaliaError(f"{label}: larger than {SCHEDULE_FILE_MAX_BYTES // 2**20} MiB")
+            text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise errors.ScrinaliaError(f"{label}: not UTF-8 text") from None
+    except OSError as e:
+        raise errors.ScrinaliaError(f"{label}: cannot read it: {e.strerror or e}") from None
+    if path == "-" or path.lower().endswith((".yaml", ".yml")):
+        import yaml
+
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            at = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+            raise errors.ScrinaliaError(f"{label}: not valid YAML: {getattr(e, 'problem', None) or e}{at}") from None
+    else:
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise errors.ScrinaliaError(f"{label}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    if isinstance(doc, dict) and set(doc) == {"schedules"}:
+        doc = doc["schedules"]
+    if not isinstance(doc, list):
+        raise errors.ScrinaliaError(f"{label}: expected a list of schedules or {{\"schedules\": [...]}}, "
+                                    f"got {type(doc).__name__}")
+
+    def not_json(v):  # YAML can say more than JSON: a date, a set
+        raise TypeError(f"{v!r} is not a JSON value (quote it in YAML)")
+
+    try:
+        return label, json.dumps(doc, allow_nan=False, default=not_json)
+    except (TypeError, ValueError) as e:
+        raise errors.ScrinaliaError(f"{label}: {e}") from None
+
+
+def cmd_schedule_import(args) -> int:
+    label, schedules = read_schedule_file(args.file)
+    with _connect(args) as conn:
+        # --dry-run: the same call, rolled back (so no NOTIFY either)
+        with conn.transaction(force_rollback=args.dry_run):
+            try:
+                created, replaced = conn.execute(
+                    "SELECT created, replaced FROM scrinalia.put_schedules(%s::jsonb, %s)", (schedules, who()),
+                ).fetchone()
+            except psycopg.Error as e:
+                e.add_note(label)
+                raise
+    if args.json:
+        print_json({"file": label, "created": created, "replaced": replaced, "dry_run": args.dry_run})
+    elif args.dry_run:
+        print(f"{label}: {created + replaced} schedule(s) valid: {created} would be created, {replaced} replaced "
+              "(--dry-run: nothing written)")
+    else:
+        print(f"imported {created + replaced} schedule(s) from {label}: {created} created, {replaced} replaced")
+    return EXIT_OK
+
+
 def _scheduler_line(s: dict) -> str:
     if s["lock_held"]:
         who_ = s["holder_application"] or "?"
@@ -529,6 +603,13 @@ def build_parser() -> argparse.ArgumentParser:
     put.add_argument("--request", default="{}", metavar="JSON", help="the request each scheduled run gets")
     put.add_argument("--disabled", action="store_true", help="save it paused")
     put.set_defaults(func=cmd_schedule)
+    imp = ss.add_parser("import", parents=[common],
+                        help="create or replace the schedules of a JSON/YAML file, all or nothing")
+    imp.add_argument("file", metavar="FILE",
+                     help="a .json, .yaml or .yml list of {worker_name, cron, timezone?, request?, enabled?} "
+                          "(- reads YAML/JSON from stdin); each is held to `schedule put`'s rules")
+    imp.add_argument("--dry-run", action="store_true", help="validate everything in the database, write nothing")
+    imp.set_defaults(func=cmd_schedule_import)
 
     st = sub.add_parser("status", parents=[common], help="agenda, queue counters and the scheduler lock")
     st.add_argument("--watch", action="store_true",
