@@ -18,12 +18,13 @@ SHARED = {"schema_head", "validate_cron", "validate_timezone", "retry_delay",
           "max_attempts", "active_statuses", "terminal_statuses"}
 READER = SHARED | {"get_schedule", "scheduler_status", "scheduler_health", "default_timezone",
                    "current_alerts", "worker_metrics", "run_counts", "scheduler_metrics"}
-OPERATOR = READER | {"put_schedule", "set_schedule_enabled", "delete_schedule", "put_settings",
+OPERATOR = READER | {"put_schedule", "put_schedules", "set_schedule_enabled", "delete_schedule", "put_settings",
                      "set_default_timezone", "enqueue", "cancel_run", "add_units", "prune_runs"}
 SCHEDULER = SHARED | {"due_schedules", "tick", "create_retries", "reap_expired_leases", "next_wakeup",
                       "scheduler_lock_key", "scheduler_status", "scheduler_health", "scheduler_heartbeat",
                       "check_scheduler_lock", "evict_stale_scheduler", "set_schedules_aside"}
-RUNNER = SHARED | {"claim_next", "heartbeat", "finish", "next_claimable_at", "mark_units_processed"}
+RUNNER = SHARED | {"claim_next", "heartbeat", "finish", "next_claimable_at", "mark_units_processed",
+                   "claim_runs", "heartbeat_runs", "finish_runs", "release_runs"}
 # ADR 0015: the API's (operator) login and a runner login may run the scheduler too
 ALLOWED = {"reader": READER, "operator": OPERATOR | SCHEDULER, "runner": RUNNER | SCHEDULER,
            "scheduler": SCHEDULER, "nobody": set()}
