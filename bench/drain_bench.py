@@ -276,6 +276,9 @@ def _procrastinate_worker(dsn: str, i: int, ready) -> None:
 
 
 def procrastinate_install(dsn: str) -> None:
+    with conn(dsn) as c:
+        if c.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL").fetchone()[0]:
+            return
     app, _ = _procrastinate_app(dsn)
 
     async def install():

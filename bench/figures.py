@@ -72,27 +72,27 @@ def lateness(r: Result, plt):
 
 
 def compare(r: Result, plt):
-    figures = r.data.get("figures") or {}
-    versions = r.data.get("versions") or {}
-    if not figures:
+    drains = r.data.get("drains") or {}
+    if not drains:
         return None
-    names = list(figures)
-    labels = ["scrinalia-workers" if n == "ours" else f"{n} {versions.get(n) or ''}".strip() for n in names]
-    med = [figures[n]["drain"]["rate"] for n in names]
-    runs = [figures[n]["drain"].get("all") or [figures[n]["drain"]["rate"]] for n in names]
-    lo = [m - min(a) for m, a in zip(med, runs)]
-    hi = [max(a) - m for m, a in zip(med, runs)]
+    names = list(drains)
+    labels = [n.replace(", ", ",\n").replace(" --", "\n--") for n in names]
+    med = [drains[n]["median"] for n in names]
+    lo = [m - drains[n]["min"] for m, n in zip(med, names)]
+    hi = [drains[n]["max"] - m for m, n in zip(med, names)]
     fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
-    colors = ["tab:blue" if n == "ours" else "tab:grey" for n in names]
+    colors = ["tab:blue" if n.startswith("ours") else "tab:olive" if n.startswith("bare") else "tab:grey"
+              for n in names]
     bars = ax.bar(labels, med, yerr=[lo, hi], capsize=8, color=colors, width=0.55)
     for b, m in zip(bars, med):
         ax.text(b.get_x() + b.get_width() / 2, m * 0.5, f"{m:,.0f}", ha="center", color="white",
-                fontsize=11, fontweight="bold")
+                fontsize=10, fontweight="bold")
     n_jobs = r.data.get("n")
-    reps = max(len(a) for a in runs)
+    reps = max(len(drains[n]["rates"]) for n in names)
     ax.set_ylabel("jobs claimed, run and finished per second")
     ax.grid(True, axis="y", alpha=0.3)
     ax.set_axisbelow(True)
+    ax.tick_params(axis="x", labelsize=8)
     ax.set_title(f"Drain rate, 4 worker processes, empty task{f', {n_jobs:,} jobs' if n_jobs else ''}: "
                  f"median of {reps}, bars = range", fontsize=11)
     fig.tight_layout()

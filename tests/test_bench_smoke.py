@@ -46,3 +46,17 @@ def test_tick_check_catches_a_wrong_count(db_dsn):
     tick_bench.verify(db_dsn, 200, active, t)
     with pytest.raises(InvariantError, match="SKIPPED"):
         tick_bench.verify(db_dsn, 200, active + 1, t)
+
+
+@pytest.mark.slow
+def test_quick_drain_with_the_real_runner_and_the_bare_statements(db_dsn, tmp_path):
+    from bench import drain_bench
+    ours = drain_bench.runner_drain(db_dsn, 300, None, tmp_path)
+    bare = drain_bench.bare_drain(db_dsn, 300)
+    assert ours["rate"] > 0 and bare["rate"] > 0
+    assert ours["owners"] >= 1 and bare["owners"] >= 1
+    # the runners really ran: their JSON log lines name every run once
+    import json
+    finished = [json.loads(line)["run_id"] for log in tmp_path.glob("runner-*.log")
+                for line in log.read_text().splitlines() if '"finished"' in line]
+    assert len(finished) == len(set(finished)) == 300
