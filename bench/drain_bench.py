@@ -11,7 +11,8 @@ Systems:
 - ours, one at a time: the same processes with --batch 1;
 - bare statements: 4 processes looping on the claim and finish statements of
   sql/30_ledger.sql written out without their PL/pgSQL wrappers (one run at a time,
-  prepared), the floor issue 12 compares the runner with;
+  prepared), the floor issue 12 compares the runner with; and the same statements
+  32 runs a claim, as the runner's batches (no handler thread, no log, no heartbeat);
 - pgqueuer: 4 processes of QueueManager.run() (continuous mode, its default batch);
   and, as its best case, the old harness: the jobs queued before 4 processes of
   QueueManager.run(mode=drain) start, timed from their start barrier;
@@ -40,13 +41,13 @@ ROOT = Path(__file__).resolve().parent.parent
 N_WORKERS = 4
 POLL = 0.01
 
-# The statements of claim_runs(.., 1) and finish_runs() for one SUCCEEDED run, without
-# the functions around them (no runner check, no arrays, no lost-lease answer).
+# The statements of claim_runs() and finish_runs() for SUCCEEDED runs, without the
+# functions around them (no runner check, no array checks, no lost-lease answer).
 BARE_CLAIM = """
 WITH c AS (
     SELECT r.run_id FROM scrinalia.archive_worker_runs r
      WHERE r.status = 'QUEUED' AND (r.not_before IS NULL OR r.not_before <= now())
-     ORDER BY r.created_at, r.run_id LIMIT 1 FOR UPDATE SKIP LOCKED)
+     ORDER BY r.created_at, r.run_id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
 UPDATE scrinalia.archive_worker_runs r
    SET status = 'RUNNING', lease_owner = %(runner)s, lease_token = gen_random_uuid(),
        lease_duration = %(lease)s::interval, lease_expires_at = now() + %(lease)s::interval,
@@ -58,7 +59,9 @@ UPDATE scrinalia.archive_worker_runs r
    SET status = 'SUCCEEDED', finished_at = now(), duration = now() - r.started_at,
        lease_token = NULL, lease_expires_at = NULL, error = NULL, error_fingerprint = NULL,
        retry_pending = false
- WHERE r.run_id = %s AND r.status = 'RUNNING' AND r.lease_token = %s AND r.lease_expires_at > now()
+  FROM unnest(%s::bigint[], %s::uuid[]) AS i(run_id, lease_token)
+ WHERE r.run_id = i.run_id AND r.status = 'RUNNING' AND r.lease_token = i.lease_token
+   AND r.lease_expires_at > now()
 RETURNING r.run_id"""
 
 
@@ -150,27 +153,29 @@ def runner_drain(dsn: str, n: int, batch: int | None, logdir: Path) -> dict:
     return {"rate": n / elapsed, "elapsed": elapsed, **_ours_check(dsn, n)}
 
 
-def _bare_worker(dsn: str, i: int, ready, go) -> None:
+def _bare_worker(dsn: str, i: int, ready, go, batch: int) -> None:
     with psycopg.connect(dsn, autocommit=True, prepare_threshold=0, application_name=f"bench-bare-{i}") as c:
         c.execute("LISTEN scrinalia_runs")
         ready.set()
         go.wait()
-        args = {"runner": f"bare-{i}", "lease": "5 minutes"}
+        args = {"runner": f"bare-{i}", "lease": "5 minutes", "limit": batch}
         while True:
-            row = c.execute(BARE_CLAIM, args).fetchone()
-            if row is None:
+            rows = c.execute(BARE_CLAIM, args).fetchall()
+            if not rows:
                 return
-            c.execute(BARE_FINISH, row).fetchone()
+            done = c.execute(BARE_FINISH, ([r[0] for r in rows], [r[1] for r in rows])).fetchall()
+            check(len(done) == len(rows), "bare: a finish did not land")
 
 
-def bare_drain(dsn: str, n: int) -> dict:
-    """The bare statements: the workers are released by an Event set right after the
-    commit (they would poll otherwise): the same start as a NOTIFY, without its cost."""
+def bare_drain(dsn: str, n: int, batch: int = 1) -> dict:
+    """The bare statements, `batch` runs a claim: the workers are released by an Event
+    set right after the commit (they would poll otherwise): the same start as a NOTIFY,
+    without its cost."""
     _ours_prepare(dsn, n)
     ctx = multiprocessing.get_context("fork")
     go = ctx.Event()
     readies = [ctx.Event() for _ in range(N_WORKERS)]
-    procs = [ctx.Process(target=_bare_worker, args=(dsn, i, readies[i], go)) for i in range(N_WORKERS)]
+    procs = [ctx.Process(target=_bare_worker, args=(dsn, i, readies[i], go, batch)) for i in range(N_WORKERS)]
     for p in procs:
         p.start()
     for r in readies:
@@ -342,6 +347,7 @@ def run(dsns: dict[str, str], n: int, rounds: int, versions: dict) -> dict:
         "ours": lambda: runner_drain(dsns["ours"], n, None, logdir),
         "ours --batch 1": lambda: runner_drain(dsns["ours"], n, 1, logdir),
         "bare statements": lambda: bare_drain(dsns["ours"], n),
+        "bare statements, batched": lambda: bare_drain(dsns["ours"], n, batch=32),
     }
     if versions.get("pgqueuer"):
         from . import compare_bench

@@ -53,6 +53,7 @@ def test_quick_drain_with_the_real_runner_and_the_bare_statements(db_dsn, tmp_pa
     from bench import drain_bench
     ours = drain_bench.runner_drain(db_dsn, 300, None, tmp_path)
     bare = drain_bench.bare_drain(db_dsn, 300)
+    assert drain_bench.bare_drain(db_dsn, 300, batch=32)["rate"] > 0
     assert ours["rate"] > 0 and bare["rate"] > 0
     assert ours["owners"] >= 1 and bare["owners"] >= 1
     # the runners really ran: their JSON log lines name every run once
