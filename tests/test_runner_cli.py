@@ -224,3 +224,12 @@ def test_the_installed_console_script_refuses_the_same_way():
         pytest.skip("scrinalia-runner is not installed beside this interpreter")
     r = subprocess.run([str(script), "--runner-id", "r\u00e9"], capture_output=True, text=True, timeout=30)
     _one_line_exit_2(r, "scrinalia-runner: ", "ASCII")
+
+
+def test_sql_code_older_than_the_runner_is_one_line_exit_2(db, db_dsn):
+    # a release may add functions without a migration: a runner deployed before the
+    # migrate re-installed the code is told so, instead of failing on every claim
+    db.execute("DROP FUNCTION scrinalia.release_runs(bigint[], uuid[])")
+    _one_line_exit_2(_run("--dsn", db_dsn, "--handlers", "scrinalia_workers.demo_handlers"),
+                     "lacks scrinalia.release_runs(bigint[], uuid[])", "older than this scrinalia-workers",
+                     "scrinalia-workers migrate")

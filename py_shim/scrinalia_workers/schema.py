@@ -60,7 +60,8 @@ def check_privileges(conn: psycopg.Connection, functions: tuple[str, ...], job: 
     EXECUTE on one of `functions` (exact signatures, scrinalia's own types unqualified,
     e.g. "finish(bigint, uuid, run_status, text, text)"), and the group(s) that grant
     it. Reads only the catalogs, readable by any login, so it speaks even to a login
-    in no group; functions that do not exist are check_schema's business."""
+    in no group. A function that does not exist means the database's SQL code is older
+    than this package (a release can add functions without a migration): SchemaMismatch."""
     cur = conn.cursor(row_factory=dict_row)
     row = cur.execute(
         """SELECT current_user AS login,
@@ -74,12 +75,24 @@ def check_privileges(conn: psycopg.Connection, functions: tuple[str, ...], job: 
                            AND format('%%s(%%s)', p.proname, replace(pg_catalog.oidvectortypes(p.proargtypes),
                                                                      'scrinalia.', '')) = f.sig
                          WHERE NOT has_function_privilege(p.oid, 'EXECUTE')
-                         ORDER BY f.i) AS denied
+                         ORDER BY f.i) AS denied,
+                  ARRAY(SELECT 'scrinalia.' || f.sig
+                          FROM unnest(%(functions)s::text[]) WITH ORDINALITY AS f(sig, i)
+                         WHERE NOT EXISTS (
+                               SELECT 1 FROM pg_catalog.pg_proc p
+                                WHERE p.pronamespace = n.oid
+                                  AND format('%%s(%%s)', p.proname, replace(pg_catalog.oidvectortypes(p.proargtypes),
+                                                                            'scrinalia.', '')) = f.sig)
+                         ORDER BY f.i) AS missing
              FROM (SELECT 1) one
              LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = 'scrinalia'""",
         {"groups": list(groups), "functions": list(functions)}).fetchone()
     if not row["has_schema"]:
         return
+    if row["missing"]:
+        raise SchemaMismatch(f"the database's scrinalia SQL code lacks {', '.join(row['missing'][:3])}"
+                             f"{' and more' if len(row['missing']) > 3 else ''}: it is older than this "
+                             f"scrinalia-workers: {_FIX}")
     lacks = ([] if row["usage"] else ["USAGE on schema scrinalia"]) + [f"EXECUTE on {f}" for f in row["denied"]]
     if not lacks:
         return
