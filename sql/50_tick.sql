@@ -100,22 +100,25 @@ SET work_mem = '64MB'
 AS $$
 DECLARE
     bad text;
+    twice boolean;
 BEGIN
     IF p_workers IS NULL OR p_next IS NULL
        OR coalesce(cardinality(p_workers), 0) <> coalesce(cardinality(p_next), 0) THEN
         RAISE EXCEPTION USING ERRCODE = 'SW030',
             MESSAGE = 'tick takes two arrays of the same length: worker names and their next occurrences';
     END IF;
-    SELECT format('%s -> %s', i.w, coalesce(i.n::text, 'NULL')) INTO bad
-      FROM unnest(p_workers, p_next) AS i(w, n)
-     WHERE i.w IS NULL OR i.n IS NULL OR i.n <= now() OR NOT isfinite(i.n)
-     LIMIT 1;
+    -- one pass over the input: the first bad pair, and whether a worker is named twice
+    SELECT min(format('%s -> %s', i.w, coalesce(i.n::text, 'NULL')))
+               FILTER (WHERE i.w IS NULL OR i.n IS NULL OR i.n <= now() OR NOT isfinite(i.n)),
+           count(DISTINCT i.w) <> count(*)
+      INTO bad, twice
+      FROM unnest(p_workers, p_next) AS i(w, n);
     IF bad IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'SW030',
             MESSAGE = format('tick: every next occurrence must be after now() (%s), and finite: %s', now(), bad),
             HINT = 'compute next occurrences after the transaction''s now(), as due_schedules() returns it';
     END IF;
-    IF (SELECT count(DISTINCT w) FROM unnest(p_workers) w) <> cardinality(p_workers) THEN
+    IF twice THEN
         RAISE EXCEPTION USING ERRCODE = 'SW030', MESSAGE = 'tick: a worker is named twice';
     END IF;
 
@@ -171,11 +174,11 @@ BEGIN
                arm_error = NULL, arm_error_since = NULL, arm_retry_at = NULL
           FROM decided x
          WHERE s.worker_name = x.worker_name
-        RETURNING s.worker_name
+        RETURNING s.worker_name, x.decision, x.run_id, x.was, x.next_at, x.reason
     )
-    SELECT x.worker_name, x.decision, x.run_id, x.was, x.next_at, x.reason
-      FROM decided x JOIN upd USING (worker_name)
-     ORDER BY x.worker_name;
+    SELECT u.worker_name, u.decision, u.run_id, u.was, u.next_at, u.reason
+      FROM upd u
+     ORDER BY u.worker_name;
 
     IF FOUND THEN
         PERFORM pg_notify('scrinalia_runs', 'tick');
