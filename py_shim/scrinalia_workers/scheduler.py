@@ -77,9 +77,12 @@ MIN_SLEEP = 0.005
 HOLDER_REPORT_EVERY = 60.0
 # How long one wait on the socket lasts before the stop flag is looked at again.
 POLL_SLICE = 0.2
-# Due schedules per tick transaction: small enough that the first runs of a spike are
-# visible within milliseconds, large enough that the per-transaction cost stays small.
-TICK_CHUNK = 1000
+# Due schedules per tick transaction. Each chunk costs a transaction, a due query over
+# all that is still due and a planning: measured on 2 cores, 10,000 due at one instant
+# were all visible after 0.51 s in one transaction, 0.55 s in chunks of 2,500, 0.66 s
+# in chunks of 1,000. A minute's usual load fits in one; a spike's first half is
+# visible about twice as early as its last.
+TICK_CHUNK = 5000
 # Chunks per pass at most (a million schedules); the next pass goes on at once.
 MAX_CHUNKS = 1000
 
