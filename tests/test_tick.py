@@ -363,3 +363,25 @@ def test_the_tick_functions_never_jit_compile(db):
     assert set(rows) == {"tick", "due_schedules", "create_retries", "resolve_configs"}
     for name, config in rows.items():
         assert "jit=off" in config, name
+
+
+def test_create_retries_resolves_each_candidate_like_enqueue(db):
+    from psycopg.types.json import Jsonb
+
+    requests = [{}, {"preset": "fast"}, {"options": {"lang": "eng"}}, {"preset": "archival", "options": {"dpi": 72}}]
+    for i in range(12):
+        make_worker(db, f"rt{i:02d}")
+        db.execute("INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, status, request, attempt,"
+                   " scheduled_for, finished_at, retry_pending)"
+                   " VALUES (%s, 'SCHEDULE', 'FAILED', %s, 1, now() - interval '1 hour', now(), true)",
+                   (f"rt{i:02d}", Jsonb(requests[i % len(requests)])))
+    db.execute("SELECT scrinalia.put_settings('rt01', '{\"options\": {\"dpi\": 200}}')")
+    made = db.execute("SELECT count(*) FROM scrinalia.create_retries()").fetchone()[0]
+    assert made == 12
+    wrong = db.execute(
+        "SELECT count(*) FROM scrinalia.archive_worker_runs r"
+        " CROSS JOIN LATERAL scrinalia.resolve_config(r.worker_name, r.request) c"
+        " WHERE r.attempt = 2 AND NOT (r.config = c.config AND r.config_sources = c.sources)").fetchone()[0]
+    assert wrong == 0
+    assert db.execute("SELECT config -> 'options' ->> 'dpi' FROM scrinalia.archive_worker_runs"
+                      " WHERE worker_name = 'rt01' AND attempt = 2").fetchone()[0] == "150"  # the preset over settings
