@@ -124,21 +124,26 @@ def run_one(key: str, dbs: Databases, args, own_cluster: bool) -> Result:
     raise ValueError(key)
 
 
-def start_own_cluster(with_pgcron: bool):
+def start_own_cluster(with_pgcron: bool, commit_timestamps: bool = False):
     """The throwaway cluster; with pg_cron preloaded when the lateness benchmark runs and
-    the library is installed (it can only be loaded at server start)."""
+    the library is installed (it can only be loaded at server start), and with
+    track_commit_timestamp (a restart-time setting too) for the lateness measure."""
     from scrinalia_workers import pgserver
     from bench import pgcron
 
     note = ("a throwaway cluster from scrinalia_workers.pgserver "
             "(fsync=off, synchronous_commit=off, full_page_writes=off")
     bin_dir = pgserver.find_bin_dir() if os.environ.get("SCRINALIA_PG") != "embedded" else None
+    extra = {"track_commit_timestamp": "on"} if commit_timestamps and bin_dir else {}
+    note += ", track_commit_timestamp=on" if extra else ""
     if with_pgcron and pgcron.library_installed(bin_dir):
-        cluster = pgserver.LocalCluster(bin_dir, settings=pgcron.SETTINGS).start()
+        cluster = pgserver.LocalCluster(bin_dir, settings={**pgcron.SETTINGS, **extra}).start()
         return cluster, note + ", pg_cron preloaded with cron.database_name=postgres)"
     if with_pgcron:
         print("pg_cron is not installed (apt-get install postgresql-15-cron): the lateness benchmark "
               "measures ours without its reference", flush=True)
+    if extra:
+        return pgserver.LocalCluster(bin_dir, settings=extra).start(), note + ")"
     return pgserver.start_cluster(), note + ")"
 
 
@@ -167,7 +172,8 @@ def main(argv=None) -> int:
             note = "an existing server (SCRINALIA_BENCH_DSN / --dsn), its own settings"
         else:
             print("starting a throwaway PostgreSQL cluster ...", flush=True)
-            cluster, note = start_own_cluster(with_pgcron="lateness" in args.selected and not args.quick)
+            cluster, note = start_own_cluster(with_pgcron="lateness" in args.selected and not args.quick,
+                                              commit_timestamps="lateness" in args.selected)
             admin_dsn = cluster.dsn("postgres")
         m = machine.describe(admin_dsn, note)
         print(f"{m['date']}: {m['cores']} cores, {m['cpu']}, {m['memory']}; {m['server'].split(',')[0]}; "

@@ -163,63 +163,94 @@ END $$;
 -- explicit request > persisted settings > signature default, part by part; a preset
 -- contributes its options between the settings and the request's own options. Never
 -- raises: a pinned request that a later catalogue change made stale still resolves.
+-- The one home of the rule, for many (worker, request) pairs at once (one row per
+-- distinct pair): the tick and the retries resolve all their runs in one pass, and
+-- resolve_config() below is this for one pair. The result depends only on the four
+-- layers' values (signature default, settings, presets, request), so it is computed
+-- once per distinct combination of them and shared. A worker missing from the
+-- catalogue resolves against empty layers. PL/pgSQL with one generic plan, kept: one
+-- pair (an enqueue) costs microseconds, not a planning of this query per call; the
+-- plan has no join that a wrong size estimate could make quadratic.
+CREATE OR REPLACE FUNCTION scrinalia.resolve_configs(p_workers text[], p_requests jsonb[])
+RETURNS TABLE (worker_name text, request jsonb, config jsonb, sources jsonb)
+LANGUAGE plpgsql STABLE
+ROWS 1000
+SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+BEGIN
+    RETURN QUERY
+    WITH pairs AS (
+        SELECT DISTINCT i.w, i.r FROM unnest(p_workers, p_requests) AS i(w, r)
+    ), layers AS (
+        -- q: the request; d, s: the signature default and the persisted settings
+        SELECT p.w, p.r, coalesce(p.r, '{}') AS q, coalesce(wk.default_config, '{}') AS d,
+               coalesce(st.settings, '{}') AS s, coalesce(wk.presets, '{}') AS presets
+          FROM pairs p
+          LEFT JOIN scrinalia.archive_workers wk ON wk.worker_name = p.w
+          LEFT JOIN scrinalia.archive_worker_settings st ON st.worker_name = p.w
+    ), tops AS MATERIALIZED (
+        -- engine and preset: the first layer that has the key gives it, as a whole
+        SELECT u.*,
+               CASE WHEN u.q ? 'engine' THEN 'request' WHEN u.s ? 'engine' THEN 'settings'
+                    WHEN u.d ? 'engine' THEN 'default' END AS engine_src,
+               CASE WHEN u.q ? 'preset' THEN 'request' WHEN u.s ? 'preset' THEN 'settings'
+                    WHEN u.d ? 'preset' THEN 'default' END AS preset_src
+          FROM (SELECT l.q, l.d, l.s, l.presets, array_agg(l.w) AS ws, array_agg(l.r) AS rs
+                  FROM layers l GROUP BY l.q, l.d, l.s, l.presets) u
+    ), heads AS MATERIALIZED (
+        SELECT t.*,
+               CASE WHEN t.engine_src IS NULL THEN '{}'::jsonb
+                    ELSE jsonb_build_object('engine', CASE t.engine_src WHEN 'request' THEN t.q
+                                            WHEN 'settings' THEN t.s ELSE t.d END -> 'engine') END
+               || CASE WHEN t.preset_src IS NULL THEN '{}'::jsonb
+                       ELSE jsonb_build_object('preset', CASE t.preset_src WHEN 'request' THEN t.q
+                                               WHEN 'settings' THEN t.s ELSE t.d END -> 'preset') END AS head
+          FROM tops t
+    ), parts AS MATERIALIZED (
+        -- options and engine_options, each merged key by key: default < settings <
+        -- preset < request; a layer whose part is not an object contributes nothing
+        SELECT h.*, o.*
+          FROM heads h
+         CROSS JOIN LATERAL (SELECT coalesce(h.presets -> (h.head ->> 'preset'), '{}') AS pv) pr
+         CROSS JOIN LATERAL (SELECT
+               CASE WHEN jsonb_typeof(h.d -> 'options') = 'object' THEN h.d -> 'options' ELSE '{}' END AS od,
+               CASE WHEN jsonb_typeof(h.s -> 'options') = 'object' THEN h.s -> 'options' ELSE '{}' END AS os,
+               CASE WHEN jsonb_typeof(pr.pv -> 'options') = 'object' THEN pr.pv -> 'options' ELSE '{}' END AS op,
+               CASE WHEN jsonb_typeof(h.q -> 'options') = 'object' THEN h.q -> 'options' ELSE '{}' END AS oq,
+               CASE WHEN jsonb_typeof(h.d -> 'engine_options') = 'object' THEN h.d -> 'engine_options' ELSE '{}' END AS ed,
+               CASE WHEN jsonb_typeof(h.s -> 'engine_options') = 'object' THEN h.s -> 'engine_options' ELSE '{}' END AS es,
+               CASE WHEN jsonb_typeof(pr.pv -> 'engine_options') = 'object' THEN pr.pv -> 'engine_options' ELSE '{}' END AS ep,
+               CASE WHEN jsonb_typeof(h.q -> 'engine_options') = 'object' THEN h.q -> 'engine_options' ELSE '{}' END AS eq) o
+    ), resolved AS MATERIALIZED (
+        SELECT x.ws, x.rs,
+               x.head || jsonb_build_object('options', x.od || x.os || x.op || x.oq,
+                                            'engine_options', x.ed || x.es || x.ep || x.eq) AS config,
+               jsonb_strip_nulls(jsonb_build_object('engine', x.engine_src, 'preset', x.preset_src))
+               || jsonb_build_object(
+                    'options', (SELECT coalesce(jsonb_object_agg(k, CASE WHEN x.oq ? k THEN 'request'
+                                    WHEN x.op ? k THEN 'preset' WHEN x.os ? k THEN 'settings' ELSE 'default' END), '{}')
+                                  FROM jsonb_object_keys(x.od || x.os || x.op || x.oq) k),
+                    'engine_options', (SELECT coalesce(jsonb_object_agg(k, CASE WHEN x.eq ? k THEN 'request'
+                                    WHEN x.ep ? k THEN 'preset' WHEN x.es ? k THEN 'settings' ELSE 'default' END), '{}')
+                                  FROM jsonb_object_keys(x.ed || x.es || x.ep || x.eq) k)) AS sources
+          FROM parts x
+    )
+    -- back to the pairs without a join on the values: no plan can turn quadratic
+    SELECT u.w, u.r, v.config, v.sources
+      FROM resolved v CROSS JOIN LATERAL unnest(v.ws, v.rs) AS u(w, r);
+END $$;
+
+-- resolve_configs() for one pair.
 CREATE OR REPLACE FUNCTION scrinalia.resolve_config(p_worker_name text, p_request jsonb,
                                          OUT config jsonb, OUT sources jsonb)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
-DECLARE
-    d jsonb;
-    s jsonb;
-    r jsonb := coalesce(p_request, '{}');
-    preset jsonb;
-    part text;
-    key text;
-    layer text;
-    merged jsonb;
-    merged_src jsonb;
-    lv jsonb;
 BEGIN
-    SELECT coalesce(w.default_config, '{}'), coalesce(st.settings, '{}')
-      INTO d, s
-      FROM scrinalia.archive_workers w
-      LEFT JOIN scrinalia.archive_worker_settings st USING (worker_name)
-     WHERE w.worker_name = p_worker_name;
-    d := coalesce(d, '{}');
-    s := coalesce(s, '{}');
-    config := '{}';
-    sources := '{}';
-    FOREACH part IN ARRAY ARRAY['engine', 'preset'] LOOP
-        IF r ? part THEN
-            config := config || jsonb_build_object(part, r -> part);
-            sources := sources || jsonb_build_object(part, 'request');
-        ELSIF s ? part THEN
-            config := config || jsonb_build_object(part, s -> part);
-            sources := sources || jsonb_build_object(part, 'settings');
-        ELSIF d ? part THEN
-            config := config || jsonb_build_object(part, d -> part);
-            sources := sources || jsonb_build_object(part, 'default');
-        END IF;
-    END LOOP;
-    SELECT w.presets -> (config ->> 'preset') INTO preset
-      FROM scrinalia.archive_workers w WHERE w.worker_name = p_worker_name;
-    preset := coalesce(preset, '{}');
-    FOREACH part IN ARRAY ARRAY['options', 'engine_options'] LOOP
-        merged := '{}';
-        merged_src := '{}';
-        FOREACH layer IN ARRAY ARRAY['default', 'settings', 'preset', 'request'] LOOP
-            lv := CASE layer WHEN 'default' THEN d WHEN 'settings' THEN s
-                             WHEN 'preset' THEN preset ELSE r END -> part;
-            IF jsonb_typeof(lv) = 'object' THEN
-                merged := merged || lv;
-                FOR key IN SELECT jsonb_object_keys(lv) LOOP
-                    merged_src := merged_src || jsonb_build_object(key, layer);
-                END LOOP;
-            END IF;
-        END LOOP;
-        config := config || jsonb_build_object(part, merged);
-        sources := sources || jsonb_build_object(part, merged_src);
-    END LOOP;
+    SELECT rc.config, rc.sources INTO config, sources
+      FROM scrinalia.resolve_configs(ARRAY[p_worker_name], ARRAY[p_request]) rc;
 END $$;
 
 -- Registers or updates a worker in the catalogue (deploy-time: the owner only).

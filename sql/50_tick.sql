@@ -30,11 +30,13 @@ END $$;
 -- Enabled schedules that are due (next_run_at <= now()) or not armed yet (NULL, or a
 -- non-finite value, which no cron produces: re-armed), row-locked for the caller's
 -- transaction; those another transaction holds are skipped, and so are those set
--- aside for an error until their retry time.
+-- aside for an error until their retry time. No JIT, and 100,000 rows sorted in memory.
 CREATE OR REPLACE FUNCTION scrinalia.due_schedules(p_limit integer DEFAULT 100000)
 RETURNS TABLE (worker_name text, cron text, timezone text, next_run_at timestamptz, db_now timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
+SET work_mem = '64MB'
 AS $$
 BEGIN
     IF p_limit IS NULL OR p_limit < 1 THEN
@@ -83,30 +85,40 @@ END $$;
 -- schedule is armed; a due one whose worker has a QUEUED/RUNNING run or a retry still
 -- owed is skipped; otherwise one SCHEDULE run is created for the period it was due
 -- (however many periods were missed: one catch-up). All advance to p_next.
+-- Set-based throughout, for 100,000 schedules as for one: the slot and the owed retry
+-- by hash joins, the configs by one resolve_configs() pass. Custom plans (the arrays'
+-- real sizes, not a generic guess), no JIT (compiling costs more than it saves here),
+-- and room to sort and hash 100,000 rows in memory rather than on disk.
 CREATE OR REPLACE FUNCTION scrinalia.tick(p_workers text[], p_next timestamptz[], p_ticked_by text DEFAULT NULL)
 RETURNS TABLE (worker_name text, decision text, run_id bigint, scheduled_for timestamptz,
                next_run_at timestamptz, reason text)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
+SET plan_cache_mode = force_custom_plan
+SET work_mem = '64MB'
 AS $$
 DECLARE
     bad text;
+    twice boolean;
 BEGIN
     IF p_workers IS NULL OR p_next IS NULL
        OR coalesce(cardinality(p_workers), 0) <> coalesce(cardinality(p_next), 0) THEN
         RAISE EXCEPTION USING ERRCODE = 'SW030',
             MESSAGE = 'tick takes two arrays of the same length: worker names and their next occurrences';
     END IF;
-    SELECT format('%s -> %s', i.w, coalesce(i.n::text, 'NULL')) INTO bad
-      FROM unnest(p_workers, p_next) AS i(w, n)
-     WHERE i.w IS NULL OR i.n IS NULL OR i.n <= now() OR NOT isfinite(i.n)
-     LIMIT 1;
+    -- one pass over the input: the first bad pair, and whether a worker is named twice
+    SELECT min(format('%s -> %s', i.w, coalesce(i.n::text, 'NULL')))
+               FILTER (WHERE i.w IS NULL OR i.n IS NULL OR i.n <= now() OR NOT isfinite(i.n)),
+           count(DISTINCT i.w) <> count(*)
+      INTO bad, twice
+      FROM unnest(p_workers, p_next) AS i(w, n);
     IF bad IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'SW030',
             MESSAGE = format('tick: every next occurrence must be after now() (%s), and finite: %s', now(), bad),
             HINT = 'compute next occurrences after the transaction''s now(), as due_schedules() returns it';
     END IF;
-    IF (SELECT count(DISTINCT w) FROM unnest(p_workers) w) <> cardinality(p_workers) THEN
+    IF twice THEN
         RAISE EXCEPTION USING ERRCODE = 'SW030', MESSAGE = 'tick: a worker is named twice';
     END IF;
 
@@ -117,24 +129,28 @@ BEGIN
     RETURN QUERY
     WITH due AS (
         SELECT s.worker_name, CASE WHEN isfinite(s.next_run_at) THEN s.next_run_at END AS was,
-               s.request, i.next_at,
-               (SELECT a.run_id FROM scrinalia.archive_worker_runs a
-                 WHERE a.worker_name = s.worker_name AND a.status IN ('QUEUED', 'RUNNING')) AS active_run_id,
-               (SELECT p.run_id FROM scrinalia.archive_worker_runs p
-                 WHERE p.worker_name = s.worker_name AND p.retry_pending LIMIT 1) AS owed_run_id
-          FROM scrinalia.archive_worker_schedules s
-          JOIN unnest(p_workers, p_next) AS i(worker_name, next_at) ON i.worker_name = s.worker_name
+               s.request, i.next_at, a.run_id AS active_run_id, o.run_id AS owed_run_id
+          FROM unnest(p_workers, p_next) AS i(worker_name, next_at)
+          JOIN scrinalia.archive_worker_schedules s ON s.worker_name = i.worker_name
+          -- the slot (the predicate of uq_worker_run_active) and the owed retries
+          LEFT JOIN scrinalia.archive_worker_runs a
+                 ON a.worker_name = s.worker_name AND a.status IN ('QUEUED', 'RUNNING')
+          LEFT JOIN (SELECT p.worker_name, min(p.run_id) AS run_id FROM scrinalia.archive_worker_runs p
+                      WHERE p.retry_pending GROUP BY p.worker_name) o ON o.worker_name = s.worker_name
          WHERE s.enabled
            AND (s.next_run_at IS NULL OR s.next_run_at <= now() OR s.next_run_at = 'infinity')
-         ORDER BY s.worker_name
            FOR UPDATE OF s SKIP LOCKED
+    ), fire AS (
+        SELECT array_agg(d.worker_name) AS workers, array_agg(d.request) AS requests
+          FROM due d
+         WHERE d.was IS NOT NULL AND d.active_run_id IS NULL AND d.owed_run_id IS NULL
     ), ins AS (
         INSERT INTO scrinalia.archive_worker_runs AS r
                (worker_name, trigger, request, config, config_sources, scheduled_for, requested_by)
         SELECT d.worker_name, 'SCHEDULE', d.request, rc.config, rc.sources, d.was, 'scheduler'
-          FROM due d
-         CROSS JOIN LATERAL scrinalia.resolve_config(d.worker_name, d.request) rc
-         WHERE d.was IS NOT NULL AND d.active_run_id IS NULL AND d.owed_run_id IS NULL
+          FROM fire f
+         CROSS JOIN LATERAL scrinalia.resolve_configs(f.workers, f.requests) rc
+          JOIN due d ON d.worker_name = rc.worker_name  -- one schedule per worker
         ON CONFLICT DO NOTHING
         RETURNING r.run_id, r.worker_name
     ), decided AS (
@@ -158,11 +174,11 @@ BEGIN
                arm_error = NULL, arm_error_since = NULL, arm_retry_at = NULL
           FROM decided x
          WHERE s.worker_name = x.worker_name
-        RETURNING s.worker_name
+        RETURNING s.worker_name, x.decision, x.run_id, x.was, x.next_at, x.reason
     )
-    SELECT x.worker_name, x.decision, x.run_id, x.was, x.next_at, x.reason
-      FROM decided x JOIN upd USING (worker_name)
-     ORDER BY x.worker_name;
+    SELECT u.worker_name, u.decision, u.run_id, u.was, u.next_at, u.reason
+      FROM upd u
+     ORDER BY u.worker_name;
 
     IF FOUND THEN
         PERFORM pg_notify('scrinalia_runs', 'tick');
@@ -195,10 +211,12 @@ AS $$ SELECT scrinalia.retry_delay(p_attempt, random() * 0.4 - 0.2) $$;
 -- INTERRUPTED: same request, attempt + 1, retry_of, not_before = now() + backoff.
 -- Reads only the rows marked retry_pending (a partial index), never the history. A
 -- candidate whose worker's slot is taken (a manual run) stays pending for a later tick.
+-- The configs: one resolve_configs() pass over the distinct (worker, request) pairs.
 CREATE OR REPLACE FUNCTION scrinalia.create_retries()
 RETURNS TABLE (run_id bigint, retry_of bigint, worker_name text, attempt integer, not_before timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
 AS $$
 BEGIN
     RETURN QUERY
@@ -208,14 +226,18 @@ BEGIN
          WHERE c.retry_pending
          ORDER BY c.run_id
            FOR UPDATE SKIP LOCKED
+    ), cfg AS (
+        SELECT rc.worker_name, rc.request, rc.config, rc.sources
+          FROM (SELECT array_agg(c.worker_name) AS workers, array_agg(c.request) AS requests FROM cand c) a
+         CROSS JOIN LATERAL scrinalia.resolve_configs(a.workers, a.requests) rc
     ), ins AS (
         INSERT INTO scrinalia.archive_worker_runs AS r
                (worker_name, trigger, request, config, config_sources, attempt, retry_of,
                 not_before, scheduled_for, requested_by)
-        SELECT c.worker_name, 'SCHEDULE', c.request, rc.config, rc.sources, c.attempt + 1, c.run_id,
+        SELECT c.worker_name, 'SCHEDULE', c.request, g.config, g.sources, c.attempt + 1, c.run_id,
                now() + scrinalia.retry_backoff(c.attempt), c.scheduled_for, 'scheduler'
           FROM cand c
-         CROSS JOIN LATERAL scrinalia.resolve_config(c.worker_name, c.request) rc
+          JOIN cfg g ON g.worker_name = c.worker_name AND g.request = c.request
         ON CONFLICT DO NOTHING
         RETURNING r.run_id, r.retry_of, r.worker_name, r.attempt, r.not_before
     ), done AS (

@@ -212,3 +212,176 @@ def test_scheduler_status_names_the_lock_holder(db, db_dsn):
         held, holder_pid, app = db.execute(
             "SELECT lock_held, holder_pid, holder_application FROM scrinalia.scheduler_status()").fetchone()
         assert (held, holder_pid, app) == (True, pid, "scrinalia-scheduler lock")
+
+
+# --- issue 12: set-based config resolution, no JIT -------------------------------------
+
+# The per-run PL/pgSQL rule as it stood before resolve_configs() (commit 5feeffc), kept
+# here as the reference the set-based form must equal on any catalogue and request.
+REFERENCE_RESOLVE_CONFIG = r'''
+CREATE FUNCTION pg_temp.reference_resolve_config(p_worker_name text, p_request jsonb,
+                                         OUT config jsonb, OUT sources jsonb)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+DECLARE
+    d jsonb;
+    s jsonb;
+    r jsonb := coalesce(p_request, '{}');
+    preset jsonb;
+    part text;
+    key text;
+    layer text;
+    merged jsonb;
+    merged_src jsonb;
+    lv jsonb;
+BEGIN
+    SELECT coalesce(w.default_config, '{}'), coalesce(st.settings, '{}')
+      INTO d, s
+      FROM scrinalia.archive_workers w
+      LEFT JOIN scrinalia.archive_worker_settings st USING (worker_name)
+     WHERE w.worker_name = p_worker_name;
+    d := coalesce(d, '{}');
+    s := coalesce(s, '{}');
+    config := '{}';
+    sources := '{}';
+    FOREACH part IN ARRAY ARRAY['engine', 'preset'] LOOP
+        IF r ? part THEN
+            config := config || jsonb_build_object(part, r -> part);
+            sources := sources || jsonb_build_object(part, 'request');
+        ELSIF s ? part THEN
+            config := config || jsonb_build_object(part, s -> part);
+            sources := sources || jsonb_build_object(part, 'settings');
+        ELSIF d ? part THEN
+            config := config || jsonb_build_object(part, d -> part);
+            sources := sources || jsonb_build_object(part, 'default');
+        END IF;
+    END LOOP;
+    SELECT w.presets -> (config ->> 'preset') INTO preset
+      FROM scrinalia.archive_workers w WHERE w.worker_name = p_worker_name;
+    preset := coalesce(preset, '{}');
+    FOREACH part IN ARRAY ARRAY['options', 'engine_options'] LOOP
+        merged := '{}';
+        merged_src := '{}';
+        FOREACH layer IN ARRAY ARRAY['default', 'settings', 'preset', 'request'] LOOP
+            lv := CASE layer WHEN 'default' THEN d WHEN 'settings' THEN s
+                             WHEN 'preset' THEN preset ELSE r END -> part;
+            IF jsonb_typeof(lv) = 'object' THEN
+                merged := merged || lv;
+                FOR key IN SELECT jsonb_object_keys(lv) LOOP
+                    merged_src := merged_src || jsonb_build_object(key, layer);
+                END LOOP;
+            END IF;
+        END LOOP;
+        config := config || jsonb_build_object(part, merged);
+        sources := sources || jsonb_build_object(part, merged_src);
+    END LOOP;
+END $$;'''
+
+
+def _random_layer(rnd, depth=0):
+    """A request/settings/default layer, valid or not: the rule must never raise."""
+    def value():
+        return rnd.choice([1, 2.5, "x", True, None, [1], {"k": 1}, "fast", "archival"])
+
+    def part():
+        if rnd.random() < 0.2:
+            return rnd.choice([[1, "a"], "str", 3, None, True])  # not an object: contributes nothing
+        return {k: value() for k in rnd.sample(["a", "b", "c", "dpi"], rnd.randint(0, 3))}
+
+    if rnd.random() < 0.05:
+        return rnd.choice([["engine", "options"], "engine", 7, None])  # not an object at all
+    layer = {}
+    for key in ("engine", "preset"):
+        if rnd.random() < 0.4:
+            layer[key] = rnd.choice(["tesseract", "easyocr", "fast", "archival", "nope", 3, None, {"x": 1}])
+    for key in ("options", "engine_options"):
+        if rnd.random() < 0.7:
+            layer[key] = part()
+    return layer
+
+
+def test_resolve_configs_equals_the_per_run_rule_on_random_catalogues(db):
+    import random
+
+    from psycopg.types.json import Jsonb
+
+    db.execute(REFERENCE_RESOLVE_CONFIG)
+    rnd = random.Random(12)
+    workers = [f"rc{i:03d}" for i in range(60)]
+    for w in workers:
+        presets = {name: rnd.choice([_random_layer(rnd), "not-an-object", None, [1]])
+                   for name in rnd.sample(["fast", "archival", "3", "tesseract"], rnd.randint(0, 3))}
+        default = _random_layer(rnd)
+        db.execute("INSERT INTO scrinalia.archive_workers (worker_name, presets, default_config) VALUES (%s, %s, %s)",
+                   (w, Jsonb(presets), Jsonb(default if isinstance(default, dict) else {"engine": "tesseract"})))
+        settings = _random_layer(rnd)
+        if rnd.random() < 0.6 and isinstance(settings, dict):  # stored as given, invalid parts and all
+            db.execute("INSERT INTO scrinalia.archive_worker_settings (worker_name, settings) VALUES (%s, %s)",
+                       (w, Jsonb(settings)))
+    # pairs repeat (shared work), one worker is not in the catalogue, a request may be NULL
+    pairs = [(rnd.choice(workers + ["missing"]), rnd.choice([None, {}, _random_layer(rnd), _random_layer(rnd)]))
+             for _ in range(600)]
+    pairs += pairs[:50]
+    names = [w for w, _ in pairs]
+    reqs = [Jsonb(r) if r is not None else None for _, r in pairs]
+    got = db.execute(
+        "SELECT count(*), count(*) FILTER (WHERE NOT (c.config = r.config AND c.sources = r.sources)),"
+        "       count(*) FILTER (WHERE NOT (o.config = r.config AND o.sources = r.sources))"
+        "  FROM scrinalia.resolve_configs(%s::text[], %s::jsonb[]) c"
+        " CROSS JOIN LATERAL pg_temp.reference_resolve_config(c.worker_name, c.request) r"
+        " CROSS JOIN LATERAL scrinalia.resolve_config(c.worker_name, c.request) o",
+        (names, reqs)).fetchone()
+    distinct = len({(w, None if r is None else repr(r)) for w, r in pairs})
+    assert got[0] >= distinct * 0.9 and got[0] <= distinct  # one row per distinct pair (jsonb equality)
+    assert got[1:] == (0, 0)
+    # and every input pair finds its row
+    missing = db.execute(
+        "SELECT count(*) FROM unnest(%s::text[], %s::jsonb[]) i(w, r) WHERE NOT EXISTS ("
+        " SELECT FROM scrinalia.resolve_configs(%s::text[], %s::jsonb[]) c"
+        "  WHERE c.worker_name = i.w AND c.request IS NOT DISTINCT FROM i.r)",
+        (names, reqs, names, reqs)).fetchone()[0]
+    assert missing == 0
+
+
+def test_tick_resolves_the_same_config_as_enqueue(db):
+    armed(db, request={"preset": "archival", "options": {"lang": "eng"}})
+    set_next_run(db, "ocr", "1 minute")
+    run_id = tick(db)[1][0][2]
+    row = run_row(db, run_id)
+    want = db.execute("SELECT config, sources FROM scrinalia.resolve_config('ocr', %s)",
+                      (psycopg.types.json.Jsonb(row["request"]),)).fetchone()
+    assert (row["config"], row["config_sources"]) == want
+    assert row["config"]["options"] == {"dpi": 600, "lang": "eng", "deskew": True}
+
+
+def test_the_tick_functions_never_jit_compile(db):
+    rows = dict(db.execute(
+        "SELECT p.proname, p.proconfig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+        " WHERE n.nspname = 'scrinalia' AND p.proname IN"
+        " ('tick', 'due_schedules', 'create_retries', 'resolve_configs')").fetchall())
+    assert set(rows) == {"tick", "due_schedules", "create_retries", "resolve_configs"}
+    for name, config in rows.items():
+        assert "jit=off" in config, name
+
+
+def test_create_retries_resolves_each_candidate_like_enqueue(db):
+    from psycopg.types.json import Jsonb
+
+    requests = [{}, {"preset": "fast"}, {"options": {"lang": "eng"}}, {"preset": "archival", "options": {"dpi": 72}}]
+    for i in range(12):
+        make_worker(db, f"rt{i:02d}")
+        db.execute("INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, status, request, attempt,"
+                   " scheduled_for, finished_at, retry_pending)"
+                   " VALUES (%s, 'SCHEDULE', 'FAILED', %s, 1, now() - interval '1 hour', now(), true)",
+                   (f"rt{i:02d}", Jsonb(requests[i % len(requests)])))
+    db.execute("SELECT scrinalia.put_settings('rt01', '{\"options\": {\"dpi\": 200}}')")
+    made = db.execute("SELECT count(*) FROM scrinalia.create_retries()").fetchone()[0]
+    assert made == 12
+    wrong = db.execute(
+        "SELECT count(*) FROM scrinalia.archive_worker_runs r"
+        " CROSS JOIN LATERAL scrinalia.resolve_config(r.worker_name, r.request) c"
+        " WHERE r.attempt = 2 AND NOT (r.config = c.config AND r.config_sources = c.sources)").fetchone()[0]
+    assert wrong == 0
+    assert db.execute("SELECT config -> 'options' ->> 'dpi' FROM scrinalia.archive_worker_runs"
+                      " WHERE worker_name = 'rt01' AND attempt = 2").fetchone()[0] == "150"  # the preset over settings

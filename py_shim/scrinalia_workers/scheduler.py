@@ -19,8 +19,11 @@ Any login can take any advisory lock key or send a NOTIFY, so:
 - NOTIFY wake-ups are coalesced and rate-limited (--min-wake-interval).
 
 Each pass, on a separate *work session*: reap expired leases, create retries, then
-in one transaction check the lock, due_schedules() + the cron next occurrences +
-tick(). A schedule whose next occurrence cannot be computed here is set aside
+the due schedules in chunks of TICK_CHUNK, each chunk one transaction: check the lock,
+due_schedules(TICK_CHUNK) + the cron next occurrences + tick(), commit. Runs become
+visible chunk by chunk (a spike of 10,000 due at one instant does not wait for the last
+one), the heartbeat is written between chunks, and a chunk that fails rolls back alone.
+A schedule whose next occurrence cannot be computed here is set aside
 (scrinalia.set_schedules_aside) and retried later; the others fire regardless.
 """
 
@@ -74,6 +77,14 @@ MIN_SLEEP = 0.005
 HOLDER_REPORT_EVERY = 60.0
 # How long one wait on the socket lasts before the stop flag is looked at again.
 POLL_SLICE = 0.2
+# Due schedules per tick transaction. Each chunk costs a transaction, a due query over
+# all that is still due and a planning: measured on 2 cores, 10,000 due at one instant
+# were all visible after 0.51 s in one transaction, 0.55 s in chunks of 2,500, 0.66 s
+# in chunks of 1,000. A minute's usual load fits in one; a spike's first half is
+# visible about twice as early as its last.
+TICK_CHUNK = 5000
+# Chunks per pass at most (a million schedules); the next pass goes on at once.
+MAX_CHUNKS = 1000
 
 
 TRANSACTION_POOLER = ("the scheduler's two sessions are not its own: a transaction-mode pooler is in the "
@@ -214,6 +225,21 @@ class Scheduler:
             progressed = True
             self.log("retry created", run_id=r["run_id"], retry_of=r["retry_of"], worker=r["worker_name"],
                      attempt=r["attempt"], not_before=r["not_before"].isoformat())
+        # next occurrences shared by the chunks of this pass (see _next_occurrences)
+        memo: dict[tuple[str, str], tuple[datetime, datetime]] = {}
+        for n in range(MAX_CHUNKS):
+            if n:
+                self._check_lock()  # the heartbeat, and a lost lock stops the pass between chunks
+            decided, full = self._tick_chunk(cur, memo)
+            progressed = progressed or decided
+            if not (full and decided):
+                break
+        return progressed
+
+    def _tick_chunk(self, cur, memo: dict) -> tuple[bool, bool]:
+        """One tick transaction over at most TICK_CHUNK due schedules. Returns (decided
+        anything, the chunk was full: more may be due)."""
+        conn = self.work_conn
         with conn.transaction():
             try:
                 cur.execute("SELECT scrinalia.check_scheduler_lock(%s)", (self.lock_pid,))
@@ -221,11 +247,12 @@ class Scheduler:
                 if e.sqlstate == NOT_LOCK_HOLDER:
                     raise LockLost(e.diag.message_primary) from None
                 raise
-            due = cur.execute("SELECT worker_name, cron, timezone, db_now FROM scrinalia.due_schedules()").fetchall()
+            due = cur.execute("SELECT worker_name, cron, timezone, db_now FROM scrinalia.due_schedules(%s)",
+                              (TICK_CHUNK,)).fetchall()
             if not due:
-                return progressed
+                return False, False
             db_now = due[0]["db_now"]
-            nexts = cron.try_next_occurrences([(d["cron"], d["timezone"]) for d in due], db_now)
+            nexts = _next_occurrences([(d["cron"], d["timezone"]) for d in due], db_now, memo)
             ok = [(d, n) for d, n in zip(due, nexts) if not isinstance(n, Exception)]
             bad = [(d, n) for d, n in zip(due, nexts) if isinstance(n, Exception)]
             aside = []
@@ -247,7 +274,7 @@ class Scheduler:
         crons = {d["worker_name"]: (d["cron"], d["timezone"]) for d in due}
         for r in rows:
             self._log_decision(r, crons[r["worker_name"]], db_now)
-        return bool(rows or aside or progressed)
+        return bool(rows or aside), len(due) >= TICK_CHUNK
 
     def _log_decision(self, r: dict, cron_tz: tuple[str, str], db_now: datetime) -> None:
         nxt = r["next_run_at"].isoformat() if r["next_run_at"] else None
@@ -348,6 +375,26 @@ class Scheduler:
                 pass
         self._close()
         return 0
+
+
+def _next_occurrences(pairs: list[tuple[str, str]], db_now: datetime,
+                      memo: dict[tuple[str, str], tuple[datetime, datetime]]) -> list:
+    """cron.try_next_occurrences, reusing what an earlier chunk of the pass computed: the
+    first occurrence strictly after `after` is also the first after any later instant
+    that is still before it. An error is not kept (it is rare and set aside)."""
+    out: dict[tuple[str, str], object] = {}
+    todo = []
+    for p in set(pairs):
+        hit = memo.get(p)
+        if hit is not None and hit[0] <= db_now < hit[1]:
+            out[p] = hit[1]
+        else:
+            todo.append(p)
+    for p, n in zip(todo, cron.try_next_occurrences(todo, db_now)):
+        out[p] = n
+        if not isinstance(n, Exception):
+            memo[p] = (db_now, n)
+    return [out[p] for p in pairs]
 
 
 def build_parser() -> argparse.ArgumentParser:
