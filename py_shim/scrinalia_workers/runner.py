@@ -438,7 +438,8 @@ class Runner:
                              reason=f"database unavailable for the lease's length: {reason}")
                     run["outcome"] = "UNREPORTED"
                 return
-            self.log("database unavailable", level="warning", runs=len(items), reason=reason)
+            self.log("database unavailable", level="warning", runs=",".join(str(r["run_id"]) for r, _ in items),
+                     reason=reason)
             time.sleep(backoff.next_delay())
             retried = True
         for run, done in items:

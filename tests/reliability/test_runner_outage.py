@@ -36,7 +36,7 @@ def test_runner_through_an_outage(own_cluster):
         # 1. the server goes down while a short handler runs: the report waits for it
         p.wait_event("claimed", run_id=report)
         cluster.pg_ctl("stop", "-w", "-m", "fast")
-        p.wait_event("database unavailable", run_id=report, timeout=20)
+        p.wait_event("database unavailable", runs=str(report), timeout=20)
         cluster.pg_ctl("start", "-w", "-t", "60", "-l", str(cluster.logfile))
         p.wait_event("finished", run_id=report, status="SUCCEEDED", timeout=30)
         assert _status(dsn, report)[0] == "SUCCEEDED"
