@@ -81,15 +81,17 @@ BEGIN
     RETURNING s.worker_name, s.arm_error, s.arm_error_since, s.arm_retry_at;
 END $$;
 
--- For each (worker, next occurrence after now()) pair, in one statement: an unarmed
--- schedule is armed; a due one whose worker has a QUEUED/RUNNING run or a retry still
+-- The tick's one statement. For each (worker, next occurrence after now()) pair: an
+-- unarmed schedule is armed; a due one whose worker has a QUEUED/RUNNING run or a retry still
 -- owed is skipped; otherwise one SCHEDULE run is created for the period it was due
 -- (however many periods were missed: one catch-up). All advance to p_next.
 -- Set-based throughout, for 100,000 schedules as for one: the slot and the owed retry
 -- by hash joins, the configs by one resolve_configs() pass. Custom plans (the arrays'
 -- real sizes, not a generic guess), no JIT (compiling costs more than it saves here),
 -- and room to sort and hash 100,000 rows in memory rather than on disk.
-CREATE OR REPLACE FUNCTION scrinalia.tick(p_workers text[], p_next timestamptz[], p_ticked_by text DEFAULT NULL)
+-- p_due_at: only the schedules whose next_run_at is exactly that (tick_due_at); NULL: all due.
+CREATE OR REPLACE FUNCTION scrinalia.tick_schedules(p_workers text[], p_next timestamptz[], p_ticked_by text,
+                                          p_due_at timestamptz)
 RETURNS TABLE (worker_name text, decision text, run_id bigint, scheduled_for timestamptz,
                next_run_at timestamptz, reason text)
 LANGUAGE plpgsql SECURITY DEFINER
@@ -139,6 +141,7 @@ BEGIN
                       WHERE p.retry_pending GROUP BY p.worker_name) o ON o.worker_name = s.worker_name
          WHERE s.enabled
            AND (s.next_run_at IS NULL OR s.next_run_at <= now() OR s.next_run_at = 'infinity')
+           AND (p_due_at IS NULL OR s.next_run_at = p_due_at)
            FOR UPDATE OF s SKIP LOCKED
     ), fire AS (
         SELECT array_agg(d.worker_name) AS workers, array_agg(d.request) AS requests
@@ -184,6 +187,51 @@ BEGIN
         PERFORM pg_notify('scrinalia_runs', 'tick');
     END IF;
 END $$;
+
+-- The tick, one statement for all the given workers (see tick_schedules).
+CREATE OR REPLACE FUNCTION scrinalia.tick(p_workers text[], p_next timestamptz[], p_ticked_by text DEFAULT NULL)
+RETURNS TABLE (worker_name text, decision text, run_id bigint, scheduled_for timestamptz,
+               next_run_at timestamptz, reason text)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM scrinalia.tick_schedules(p_workers, p_next, p_ticked_by, NULL);
+END $$;
+
+-- The tick of the schedules due at one known instant, prepared ahead: the scheduler
+-- reads them (schedules_due_at) and computes their next occurrences before the
+-- instant, and at the instant sends this one call. Only a schedule whose next_run_at
+-- is still exactly p_due_at (and due: p_due_at <= now()) is ticked: one whose cron or
+-- zone changed meanwhile was cleared (NULL) by put_schedule and is left to the next
+-- ordinary tick, which arms it from its new cron.
+CREATE OR REPLACE FUNCTION scrinalia.tick_due_at(p_due_at timestamptz, p_workers text[], p_next timestamptz[],
+                                      p_ticked_by text DEFAULT NULL)
+RETURNS TABLE (worker_name text, decision text, run_id bigint, scheduled_for timestamptz,
+               next_run_at timestamptz, reason text)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    IF p_due_at IS NULL OR NOT isfinite(p_due_at) THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW030',
+            MESSAGE = format('tick_due_at takes a finite instant, not %s', coalesce(p_due_at::text, 'NULL'));
+    END IF;
+    RETURN QUERY SELECT * FROM scrinalia.tick_schedules(p_workers, p_next, p_ticked_by, p_due_at);
+END $$;
+
+-- The schedules due at exactly p_at (enabled, not set aside): what a tick_due_at() at
+-- that instant will tick, read ahead so that the next occurrences are ready then.
+CREATE OR REPLACE FUNCTION scrinalia.schedules_due_at(p_at timestamptz)
+RETURNS TABLE (worker_name text, cron text, timezone text)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+    SELECT s.worker_name, s.cron, s.timezone
+      FROM scrinalia.archive_worker_schedules s
+     WHERE s.next_run_at = p_at AND s.enabled AND s.arm_error IS NULL
+     ORDER BY s.worker_name
+$$;
 
 -- The retry delay after attempt n with a given jitter in [-0.2, 0.2]:
 -- min(min(60 * 2^(n-1), 1800) * (1 + jitter), 1800) seconds.

@@ -37,6 +37,7 @@ import sys
 import threading
 import time
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 import psycopg
 from psycopg.rows import dict_row
@@ -63,6 +64,8 @@ REQUIRED_FUNCTIONS = (
     "due_schedules(integer)",
     "set_schedules_aside(text[], text[])",
     "tick(text[], timestamp with time zone[], text)",
+    "tick_due_at(timestamp with time zone, text[], timestamp with time zone[], text)",
+    "schedules_due_at(timestamp with time zone)",
     "next_wakeup()",
 )
 # the first is the least-privilege choice; ADR 0015 lets the API's and a runner's login run it too
@@ -96,6 +99,15 @@ def _server_pid(conn: psycopg.Connection) -> int:
     return conn.execute("SELECT pg_backend_pid()").fetchone()[0]
 
 
+class _Prepared(NamedTuple):
+    """The tick of the schedules due at `due_at`, computed while waiting for it."""
+    due_at: datetime
+    ready: float            # time.monotonic() at due_at, as this process sees it
+    workers: list[str]
+    nexts: list[datetime]
+    crons: dict[str, tuple[str, str]]
+
+
 class LockLost(Exception):
     """This process no longer holds the scheduler lock: stop ticking at once."""
 
@@ -120,6 +132,7 @@ class Scheduler:
         self.work_pid: int | None = None
         self.passes = 0
         self._last_pass = 0.0
+        self._prepared: _Prepared | None = None
         self._holder_seen: tuple | None = None
         self._holder_logged_at = 0.0
 
@@ -298,13 +311,62 @@ class Scheduler:
     # --- waiting -----------------------------------------------------------------------
 
     def _sleep_for(self, progressed: bool) -> float:
-        wake = self.work_conn.execute(
-            "SELECT extract(epoch FROM scrinalia.next_wakeup() - now())::float8").fetchone()[0]
+        wake_at, wake = self.work_conn.execute(
+            "SELECT w, extract(epoch FROM w - now())::float8 FROM scrinalia.next_wakeup() w").fetchone()
         if wake is None:
             return self.max_sleep
         if wake <= 0 and not progressed:
             return NO_PROGRESS_SLEEP  # due work we could not take (rows locked elsewhere)
+        if wake <= self.max_sleep:
+            self._prepare(wake_at, time.monotonic() + wake)
         return min(max(wake, MIN_SLEEP), self.max_sleep)
+
+    # --- the prepared tick ---------------------------------------------------------------
+
+    def _prepare(self, due_at: datetime, ready: float) -> None:
+        """Reads the schedules due at due_at and computes their next occurrences now,
+        while waiting: at the instant the tick is then one round trip (tick_due_at)
+        instead of the due query, the cron work and the tick one after another."""
+        if self._prepared is not None and self._prepared.due_at == due_at:
+            return
+        self._prepared = None
+        rows = self.work_conn.execute(
+            "SELECT worker_name, cron, timezone FROM scrinalia.schedules_due_at(%s)", (due_at,)).fetchall()
+        if not rows or len(rows) > TICK_CHUNK:
+            return  # nothing to prepare, or a spike: the ordinary pass's chunks take it
+        nexts = cron.try_next_occurrences([(r[1], r[2]) for r in rows], due_at)
+        ok = [(r, n) for r, n in zip(rows, nexts) if not isinstance(n, Exception)]
+        self._prepared = _Prepared(due_at, ready, [r[0] for r, _ in ok], [n for _, n in ok],
+                                   {r[0]: (r[1], r[2]) for r, _ in ok})
+
+    def _tick_prepared(self) -> None:
+        """At the prepared instant: check the lock and tick the prepared schedules, one
+        transaction sent as one pipeline. What it does not decide (a schedule changed
+        meanwhile, one not yet due) the ordinary pass that follows does."""
+        p = self._prepared
+        if p is None or time.monotonic() < p.ready:
+            return  # woken early (a NOTIFY): kept for its instant
+        self._prepared = None
+        late = timedelta(seconds=time.monotonic() - p.ready + 1.0)
+        if not p.workers or min(p.nexts) <= p.due_at + late:
+            return  # a next occurrence may have passed meanwhile: the ordinary pass computes afresh
+        conn = self.work_conn
+        try:
+            with conn.pipeline(), conn.transaction():
+                conn.execute("SELECT scrinalia.check_scheduler_lock(%s)", (self.lock_pid,))
+                cur = conn.cursor(row_factory=dict_row).execute(
+                    "SELECT worker_name, decision, run_id, scheduled_for, next_run_at, reason, now() AS db_now"
+                    " FROM scrinalia.tick_due_at(%s, %s::text[], %s::timestamptz[], %s)",
+                    (p.due_at, p.workers, p.nexts, self.name))
+            rows = cur.fetchall()
+        except psycopg.Error as e:
+            if e.sqlstate == NOT_LOCK_HOLDER:
+                raise LockLost(e.diag.message_primary) from None
+            raise
+        self.log("prepared tick", level="debug", due_at=p.due_at.isoformat(), schedules=len(p.workers),
+                 decided=len(rows))
+        for r in rows:
+            self._log_decision(r, p.crons[r["worker_name"]], r["db_now"])
 
     def _wait(self, delay: float) -> None:
         """Sleep `delay` seconds, or less when a NOTIFY says there is work; wake-ups
@@ -326,6 +388,14 @@ class Scheduler:
         """Pass after pass while we hold the lock; returns when asked to stop."""
         errors = Backoff(base=0.2, cap=max(self.max_sleep, 1.0))
         while not self.stop.is_set():
+            try:
+                self._tick_prepared()  # before the heartbeat: it checks the lock itself
+            except LockLost:
+                raise
+            except Exception as e:  # noqa: BLE001 - the ordinary pass below decides them anyway
+                if is_transient(e) or (self.work_conn is not None and self.work_conn.closed):
+                    raise
+                self.log("pass error", level="error", sqlstate=getattr(e, "sqlstate", None), reason=one_line(e))
             self._check_lock()
             try:
                 progressed = self.tick()

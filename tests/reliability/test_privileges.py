@@ -20,7 +20,7 @@ READER = SHARED | {"get_schedule", "scheduler_status", "scheduler_health", "defa
                    "current_alerts", "worker_metrics", "run_counts", "scheduler_metrics"}
 OPERATOR = READER | {"put_schedule", "put_schedules", "set_schedule_enabled", "delete_schedule", "put_settings",
                      "set_default_timezone", "enqueue", "cancel_run", "add_units", "prune_runs"}
-SCHEDULER = SHARED | {"due_schedules", "tick", "create_retries", "reap_expired_leases", "next_wakeup",
+SCHEDULER = SHARED | {"due_schedules", "tick", "tick_due_at", "schedules_due_at", "create_retries", "reap_expired_leases", "next_wakeup",
                       "scheduler_lock_key", "scheduler_status", "scheduler_health", "scheduler_heartbeat",
                       "check_scheduler_lock", "evict_stale_scheduler", "set_schedules_aside"}
 RUNNER = SHARED | {"claim_next", "heartbeat", "finish", "next_claimable_at", "mark_units_processed",
