@@ -87,10 +87,41 @@ AS $$
     SELECT * FROM scrinalia.archive_worker_schedules WHERE worker_name = p_worker_name
 $$;
 
--- Creates or replaces the worker's schedule. The stored next_run_at is cleared
--- (to be armed by the scheduler) when the cron or zone changes or the schedule is
--- re-enabled, and kept otherwise, so that editing the request alone neither skips
--- nor repeats a period. put_schedules (below) writes the same row: change them together.
+-- The one write of schedule rows, for put_schedule and put_schedules (validated
+-- before): the cron stored with single spaces; the stored next_run_at kept when the
+-- schedule stays enabled with the same cron and zone, else cleared for the scheduler to
+-- arm, so that editing the request alone neither skips nor repeats a period; a set-aside
+-- error cleared (a new cron or zone deserves a fresh attempt). In worker order, so
+-- that two concurrent batches cannot deadlock. Returns each worker and whether its row
+-- is new.
+CREATE OR REPLACE FUNCTION scrinalia.write_schedules(p_workers text[], p_crons text[], p_zones text[],
+                                          p_requests jsonb[], p_enabled boolean[], p_updated_by text,
+                                          p_updated_by_user_id bigint)
+RETURNS TABLE (worker_name text, created boolean)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY
+    INSERT INTO scrinalia.archive_worker_schedules AS o
+           (worker_name, enabled, cron, timezone, request, updated_by, updated_by_user_id)
+    SELECT s.w, s.en, regexp_replace(btrim(s.c, E' \t'), E'[ \t]+', ' ', 'g'), s.z, coalesce(s.req, '{}'),
+           p_updated_by, p_updated_by_user_id
+      FROM unnest(p_workers, p_crons, p_zones, p_requests, p_enabled) AS s(w, c, z, req, en)
+     ORDER BY s.w
+    ON CONFLICT ON CONSTRAINT archive_worker_schedules_pkey DO UPDATE  -- (worker_name: also an OUT column here)
+       SET enabled = EXCLUDED.enabled, cron = EXCLUDED.cron, timezone = EXCLUDED.timezone,
+           request = EXCLUDED.request, updated_by = EXCLUDED.updated_by,
+           updated_by_user_id = EXCLUDED.updated_by_user_id, updated_at = now(),
+           next_run_at = CASE WHEN o.enabled AND EXCLUDED.enabled
+                               AND o.cron = EXCLUDED.cron AND o.timezone = EXCLUDED.timezone
+                              THEN o.next_run_at END,
+           arm_error = NULL, arm_error_since = NULL, arm_retry_at = NULL
+    RETURNING o.worker_name, o.xmax = 0;  -- no deleting transaction yet: a fresh row
+END $$;
+
+-- Creates or replaces the worker's schedule (write_schedules: next_run_at kept unless
+-- the cron or zone changes or the schedule is re-enabled).
 CREATE OR REPLACE FUNCTION scrinalia.put_schedule(p_worker_name text, p_cron text, p_timezone text DEFAULT NULL,
                                        p_request jsonb DEFAULT '{}', p_enabled boolean DEFAULT true,
                                        p_updated_by text DEFAULT NULL, p_updated_by_user_id bigint DEFAULT NULL)
@@ -99,14 +130,12 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 DECLARE
-    cron text;
     tz text;
     req jsonb;
     s scrinalia.archive_worker_schedules;
 BEGIN
     PERFORM scrinalia.require_worker(p_worker_name);
     PERFORM scrinalia.validate_cron(p_cron);
-    cron := regexp_replace(btrim(p_cron, E' \t'), E'[ \t]+', ' ', 'g');
     tz := scrinalia.validate_timezone(coalesce(p_timezone, scrinalia.default_timezone()));
     -- an empty request is valid for every worker (validate_request would return it):
     -- skipping the call saves a catalogue read on the common case
@@ -115,20 +144,9 @@ BEGIN
     IF p_enabled IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'SW002', MESSAGE = 'enabled must be true or false, not NULL';
     END IF;
-    INSERT INTO scrinalia.archive_worker_schedules AS o
-           (worker_name, enabled, cron, timezone, request, updated_by, updated_by_user_id)
-    VALUES (p_worker_name, p_enabled, cron, tz, req, scrinalia.check_actor('updated_by', p_updated_by),
-            p_updated_by_user_id)
-    ON CONFLICT (worker_name) DO UPDATE
-       SET enabled = EXCLUDED.enabled, cron = EXCLUDED.cron, timezone = EXCLUDED.timezone,
-           request = EXCLUDED.request, updated_by = EXCLUDED.updated_by,
-           updated_by_user_id = EXCLUDED.updated_by_user_id, updated_at = now(),
-           next_run_at = CASE WHEN o.enabled AND EXCLUDED.enabled
-                               AND o.cron = EXCLUDED.cron AND o.timezone = EXCLUDED.timezone
-                              THEN o.next_run_at END,
-           -- a new cron or zone deserves a fresh attempt at computing it
-           arm_error = NULL, arm_error_since = NULL, arm_retry_at = NULL
-    RETURNING * INTO s;
+    PERFORM scrinalia.write_schedules(ARRAY[p_worker_name], ARRAY[p_cron], ARRAY[tz], ARRAY[req], ARRAY[p_enabled],
+                                      scrinalia.check_actor('updated_by', p_updated_by), p_updated_by_user_id);
+    SELECT * INTO s FROM scrinalia.archive_worker_schedules WHERE worker_name = p_worker_name;
     PERFORM pg_notify('scrinalia_scheduler', 'schedule');
     RETURN s;
 END $$;
@@ -317,27 +335,9 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = st, MESSAGE = msg, HINT = hint;
     END;
 
-    -- the same row as put_schedule writes (keep the two together)
-    WITH up AS (
-        INSERT INTO scrinalia.archive_worker_schedules AS o
-               (worker_name, enabled, cron, timezone, request, updated_by, updated_by_user_id)
-        SELECT s.w, s.en, regexp_replace(btrim(s.c, E' \t'), E'[ \t]+', ' ', 'g'), s.z, coalesce(s.req, '{}'),
-               actor, p_updated_by_user_id
-          FROM unnest(workers, crons, zones, requests, enableds) AS s(w, c, z, req, en)
-         ORDER BY s.w
-        ON CONFLICT (worker_name) DO UPDATE
-           SET enabled = EXCLUDED.enabled, cron = EXCLUDED.cron, timezone = EXCLUDED.timezone,
-               request = EXCLUDED.request, updated_by = EXCLUDED.updated_by,
-               updated_by_user_id = EXCLUDED.updated_by_user_id, updated_at = now(),
-               next_run_at = CASE WHEN o.enabled AND EXCLUDED.enabled
-                                   AND o.cron = EXCLUDED.cron AND o.timezone = EXCLUDED.timezone
-                                  THEN o.next_run_at END,
-               arm_error = NULL, arm_error_since = NULL, arm_retry_at = NULL
-        RETURNING o.xmax = 0 AS inserted  -- no deleting transaction yet: a fresh row
-    )
-    SELECT count(*) FILTER (WHERE up.inserted), count(*) FILTER (WHERE NOT up.inserted)
+    SELECT count(*) FILTER (WHERE w.created), count(*) FILTER (WHERE NOT w.created)
       INTO created, replaced
-      FROM up;
+      FROM scrinalia.write_schedules(workers, crons, zones, requests, enableds, actor, p_updated_by_user_id) w;
     PERFORM pg_notify('scrinalia_scheduler', 'schedule');
 END $$;
 
