@@ -111,3 +111,11 @@ RETURNS interval
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT scrinalia.setting_interval('SCHEDULE_OVERDUE_GRACE', interval '1 minute') $$;
+
+-- How far ahead of a due instant the scheduler may tick it (tick_due_at): the runs are
+-- made then and become visible at the instant; the slots are taken this much early.
+CREATE OR REPLACE FUNCTION scrinalia.max_tick_ahead()
+RETURNS interval
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN interval '1 second'; END $$;

@@ -89,7 +89,8 @@ END $$;
 -- by hash joins, the configs by one resolve_configs() pass. Custom plans (the arrays'
 -- real sizes, not a generic guess), no JIT (compiling costs more than it saves here),
 -- and room to sort and hash 100,000 rows in memory rather than on disk.
--- p_due_at: only the schedules whose next_run_at is exactly that (tick_due_at); NULL: all due.
+-- p_due_at: only the schedules whose next_run_at is exactly that instant, which may
+-- be ahead (tick_due_at); NULL: every due one given.
 CREATE OR REPLACE FUNCTION scrinalia.tick_schedules(p_workers text[], p_next timestamptz[], p_ticked_by text,
                                           p_due_at timestamptz)
 RETURNS TABLE (worker_name text, decision text, run_id bigint, scheduled_for timestamptz,
@@ -140,8 +141,9 @@ BEGIN
           LEFT JOIN (SELECT p.worker_name, min(p.run_id) AS run_id FROM scrinalia.archive_worker_runs p
                       WHERE p.retry_pending GROUP BY p.worker_name) o ON o.worker_name = s.worker_name
          WHERE s.enabled
-           AND (s.next_run_at IS NULL OR s.next_run_at <= now() OR s.next_run_at = 'infinity')
-           AND (p_due_at IS NULL OR s.next_run_at = p_due_at)
+           AND (CASE WHEN p_due_at IS NULL
+                     THEN s.next_run_at IS NULL OR s.next_run_at <= now() OR s.next_run_at = 'infinity'
+                     ELSE s.next_run_at = p_due_at END)
            FOR UPDATE OF s SKIP LOCKED
     ), fire AS (
         SELECT array_agg(d.worker_name) AS workers, array_agg(d.request) AS requests
@@ -149,8 +151,10 @@ BEGIN
          WHERE d.was IS NOT NULL AND d.active_run_id IS NULL AND d.owed_run_id IS NULL
     ), ins AS (
         INSERT INTO scrinalia.archive_worker_runs AS r
-               (worker_name, trigger, request, config, config_sources, scheduled_for, requested_by)
-        SELECT d.worker_name, 'SCHEDULE', d.request, rc.config, rc.sources, d.was, 'scheduler'
+               (worker_name, trigger, request, config, config_sources, scheduled_for, requested_by, created_at)
+        -- (created as of its due instant when ticked ahead of it: tick_due_at)
+        SELECT d.worker_name, 'SCHEDULE', d.request, rc.config, rc.sources, d.was, 'scheduler',
+               greatest(now(), d.was)
           FROM fire f
          CROSS JOIN LATERAL scrinalia.resolve_configs(f.workers, f.requests) rc
           JOIN due d ON d.worker_name = rc.worker_name  -- one schedule per worker
@@ -201,9 +205,14 @@ END $$;
 
 -- The tick of the schedules due at one known instant, prepared ahead: the scheduler
 -- reads them (schedules_due_at) and computes their next occurrences before the
--- instant, and at the instant sends this one call. Only a schedule whose next_run_at
--- is still exactly p_due_at (and due: p_due_at <= now()) is ticked: one whose cron or
--- zone changed meanwhile was cleared (NULL) by put_schedule and is left to the next
+-- instant, and sends this call (with its lock check and COMMIT, one pipeline) up to
+-- max_tick_ahead() before it. The work is done at once; then the call waits, on the
+-- server's clock, until p_due_at, and only then returns: the COMMIT that follows makes
+-- the runs visible at the instant, never before it, with no CPU left to find at the
+-- boundary. Meanwhile the ticked schedules are row-locked and the slots of the runs
+-- taken (a manual enqueue of one of those workers then answers SW010, as just after).
+-- Only a schedule whose next_run_at is still exactly p_due_at is ticked: one whose cron
+-- or zone changed meanwhile was cleared (NULL) by put_schedule and is left to the next
 -- ordinary tick, which arms it from its new cron.
 CREATE OR REPLACE FUNCTION scrinalia.tick_due_at(p_due_at timestamptz, p_workers text[], p_next timestamptz[],
                                       p_ticked_by text DEFAULT NULL)
@@ -212,12 +221,23 @@ RETURNS TABLE (worker_name text, decision text, run_id bigint, scheduled_for tim
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
+DECLARE
+    wait interval;
 BEGIN
-    IF p_due_at IS NULL OR NOT isfinite(p_due_at) THEN
+    IF p_due_at IS NULL OR NOT isfinite(p_due_at) OR p_due_at > now() + scrinalia.max_tick_ahead() THEN
         RAISE EXCEPTION USING ERRCODE = 'SW030',
-            MESSAGE = format('tick_due_at takes a finite instant, not %s', coalesce(p_due_at::text, 'NULL'));
+            MESSAGE = format('tick_due_at takes a finite instant at most %s ahead of now() (%s), not %s',
+                             scrinalia.max_tick_ahead(), now(), coalesce(p_due_at::text, 'NULL'));
     END IF;
     RETURN QUERY SELECT * FROM scrinalia.tick_schedules(p_workers, p_next, p_ticked_by, p_due_at);
+    wait := p_due_at - clock_timestamp();
+    IF wait > interval '0' THEN
+        PERFORM pg_sleep(extract(epoch FROM wait));
+    END IF;
+    -- pg_sleep may return a little early: never before the instant
+    WHILE clock_timestamp() < p_due_at LOOP
+        PERFORM pg_sleep(0.001);
+    END LOOP;
 END $$;
 
 -- The schedules due at exactly p_at (enabled, not set aside): what a tick_due_at() at

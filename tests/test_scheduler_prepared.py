@@ -10,6 +10,7 @@ import json
 import threading
 import time
 
+import psycopg
 import pytest
 
 from helpers import make_workers, put_schedule, raises_sqlstate
@@ -52,14 +53,29 @@ def test_tick_due_at_ticks_only_the_schedules_still_due_at_that_instant(db):
     assert _next_run(db, b) < t and _next_run(db, c) is None
 
 
-def test_tick_due_at_never_ticks_before_the_instant(db):
+def test_tick_due_at_works_ahead_and_returns_only_at_the_instant(db, db_dsn):
     (a,) = make_workers(db, 1)
-    t = db.execute("SELECT now() + interval '1 minute'").fetchone()[0]
+    t = db.execute("SELECT now() + interval '0.5 seconds'").fetchone()[0]
     _schedule(db, [a], f"'{t.isoformat()}'::timestamptz")
-    rows = db.execute("SELECT * FROM scrinalia.tick_due_at(%s, %s, %s)",
-                      (t, [a], [t.replace(year=t.year + 1)])).fetchall()
-    assert rows == [] and _next_run(db, a) == t
-    assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 0
+    with psycopg.connect(db_dsn) as c:  # a transaction, as the scheduler's
+        rows = c.execute("SELECT worker_name, decision, scheduled_for FROM scrinalia.tick_due_at(%s, %s, %s)",
+                         (t, [a], [t.replace(year=t.year + 1)])).fetchall()
+        returned_at = c.execute("SELECT clock_timestamp()").fetchone()[0]
+        assert rows == [(a, "ENQUEUED", t)]
+        assert returned_at >= t  # the commit can only come after the instant
+        # not visible before the commit
+        assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 0
+        c.commit()
+    assert db.execute("SELECT scheduled_for, created_at FROM scrinalia.archive_worker_runs").fetchall() == [(t, t)]
+
+
+def test_tick_due_at_refuses_an_instant_too_far_ahead(db):
+    (a,) = make_workers(db, 1)
+    t = db.execute("SELECT now() + interval '5 seconds'").fetchone()[0]
+    _schedule(db, [a], f"'{t.isoformat()}'::timestamptz")
+    with raises_sqlstate("SW030", "at most 00:00:01 ahead"):
+        db.execute("SELECT * FROM scrinalia.tick_due_at(%s, %s, %s)", (t, [a], [t.replace(year=t.year + 1)]))
+    assert _next_run(db, a) == t
 
 
 def test_tick_due_at_refuses_a_null_instant(db):
@@ -87,10 +103,11 @@ def test_the_prepared_tick_enqueues_at_the_instant_once(db, holder):
     holder.tick()  # nothing due yet
     holder._sleep_for(False)  # prepares the instant's tick
     assert holder._prepared is not None and holder._prepared.due_at == t and len(holder._prepared.workers) == 20
-    wait_for(lambda: db.execute("SELECT now() >= %s", (t,)).fetchone()[0], 5, 0.01, what="the instant")
-    while time.monotonic() < holder._prepared.ready:
+    while time.monotonic() < holder._prepared.ready - scheduler.TICK_AHEAD:
         time.sleep(0.005)
+    assert db.execute("SELECT now() < %s", (t,)).fetchone()[0]  # sent ahead of the instant
     holder._tick_prepared()
+    assert db.execute("SELECT now() >= %s", (t,)).fetchone()[0]  # committed at it
     runs = db.execute("SELECT count(*), count(DISTINCT worker_name), min(scheduled_for), count(DISTINCT xmin::text)"
                       " FROM scrinalia.archive_worker_runs").fetchone()
     assert runs == (20, 20, t, 1)  # every schedule once, in one transaction

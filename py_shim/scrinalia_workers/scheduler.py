@@ -86,6 +86,10 @@ POLL_SLICE = 0.2
 # in chunks of 1,000. A minute's usual load fits in one; a spike's first half is
 # visible about twice as early as its last.
 TICK_CHUNK = 5000
+# How long before a due instant the prepared tick is sent (scrinalia.tick_due_at, at
+# most scrinalia.max_tick_ahead()): enough for its work on a busy machine, so that
+# only the COMMIT is left for the instant; the slots are taken this much early.
+TICK_AHEAD = 0.25
 # Chunks per pass at most (a million schedules); the next pass goes on at once.
 MAX_CHUNKS = 1000
 
@@ -319,14 +323,19 @@ class Scheduler:
             return NO_PROGRESS_SLEEP  # due work we could not take (rows locked elsewhere)
         if wake <= self.max_sleep:
             self._prepare(wake_at, time.monotonic() + wake)
+            if self._prepared is not None and self._prepared.due_at == wake_at:
+                wake -= TICK_AHEAD  # the prepared tick goes out ahead of its instant
         return min(max(wake, MIN_SLEEP), self.max_sleep)
 
     # --- the prepared tick ---------------------------------------------------------------
 
     def _prepare(self, due_at: datetime, ready: float) -> None:
         """Reads the schedules due at due_at and computes their next occurrences now,
-        while waiting: at the instant the tick is then one round trip (tick_due_at)
-        instead of the due query, the cron work and the tick one after another."""
+        while waiting; TICK_AHEAD before the instant one pipeline checks the lock and
+        calls tick_due_at(), which does the work at once and returns at the instant (on
+        the server's clock), and the COMMIT follows: the runs become visible at the
+        instant, not after the due query, the cron work and the tick one after another
+        on a machine that is busy at every minute boundary."""
         if self._prepared is not None and self._prepared.due_at == due_at:
             return
         self._prepared = None
@@ -340,11 +349,12 @@ class Scheduler:
                                    {r[0]: (r[1], r[2]) for r, _ in ok})
 
     def _tick_prepared(self) -> None:
-        """At the prepared instant: check the lock and tick the prepared schedules, one
-        transaction sent as one pipeline. What it does not decide (a schedule changed
-        meanwhile, one not yet due) the ordinary pass that follows does."""
+        """TICK_AHEAD before the prepared instant: check the lock and tick the prepared
+        schedules, one transaction sent as one pipeline, committed once tick_due_at()
+        returns at the instant. What it does not decide (a schedule changed meanwhile)
+        the ordinary pass that follows does."""
         p = self._prepared
-        if p is None or time.monotonic() < p.ready:
+        if p is None or time.monotonic() < p.ready - TICK_AHEAD:
             return  # woken early (a NOTIFY): kept for its instant
         self._prepared = None
         late = timedelta(seconds=time.monotonic() - p.ready + 1.0)
