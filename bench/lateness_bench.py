@@ -435,7 +435,10 @@ def _scheduler_rows(s: dict, quick: bool) -> tuple[list[list[str]], list[str], b
                  "visible to a user. Ours sends one pg_notify('scrinalia_runs', 'tick') from the tick that "
                  f"creates all {N_SCHEDULES} runs, so its {N_SCHEDULES} runs of a minute share one figure "
                  "(counted once per run). 'created_at - scheduled_for' is the tick transaction's now(), before its "
-                 "work and commit. Worst per tick (database's view): "
+                 "work and commit; a run the scheduler prepared and ticked ahead of its instant (tick_due_at: the "
+                 "work done 0.25 s early, the call returning at the instant on the server's clock, then the COMMIT) "
+                 "is created as of the instant, so there it reads 0: the commit timestamps above are the measure. "
+                 "Worst per tick (database's view): "
                  + ", ".join(f"{x * 1000:.1f} ms" for x in s["round_max"]) + "; as seen: "
                  + ", ".join(f"{x * 1000:.1f} ms" for x in s["seen"]) + ".")
     loads = [x for x in s["load"] if x is not None]

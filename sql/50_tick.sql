@@ -144,6 +144,9 @@ BEGIN
            AND (CASE WHEN p_due_at IS NULL
                      THEN s.next_run_at IS NULL OR s.next_run_at <= now() OR s.next_run_at = 'infinity'
                      ELSE s.next_run_at = p_due_at END)
+           -- ahead of the instant only what enqueues: whether a busy slot is still busy
+           -- at the instant is for the tick at the instant to see
+           AND (p_due_at IS NULL OR p_due_at <= now() OR (a.run_id IS NULL AND o.run_id IS NULL))
            FOR UPDATE OF s SKIP LOCKED
     ), fire AS (
         SELECT array_agg(d.worker_name) AS workers, array_agg(d.request) AS requests
@@ -206,7 +209,9 @@ END $$;
 -- The tick of the schedules due at one known instant, prepared ahead: the scheduler
 -- reads them (schedules_due_at) and computes their next occurrences before the
 -- instant, and sends this call (with its lock check and COMMIT, one pipeline) up to
--- max_tick_ahead() before it. The work is done at once; then the call waits, on the
+-- max_tick_ahead() before it. Ahead of the instant it only enqueues: a schedule whose
+-- worker's slot is busy (or owed a retry) then is left to the ordinary tick at the
+-- instant, which sees whether it still is. The work is done at once; then the call waits, on the
 -- server's clock, until p_due_at, and only then returns: the COMMIT that follows makes
 -- the runs visible at the instant, never before it, with no CPU left to find at the
 -- boundary. Meanwhile the ticked schedules are row-locked and the slots of the runs
@@ -240,9 +245,10 @@ BEGIN
     END LOOP;
 END $$;
 
--- The schedules due at exactly p_at (enabled, not set aside): what a tick_due_at() at
--- that instant will tick, read ahead so that the next occurrences are ready then.
-CREATE OR REPLACE FUNCTION scrinalia.schedules_due_at(p_at timestamptz)
+-- The schedules due at exactly p_at (enabled, not set aside), the first p_limit by
+-- worker name: what a tick_due_at() at that instant will tick, read ahead so that the
+-- next occurrences are ready then.
+CREATE OR REPLACE FUNCTION scrinalia.schedules_due_at(p_at timestamptz, p_limit integer DEFAULT 5000)
 RETURNS TABLE (worker_name text, cron text, timezone text)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -251,6 +257,7 @@ AS $$
       FROM scrinalia.archive_worker_schedules s
      WHERE s.next_run_at = p_at AND s.enabled AND s.arm_error IS NULL
      ORDER BY s.worker_name
+     LIMIT greatest(p_limit, 0)
 $$;
 
 -- The retry delay after attempt n with a given jitter in [-0.2, 0.2]:

@@ -71,7 +71,7 @@ GRANT EXECUTE ON FUNCTION
     scrinalia.set_schedules_aside(text[], text[]),
     scrinalia.tick(text[], timestamptz[], text),
     scrinalia.tick_due_at(timestamptz, text[], timestamptz[], text),
-    scrinalia.schedules_due_at(timestamptz),
+    scrinalia.schedules_due_at(timestamptz, integer),
     scrinalia.create_retries(),
     scrinalia.reap_expired_leases(),
     scrinalia.next_wakeup(),

@@ -69,6 +69,18 @@ def test_tick_due_at_works_ahead_and_returns_only_at_the_instant(db, db_dsn):
     assert db.execute("SELECT scheduled_for, created_at FROM scrinalia.archive_worker_runs").fetchall() == [(t, t)]
 
 
+def test_ahead_of_the_instant_a_busy_slot_is_left_to_the_tick_at_the_instant(db):
+    # the slot may be free by the instant: ahead, only the free ones are enqueued
+    free, busy = make_workers(db, 2)
+    db.execute("SELECT scrinalia.enqueue(%s)", (busy,))
+    t = db.execute("SELECT now() + interval '0.3 seconds'").fetchone()[0]
+    _schedule(db, [free, busy], f"'{t.isoformat()}'::timestamptz")
+    rows = db.execute("SELECT worker_name, decision FROM scrinalia.tick_due_at(%s, %s, %s)",
+                      (t, [free, busy], [t.replace(year=t.year + 1)] * 2)).fetchall()
+    assert rows == [(free, "ENQUEUED")]
+    assert _next_run(db, busy) == t  # undecided, for the tick at the instant
+
+
 def test_tick_due_at_refuses_an_instant_too_far_ahead(db):
     (a,) = make_workers(db, 1)
     t = db.execute("SELECT now() + interval '5 seconds'").fetchone()[0]
@@ -164,3 +176,20 @@ def test_the_real_loop_uses_the_prepared_tick(db, db_dsn):
     events = [json.loads(x) for x in out.getvalue().splitlines()]
     assert [e["decided"] for e in events if e["event"] == "prepared tick"] == [5]
     assert db.execute("SELECT count(DISTINCT worker_name) FROM scrinalia.archive_worker_runs").fetchone()[0] == 5
+
+
+def test_a_spike_has_its_first_chunk_prepared_and_the_rest_ticked_after(db, holder, monkeypatch):
+    monkeypatch.setattr(scheduler, "TICK_CHUNK", 3)
+    names = make_workers(db, 7)
+    _schedule(db, names, "date_trunc('second', now()) + interval '2 seconds'")
+    t = _next_run(db, names[0])
+    holder._sleep_for(False)
+    assert holder._prepared.workers == sorted(names)[:3]
+    while time.monotonic() < holder._prepared.ready - scheduler.TICK_AHEAD:
+        time.sleep(0.005)
+    holder._tick_prepared()
+    assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 3
+    holder.tick()  # the ordinary pass, right after the instant
+    runs = db.execute("SELECT count(*), count(DISTINCT worker_name), min(scheduled_for), max(scheduled_for)"
+                      " FROM scrinalia.archive_worker_runs").fetchone()
+    assert runs == (7, 7, t, t)

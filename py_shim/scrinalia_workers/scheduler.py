@@ -65,7 +65,7 @@ REQUIRED_FUNCTIONS = (
     "set_schedules_aside(text[], text[])",
     "tick(text[], timestamp with time zone[], text)",
     "tick_due_at(timestamp with time zone, text[], timestamp with time zone[], text)",
-    "schedules_due_at(timestamp with time zone)",
+    "schedules_due_at(timestamp with time zone, integer)",
     "next_wakeup()",
 )
 # the first is the least-privilege choice; ADR 0015 lets the API's and a runner's login run it too
@@ -340,9 +340,10 @@ class Scheduler:
             return
         self._prepared = None
         rows = self.work_conn.execute(
-            "SELECT worker_name, cron, timezone FROM scrinalia.schedules_due_at(%s)", (due_at,)).fetchall()
-        if not rows or len(rows) > TICK_CHUNK:
-            return  # nothing to prepare, or a spike: the ordinary pass's chunks take it
+            "SELECT worker_name, cron, timezone FROM scrinalia.schedules_due_at(%s, %s)", (due_at, TICK_CHUNK)).fetchall()
+        if not rows:
+            return
+        # (a spike: its first chunk ahead, the ordinary pass's chunks the rest)
         nexts = cron.try_next_occurrences([(r[1], r[2]) for r in rows], due_at)
         ok = [(r, n) for r, n in zip(rows, nexts) if not isinstance(n, Exception)]
         self._prepared = _Prepared(due_at, ready, [r[0] for r, _ in ok], [n for _, n in ok],
