@@ -102,29 +102,52 @@ def _ours_fill(n: int):
         with c.transaction():
             seed.queued_runs(c, n)
             # what n enqueue() calls send: a NOTIFY each, the worker's name as payload
-            c.execute("SELECT count(pg_notify('scrinalia_runs', worker_name)) FROM scrinalia.archive_worker_runs")
+            c.execute("SELECT count(pg_notify('scrinalia_runs', worker_name)) FROM scrinalia.archive_worker_runs"
+                      " WHERE status = 'QUEUED'")
     return fill
 
 
-def _ours_prepare(dsn: str, n: int) -> None:
+def _ours_prepare(dsn: str, n: int, history_upto: int | None = None) -> None:
+    """An empty ledger and n workers; or, with history_upto, the ledger's history kept
+    (the runs up to that id) and the previous round's runs deleted."""
+    with conn(dsn) as c:
+        if history_upto is None:
+            seed.reset(c)
+            seed.workers(c, n)
+        else:
+            c.execute("DELETE FROM scrinalia.archive_worker_runs WHERE run_id > %s", (history_upto,))
+    vacuum_analyze(dsn, *(["scrinalia.archive_worker_runs"] if history_upto is not None else []))
+
+
+def history_prepare(dsn: str, n: int, history: int) -> int:
+    """n workers and `history` finished runs (bench.seed.history); returns the last
+    history run id, below every run the drains add."""
     with conn(dsn) as c:
         seed.reset(c)
         seed.workers(c, n)
+        seed.history(c, history, n)
+        upto = c.execute("SELECT max(run_id) FROM scrinalia.archive_worker_runs").fetchone()[0]
     vacuum_analyze(dsn)
+    return upto
 
 
-def _ours_check(dsn: str, n: int) -> dict:
+def _ours_check(dsn: str, n: int, history_upto: int | None = None) -> dict:
+    since = history_upto or 0
     with conn(dsn) as c:
         states = dict(c.execute(
-            "SELECT status::text, count(*) FROM scrinalia.archive_worker_runs GROUP BY 1").fetchall())
-        owners = c.execute("SELECT count(DISTINCT lease_owner) FROM scrinalia.archive_worker_runs").fetchone()[0]
-    check(states == {"SUCCEEDED": n}, f"ours: the ledger is {states}, expected {n} SUCCEEDED")
+            "SELECT status::text, count(*) FROM scrinalia.archive_worker_runs WHERE run_id > %s GROUP BY 1",
+            (since,)).fetchall())
+        owners = c.execute("SELECT count(DISTINCT lease_owner) FROM scrinalia.archive_worker_runs"
+                           " WHERE run_id > %s", (since,)).fetchone()[0]
+    check(states == {"SUCCEEDED": n}, f"ours: the drained runs are {states}, expected {n} SUCCEEDED")
     return {"owners": owners}
 
 
-def runner_drain(dsn: str, n: int, batch: int | None, logdir: Path) -> dict:
-    """n runs drained by N_WORKERS scrinalia-runner processes (--batch batch)."""
-    _ours_prepare(dsn, n)
+def runner_drain(dsn: str, n: int, batch: int | None, logdir: Path, history_upto: int | None = None) -> dict:
+    """n runs drained by N_WORKERS scrinalia-runner processes (--batch batch); with
+    history_upto, on a ledger that keeps its history (history_prepare)."""
+    _ours_prepare(dsn, n, history_upto)
+    since = history_upto or 0
     extra = [] if batch is None else ["--batch", str(batch)]
     procs = []
     try:
@@ -137,7 +160,8 @@ def runner_drain(dsn: str, n: int, batch: int | None, logdir: Path) -> dict:
         _await_sessions(dsn, "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'scrinalia-runner bench-%' "
                              "AND state = 'idle' AND query LIKE '%next_claimable_at%'", N_WORKERS, "ours")
         elapsed = _timed_drain(dsn, _ours_fill(n),
-                               f"SELECT count(*) = {int(n)} FROM scrinalia.archive_worker_runs WHERE status = 'SUCCEEDED'",
+                               f"SELECT count(*) = {int(n)} FROM scrinalia.archive_worker_runs"
+                               f" WHERE run_id > {int(since)} AND status = 'SUCCEEDED'",
                                lambda: all(p.poll() is None for p in procs))
     finally:
         for p in procs:
@@ -150,7 +174,7 @@ def runner_drain(dsn: str, n: int, batch: int | None, logdir: Path) -> dict:
                 p.kill()
                 p.wait()
     check(all(p.returncode == 0 for p in procs), f"ours: runner exit codes {[p.returncode for p in procs]}")
-    return {"rate": n / elapsed, "elapsed": elapsed, **_ours_check(dsn, n)}
+    return {"rate": n / elapsed, "elapsed": elapsed, **_ours_check(dsn, n, history_upto)}
 
 
 def _bare_worker(dsn: str, i: int, ready, go, batch: int) -> None:
@@ -340,15 +364,20 @@ def _with_processes(target, dsn: str, what: str, app_name: str, body):
 
 # --- the rounds -------------------------------------------------------------------
 
-def run(dsns: dict[str, str], n: int, rounds: int, versions: dict) -> dict:
-    """dsns: ours, pgqueuer, procrastinate (a database each). Returns
-    {system: {"rates": [...], "median": .., "min": .., "max": ..}} and per-round ratios."""
+def run(dsns: dict[str, str], n: int, rounds: int, versions: dict, history: int = 0) -> dict:
+    """dsns: ours, pgqueuer, procrastinate (a database each), and "history" when
+    history > 0: ours again on a ledger that holds that many finished runs. Returns
+    {system: {"rates": [...], "median": .., "min": .., "max": ..}}."""
     systems = {
         "ours": lambda: runner_drain(dsns["ours"], n, None, logdir),
         "ours --batch 1": lambda: runner_drain(dsns["ours"], n, 1, logdir),
         "bare statements": lambda: bare_drain(dsns["ours"], n),
         "bare statements, batched": lambda: bare_drain(dsns["ours"], n, batch=32),
     }
+    if history:
+        upto = history_prepare(dsns["history"], n, history)
+        systems[f"ours, {history:,} finished runs in the ledger"] = \
+            lambda: runner_drain(dsns["history"], n, None, logdir, history_upto=upto)
     if versions.get("pgqueuer"):
         from . import compare_bench
         pgqueuer_install(dsns["pgqueuer"])
