@@ -283,6 +283,44 @@ BEGIN
     RETURN expires;
 END $$;
 
+-- What an outcome records: SUCCEEDED no error; FAILED and INTERRUPTED the error text
+-- (capped; a default when none is given) and a fingerprint (the given one, else an md5
+-- of the text with its digits masked, so that "disk 3 full" and "disk 4 full" group).
+CREATE OR REPLACE FUNCTION scrinalia.outcome_error(p_status scrinalia.run_status, p_error text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN CASE WHEN p_status <> 'SUCCEEDED' THEN
+        left(coalesce(p_error, lower(p_status::text) || ' without an error text'), 10000) END;
+END $$;
+
+CREATE OR REPLACE FUNCTION scrinalia.outcome_fingerprint(p_status scrinalia.run_status, p_error text,
+                                              p_fingerprint text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN CASE WHEN p_status <> 'SUCCEEDED' THEN
+        left(coalesce(p_fingerprint, md5(regexp_replace(coalesce(p_error, ''), '[0-9]+', 'N', 'g'))), 200) END;
+END $$;
+
+-- SW021 unless the status is one a runner reports.
+CREATE OR REPLACE FUNCTION scrinalia.check_outcome_status(p_status scrinalia.run_status)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_status IS NULL OR p_status NOT IN ('SUCCEEDED', 'FAILED', 'INTERRUPTED') THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW021',
+            MESSAGE = format('a runner reports SUCCEEDED or FAILED (or INTERRUPTED when it shuts down), not %s',
+                             coalesce(p_status::text, 'NULL'));
+    END IF;
+END $$;
+
 -- Reports the outcomes of several runs in one statement: SUCCEEDED, FAILED, or
 -- INTERRUPTED (the runner shut down before its handler returned). A run that
 -- owes_retry() (a SCHEDULE attempt below max_attempts() that FAILED or was INTERRUPTED,
@@ -301,14 +339,8 @@ DECLARE
     n integer := scrinalia.check_run_arrays('finish_runs', p_run_ids, p_lease_tokens,
                      ARRAY[cardinality(p_statuses), coalesce(cardinality(p_errors), cardinality(p_run_ids)),
                            coalesce(cardinality(p_error_fingerprints), cardinality(p_run_ids))]);
-    bad text;
 BEGIN
-    SELECT coalesce(s::text, 'NULL') INTO bad FROM unnest(p_statuses) s
-     WHERE s IS NULL OR s NOT IN ('SUCCEEDED', 'FAILED', 'INTERRUPTED') LIMIT 1;
-    IF bad IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'SW021',
-            MESSAGE = format('a runner reports SUCCEEDED or FAILED (or INTERRUPTED when it shuts down), not %s', bad);
-    END IF;
+    PERFORM scrinalia.check_outcome_status(s) FROM (SELECT DISTINCT s FROM unnest(p_statuses) s) d;
     RETURN QUERY
     WITH i AS (
         SELECT i.run_id, i.lease_token, i.status, e.error, f.fingerprint
@@ -319,11 +351,8 @@ BEGIN
         UPDATE scrinalia.archive_worker_runs r
            SET status = i.status, finished_at = now(), duration = now() - r.started_at,
                lease_token = NULL, lease_expires_at = NULL,
-               error = CASE WHEN i.status <> 'SUCCEEDED' THEN
-                   left(coalesce(i.error, lower(i.status::text) || ' without an error text'), 10000) END,
-               error_fingerprint = CASE WHEN i.status <> 'SUCCEEDED' THEN
-                   left(coalesce(i.fingerprint,
-                                 md5(regexp_replace(coalesce(i.error, ''), '[0-9]+', 'N', 'g'))), 200) END,
+               error = scrinalia.outcome_error(i.status, i.error),
+               error_fingerprint = scrinalia.outcome_fingerprint(i.status, i.error, i.fingerprint),
                retry_pending = scrinalia.owes_retry(r.trigger, i.status, r.attempt)
           FROM i
          WHERE r.run_id = i.run_id AND r.status = 'RUNNING'
@@ -341,27 +370,33 @@ BEGIN
     END IF;
 END $$;
 
--- Reports the outcome of one run (finish_runs() with one element); returns the
--- finished row, and raises SW020 when the lease is lost.
+-- Reports the outcome of one run, by finish_runs()' rules (outcome_error,
+-- outcome_fingerprint, owes_retry) in one UPDATE; returns the finished row, and raises
+-- SW020 when the lease is lost.
 CREATE OR REPLACE FUNCTION scrinalia.finish(p_run_id bigint, p_lease_token uuid, p_status scrinalia.run_status,
                                  p_error text DEFAULT NULL, p_error_fingerprint text DEFAULT NULL)
 RETURNS scrinalia.archive_worker_runs
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
-DECLARE
-    lost text;
-    run scrinalia.archive_worker_runs;
+DECLARE run scrinalia.archive_worker_runs;
 BEGIN
-    SELECT f.lost_reason INTO lost
-      FROM scrinalia.finish_runs(ARRAY[p_run_id], ARRAY[p_lease_token], ARRAY[p_status],
-                                 ARRAY[p_error], ARRAY[p_error_fingerprint]) f;
-    IF lost IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'SW020',
-            MESSAGE = format('lease lost for run #%s: %s', p_run_id, lost),
-            HINT = 'the runner must stop working on this run and must not report it';
+    PERFORM scrinalia.check_outcome_status(p_status);
+    UPDATE scrinalia.archive_worker_runs r
+       SET status = p_status, finished_at = now(), duration = now() - r.started_at,
+           lease_token = NULL, lease_expires_at = NULL,
+           error = scrinalia.outcome_error(p_status, p_error),
+           error_fingerprint = scrinalia.outcome_fingerprint(p_status, p_error, p_error_fingerprint),
+           retry_pending = scrinalia.owes_retry(r.trigger, p_status, r.attempt)
+     WHERE r.run_id = p_run_id AND r.status = 'RUNNING'
+       AND r.lease_token = p_lease_token AND r.lease_expires_at > now()
+    RETURNING r.* INTO run;
+    IF NOT FOUND THEN
+        PERFORM scrinalia.raise_lease_lost(p_run_id, p_lease_token);
     END IF;
-    SELECT * INTO run FROM scrinalia.archive_worker_runs WHERE run_id = p_run_id;
+    IF run.retry_pending THEN
+        PERFORM pg_notify('scrinalia_scheduler', 'retry');
+    END IF;
     RETURN run;
 END $$;
 
