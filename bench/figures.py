@@ -76,7 +76,10 @@ def compare(r: Result, plt):
     if not drains:
         return None
     names = list(drains)
-    labels = [n.replace(", ", ",\n").replace(" --", "\n--") for n in names]
+    short = {"ours": "ours", "ours --batch 1": "ours\n--batch 1", "bare statements": "bare\nstatements",
+             "bare statements, batched": "bare, 32\na claim", "pgqueuer": "pgqueuer",
+             "pgqueuer, drain mode": "pgqueuer\ndrain mode", "procrastinate": "procras-\ntinate"}
+    labels = [short.get(n, "ours,\nbig ledger" if "ledger" in n else n) for n in names]
     med = [drains[n]["median"] for n in names]
     lo = [m - drains[n]["min"] for m, n in zip(med, names)]
     hi = [drains[n]["max"] - m for m, n in zip(med, names)]
@@ -84,9 +87,11 @@ def compare(r: Result, plt):
     colors = ["tab:blue" if n.startswith("ours") else "tab:olive" if n.startswith("bare") else "tab:grey"
               for n in names]
     bars = ax.bar(labels, med, yerr=[lo, hi], capsize=8, color=colors, width=0.55)
-    for b, m in zip(bars, med):
-        ax.text(b.get_x() + b.get_width() / 2, m * 0.5, f"{m:,.0f}", ha="center", color="white",
-                fontsize=10, fontweight="bold")
+    top = max(med)
+    for b, m, h in zip(bars, med, hi):
+        inside = m > 0.2 * top  # a short bar gets its figure above it
+        ax.text(b.get_x() + b.get_width() / 2, m * 0.5 if inside else m + h + 0.02 * top, f"{m:,.0f}",
+                ha="center", color="white" if inside else "black", fontsize=9, fontweight="bold")
     n_jobs = r.data.get("n")
     reps = max(len(drains[n]["rates"]) for n in names)
     ax.set_ylabel("jobs claimed, run and finished per second")
