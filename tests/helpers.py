@@ -123,3 +123,12 @@ def table_fingerprints(conn: psycopg.Connection) -> dict[str, tuple[int, str]]:
             f'SELECT count(*), coalesce(md5(string_agg(x::text, E\'\\n\' ORDER BY x::text)), \'\') '
             f'FROM scrinalia."{t}" x').fetchone()
     return out
+
+
+def scheduled_run(conn, worker: str) -> int:
+    """A SCHEDULE run of the worker (a schedule armed, then moved due, then ticked); its run_id."""
+    put_schedule(conn, worker, "* * * * *", "UTC")
+    tick(conn)  # arm
+    set_next_run(conn, worker, "1 minute")
+    _, decisions = tick(conn)
+    return [d[2] for d in decisions if d[1] == "ENQUEUED"][0]

@@ -10,7 +10,7 @@ import uuid
 import psycopg
 import pytest
 
-from helpers import make_workers, put_schedule, raises_sqlstate, run_row, set_next_run, tick
+from helpers import make_workers, raises_sqlstate, run_row, scheduled_run
 
 CLAIM = "SELECT run_id, lease_token, worker_name FROM scrinalia.claim_runs(%s, %s::interval, %s, %s)"
 FINISH = ("SELECT run_id, status::text, retry_pending, lost_reason FROM scrinalia.finish_runs("
@@ -23,14 +23,6 @@ def _enqueue_all(db, workers):
 
 def _claim(conn, limit, runner="r1", lease="5 minutes", workers=None):
     return conn.execute(CLAIM, (runner, lease, workers, limit)).fetchall()
-
-
-def _scheduled_run(db, worker):
-    put_schedule(db, worker, "* * * * *", "UTC")
-    tick(db)  # arm
-    set_next_run(db, worker, "1 minute")
-    _, decisions = tick(db)
-    return [d[2] for d in decisions if d[1] == "ENQUEUED"][0]
 
 
 def test_claim_runs_takes_the_oldest_claimable_up_to_the_limit(db):
@@ -107,7 +99,7 @@ def test_finish_runs_reports_each_outcome_in_one_call(db):
 
 def test_finish_runs_marks_owed_retries_and_wakes_the_scheduler(db, db_dsn):
     (w,) = make_workers(db, 1)
-    run_id = _scheduled_run(db, w)
+    run_id = scheduled_run(db, w)
     (claimed,) = _claim(db, 1)
     assert claimed[0] == run_id
     with psycopg.connect(db_dsn, autocommit=True) as listener:

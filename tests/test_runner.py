@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 
 import demo_handlers
-from helpers import make_worker, put_schedule, run_row, set_next_run, tick
+from helpers import make_worker, run_row, scheduled_run
 from procs import start_runner
 from scrinalia_workers.logs import EventLog
 from scrinalia_workers.runner import Runner
@@ -24,14 +24,6 @@ def quiet():
 
 def _enqueue(db, worker):
     return db.execute("SELECT run_id FROM scrinalia.enqueue(%s)", (worker,)).fetchone()[0]
-
-
-def _scheduled_run(db, worker):
-    put_schedule(db, worker, "* * * * *", "UTC")
-    tick(db)  # arm
-    set_next_run(db, worker, "1 minute")
-    _, decisions = tick(db)
-    return [d[2] for d in decisions if d[1] == "ENQUEUED"][0]
 
 
 def test_claims_and_reports_succeeded(db, db_dsn, quiet):
@@ -48,7 +40,7 @@ def test_claims_and_reports_succeeded(db, db_dsn, quiet):
 
 def test_failure_reported_and_retry_left_to_the_scheduler(db, db_dsn, quiet):
     make_worker(db, "boom")
-    run_id = _scheduled_run(db, "boom")
+    run_id = scheduled_run(db, "boom")
     r = Runner(db_dsn, {"boom": demo_handlers.boom}, log=quiet)
     assert r.run_once()["outcome"] == "FAILED"
     r.close()
@@ -113,7 +105,7 @@ def test_lease_lost_mid_run_is_not_overwritten(db, db_dsn, quiet):
 @pytest.mark.slow
 def test_killed_runner_interrupted_then_retry_succeeds(db, db_dsn):
     make_worker(db, "hang")
-    run_id = _scheduled_run(db, "hang")
+    run_id = scheduled_run(db, "hang")
     p = start_runner(db_dsn, "demo_handlers", "--lease", "30", "--runner-id", "victim")
     try:
         p.wait_event("claimed", run_id=run_id)

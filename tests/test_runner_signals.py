@@ -9,18 +9,10 @@ import time
 
 import pytest
 
-from helpers import make_worker, put_schedule, run_row, set_next_run, tick
+from helpers import make_worker, run_row, scheduled_run
 from procs import start_runner
 
 pytestmark = pytest.mark.slow
-
-
-def _scheduled_run(db, worker):
-    put_schedule(db, worker, "* * * * *", "UTC")
-    tick(db)  # arm
-    set_next_run(db, worker, "1 minute")
-    _, decisions = tick(db)
-    return [d[2] for d in decisions if d[1] == "ENQUEUED"][0]
 
 
 def _exit_code(p, timeout: float) -> int:
@@ -34,7 +26,7 @@ def _exit_code(p, timeout: float) -> int:
 
 def test_sigterm_during_a_long_handler_interrupts_after_the_grace(db, db_dsn):
     make_worker(db, "hang")
-    run_id = _scheduled_run(db, "hang")
+    run_id = scheduled_run(db, "hang")
     p = start_runner(db_dsn, "demo_handlers", "--grace", "1.5", "--lease", "30")
     try:
         p.wait_event("claimed", run_id=run_id)
@@ -60,7 +52,7 @@ def test_sigterm_during_a_long_handler_interrupts_after_the_grace(db, db_dsn):
 def test_sigterm_with_a_short_handler_reports_it_normally(db, db_dsn, monkeypatch):
     monkeypatch.setenv("SCRINALIA_TEST_SLOW", "1.0")
     make_worker(db, "slow")
-    run_id = _scheduled_run(db, "slow")
+    run_id = scheduled_run(db, "slow")
     p = start_runner(db_dsn, "demo_handlers", "--grace", "20")
     try:
         p.wait_event("claimed", run_id=run_id)

@@ -5,20 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import claim, finish, make_worker, put_schedule, raises_sqlstate, run_row, set_next_run, tick
-
-
-def _scheduled_run(db, worker):
-    put_schedule(db, worker, "* * * * *", "UTC")
-    tick(db)
-    set_next_run(db, worker, "1 minute")
-    _, decisions = tick(db)
-    return [d[2] for d in decisions if d[1] == "ENQUEUED"][0]
+from helpers import claim, finish, make_worker, raises_sqlstate, run_row, scheduled_run
 
 
 def _at_attempt(db, worker, attempt):
     """A SCHEDULE run of this attempt, reached the real way: fail, retry, again."""
-    run_id = _scheduled_run(db, worker)
+    run_id = scheduled_run(db, worker)
     for _ in range(attempt - 1):
         token = claim(db, workers=[worker])[1]
         finish(db, run_id, token, "FAILED", "boom")
@@ -62,7 +54,7 @@ def test_interrupted_manual_run_is_not_retried(db):
 def test_a_scheduled_interrupt_notifies_the_scheduler(db, db_dsn):
     import psycopg
     make_worker(db, "n")
-    run_id = _scheduled_run(db, "n")
+    run_id = scheduled_run(db, "n")
     token = claim(db)[1]
     with psycopg.connect(db_dsn, autocommit=True) as listener:
         listener.execute("LISTEN scrinalia_scheduler")
@@ -104,7 +96,7 @@ def test_an_interrupted_scheduled_run_keeps_the_slot_for_its_retry(db):
     # DESIGN: the retry owns the worker's slot from the moment its predecessor ends
     # FAILED or INTERRUPTED, scheduler running or not; a runner's INTERRUPTED too
     make_worker(db, "s")
-    run_id = _scheduled_run(db, "s")
+    run_id = scheduled_run(db, "s")
     token = claim(db)[1]
     finish(db, run_id, token, "INTERRUPTED", "runner shut down")
     with raises_sqlstate("SW010", "owed its retry"):
