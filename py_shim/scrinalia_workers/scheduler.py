@@ -404,9 +404,7 @@ class Scheduler:
             except LockLost:
                 raise
             except Exception as e:  # noqa: BLE001 - the ordinary pass below decides them anyway
-                if is_transient(e) or (self.work_conn is not None and self.work_conn.closed):
-                    raise
-                self.log("pass error", level="error", sqlstate=getattr(e, "sqlstate", None), reason=one_line(e))
+                self._survive(e)
             self._check_lock()
             try:
                 progressed = self.tick()
@@ -414,13 +412,20 @@ class Scheduler:
                 errors.reset()
             except (LockLost, ConfigError):
                 raise
-            except Exception as e:  # noqa: BLE001 - a row or a bug must not stop the daemon
-                if is_transient(e) or (self.work_conn is not None and self.work_conn.closed):
-                    raise
-                delay = errors.next_delay()
-                self.log("pass error", level="error", sqlstate=getattr(e, "sqlstate", None),
-                         reason=one_line(e), retry_in=round(delay, 2))
+            except Exception as e:  # noqa: BLE001
+                delay = self._survive(e, errors)
             self._wait(delay)
+
+    def _survive(self, e: Exception, errors: Backoff | None = None) -> float | None:
+        """A row or a bug must not stop the daemon: the error is logged (with the
+        backoff's next delay, returned, when given). A lost connection is re-raised:
+        the caller reconnects."""
+        if is_transient(e) or (self.work_conn is not None and self.work_conn.closed):
+            raise e
+        delay = errors.next_delay() if errors is not None else None
+        self.log("pass error", level="error", sqlstate=getattr(e, "sqlstate", None), reason=one_line(e),
+                 **({} if delay is None else {"retry_in": round(delay, 2)}))
+        return delay
 
     def run(self) -> int:
         reconnect = Backoff(base=0.2, cap=max(self.standby_retry, 0.2))
