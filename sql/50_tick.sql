@@ -226,8 +226,6 @@ RETURNS TABLE (worker_name text, decision text, run_id bigint, scheduled_for tim
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
-DECLARE
-    wait interval;
 BEGIN
     IF p_due_at IS NULL OR NOT isfinite(p_due_at) OR p_due_at > now() + scrinalia.max_tick_ahead() THEN
         RAISE EXCEPTION USING ERRCODE = 'SW030',
@@ -235,13 +233,9 @@ BEGIN
                              scrinalia.max_tick_ahead(), now(), coalesce(p_due_at::text, 'NULL'));
     END IF;
     RETURN QUERY SELECT * FROM scrinalia.tick_schedules(p_workers, p_next, p_ticked_by, p_due_at);
-    wait := p_due_at - clock_timestamp();
-    IF wait > interval '0' THEN
-        PERFORM pg_sleep(extract(epoch FROM wait));
-    END IF;
-    -- pg_sleep may return a little early: never before the instant
+    -- (a loop: pg_sleep may return a little early, and never before the instant)
     WHILE clock_timestamp() < p_due_at LOOP
-        PERFORM pg_sleep(0.001);
+        PERFORM pg_sleep(greatest(extract(epoch FROM p_due_at - clock_timestamp()), 0.001));
     END LOOP;
 END $$;
 
