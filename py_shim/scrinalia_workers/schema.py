@@ -64,28 +64,24 @@ def check_privileges(conn: psycopg.Connection, functions: tuple[str, ...], job: 
     than this package (a release can add functions without a migration): SchemaMismatch."""
     cur = conn.cursor(row_factory=dict_row)
     row = cur.execute(
-        """SELECT current_user AS login,
+        """WITH n AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = 'scrinalia'),
+                -- each function asked for, and its oid (NULL: the installed code lacks it)
+                f AS (SELECT s.sig, s.i, p.oid
+                        FROM unnest(%(functions)s::text[]) WITH ORDINALITY AS s(sig, i)
+                        LEFT JOIN pg_catalog.pg_proc p ON p.pronamespace = (SELECT oid FROM n)
+                         AND format('%%s(%%s)', p.proname, replace(pg_catalog.oidvectortypes(p.proargtypes),
+                                                                   'scrinalia.', '')) = s.sig)
+           SELECT current_user AS login,
                   n.oid IS NOT NULL AS has_schema,
                   coalesce(has_schema_privilege(n.oid, 'USAGE'), false) AS usage,
                   EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
                            WHERE r.rolname = ANY (%(groups)s) AND pg_has_role(r.oid, 'MEMBER')) AS member,
-                  ARRAY(SELECT 'scrinalia.' || f.sig
-                          FROM unnest(%(functions)s::text[]) WITH ORDINALITY AS f(sig, i)
-                          JOIN pg_catalog.pg_proc p ON p.pronamespace = n.oid
-                           AND format('%%s(%%s)', p.proname, replace(pg_catalog.oidvectortypes(p.proargtypes),
-                                                                     'scrinalia.', '')) = f.sig
-                         WHERE NOT has_function_privilege(p.oid, 'EXECUTE')
+                  ARRAY(SELECT 'scrinalia.' || f.sig FROM f
+                         WHERE f.oid IS NOT NULL AND NOT has_function_privilege(f.oid, 'EXECUTE')
                          ORDER BY f.i) AS denied,
-                  ARRAY(SELECT 'scrinalia.' || f.sig
-                          FROM unnest(%(functions)s::text[]) WITH ORDINALITY AS f(sig, i)
-                         WHERE NOT EXISTS (
-                               SELECT 1 FROM pg_catalog.pg_proc p
-                                WHERE p.pronamespace = n.oid
-                                  AND format('%%s(%%s)', p.proname, replace(pg_catalog.oidvectortypes(p.proargtypes),
-                                                                            'scrinalia.', '')) = f.sig)
-                         ORDER BY f.i) AS missing
+                  ARRAY(SELECT 'scrinalia.' || f.sig FROM f WHERE f.oid IS NULL ORDER BY f.i) AS missing
              FROM (SELECT 1) one
-             LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = 'scrinalia'""",
+             LEFT JOIN n ON true""",
         {"groups": list(groups), "functions": list(functions)}).fetchone()
     if not row["has_schema"]:
         return
