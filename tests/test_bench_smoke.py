@@ -61,3 +61,19 @@ def test_quick_drain_with_the_real_runner_and_the_bare_statements(db_dsn, tmp_pa
     finished = [json.loads(line)["run_id"] for log in tmp_path.glob("runner-*.log")
                 for line in log.read_text().splitlines() if '"finished"' in line]
     assert len(finished) == len(set(finished)) == 300
+
+
+@pytest.mark.slow
+def test_quick_drain_on_a_ledger_with_history(db_dsn, tmp_path):
+    """The history drain keeps the finished runs and counts only the ones it added;
+    its poll stops only when every added run is SUCCEEDED."""
+    from bench import drain_bench
+    upto = drain_bench.history_prepare(db_dsn, 200, 1000)
+    for _ in range(2):  # the second round deletes the first round's runs, not the history
+        r = drain_bench.runner_drain(db_dsn, 200, None, tmp_path, history_upto=upto)
+        assert r["rate"] > 0
+    with claim_bench.conn(db_dsn) as c:
+        kept, added = c.execute(
+            "SELECT count(*) FILTER (WHERE run_id <= %(u)s), count(*) FILTER (WHERE run_id > %(u)s "
+            "AND status = 'SUCCEEDED') FROM scrinalia.archive_worker_runs", {"u": upto}).fetchone()
+    assert (kept, added) == (1000, 200)
