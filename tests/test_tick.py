@@ -200,7 +200,8 @@ def test_a_manual_enqueue_racing_the_tick_keeps_the_slot_single(db, db_dsn):
         api.commit()
     t.join(timeout=10)
     [(_, decision, run_id, _, _, reason)] = out[0]
-    assert (decision, run_id) == ("SKIPPED", None) and "concurrently" in reason
+    # the tick's insert met the committed run and decided again, seeing it
+    assert (decision, run_id, reason) == ("SKIPPED", None, f"run #{manual} is active")
     assert runs(db) == [(manual, "MANUAL", 1, "QUEUED", None)]
 
 
@@ -386,3 +387,32 @@ def test_create_retries_resolves_each_candidate_like_enqueue(db):
     assert wrong == 0
     assert db.execute("SELECT config -> 'options' ->> 'dpi' FROM scrinalia.archive_worker_runs"
                       " WHERE worker_name = 'rt01' AND attempt = 2").fetchone()[0] == "150"  # the preset over settings
+
+
+def test_a_racing_enqueue_leaves_the_other_schedules_enqueued_once(db, db_dsn):
+    """The tick's first attempt fails on the racing run and is rolled back whole: the
+    second decides every schedule again, so the others get one run each, not two."""
+    import threading
+
+    for w in ("a", "b", "c"):
+        armed(db, w)
+        set_next_run(db, w, "1 minute")
+    with psycopg.connect(db_dsn) as api:
+        manual = api.execute("SELECT run_id FROM scrinalia.enqueue('b')").fetchone()[0]
+        out = []
+
+        def scheduler():
+            with psycopg.connect(db_dsn, autocommit=True) as conn:
+                out.append(tick(conn)[1])
+
+        t = threading.Thread(target=scheduler)
+        t.start()
+        t.join(timeout=1)
+        assert t.is_alive(), "the tick must wait for the uncommitted enqueue's slot"
+        api.commit()
+    t.join(timeout=10)
+    assert {d[0]: (d[1], d[5]) for d in out[0]} == {
+        "a": ("ENQUEUED", None), "b": ("SKIPPED", f"run #{manual} is active"), "c": ("ENQUEUED", None)}
+    assert [(r[1], r[3]) for r in runs(db, "a")] == [("SCHEDULE", "QUEUED")]
+    assert [(r[1], r[3]) for r in runs(db, "c")] == [("SCHEDULE", "QUEUED")]
+    assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 3
