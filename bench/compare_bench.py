@@ -271,18 +271,16 @@ def run(dsn_for, quick: bool = False) -> Result:
     for bare in ("bare statements", "bare statements, batched"):
         r_bare = median(ratios("ours", bare))
         checks.append((f"ours >= half the {bare}", r_bare >= 0.5, fmt_ratio(ratios("ours", bare))))
-    met = all(ok for _, ok, _ in checks)
     hist = ratios(hist_key, "ours")
-    notes.insert(0, f"With {history:,} finished runs in the ledger the real runner drains at {fmt_ratio(hist)} "
-                    "of the empty ledger's rate (the issue names this, without a target: 0.80x before). Every "
-                    "claim and finish changes the status, which the partial indexes' predicates read, so no "
-                    "update is HOT: each one inserts into the table's full indexes too (the primary key and "
-                    "ix_worker_runs_history), which are deeper and colder at 1,000,000 rows. Fewer indexes "
-                    "touched per update needs a migration; not done in this release.")
+    checks.append((f"ours with {history:,} finished runs >= 0.95x the empty ledger", median(hist) >= 0.95,
+                   fmt_ratio(hist)))
+    met = all(ok for _, ok, _ in checks)
     notes += [
         "Claim-run-finish/s = N / the time from the commit that makes the N jobs visible until the database "
-        "says all N are done (polled every 10 ms), with every system's 4 worker processes started, connected "
-        "and idle beforehand; except 'pgqueuer, drain mode', pgqueuer's best case: the jobs are queued first and "
+        "says all N are done, with every system's 4 worker processes started, connected "
+        "and idle beforehand. Every 10 ms the timer asks whether a job is still waiting or running, through the "
+        "system's own index of live jobs (a cost that does not grow with the history), and counts the N done "
+        "once none is; except 'pgqueuer, drain mode', pgqueuer's best case: the jobs are queued first and "
         "its drain-mode workers are timed from their start barrier (start-up counted against it, no notification "
         "to wait for). Rounds are interleaved: each round runs every system once; ratios are per round, "
         "median (range).",
@@ -314,7 +312,8 @@ def run(dsn_for, quick: bool = False) -> Result:
         headers=["system", "claim-run-finish/s (median)", "range", "ours/theirs (per round)",
                  "enqueue/s (single)", "enqueue/s (batch)"],
         rows=rows,
-        target="real runner >= pgqueuer in the same run, and >= half the bare statements",
+        target="real runner >= pgqueuer in the same run, >= half the bare statements, and with 1,000,000 "
+               "finished runs in the ledger >= 0.95x its rate on an empty one",
         met=met,
         headline=f"ours {drains['ours']['median']:,.0f} runs/s; " + ", ".join(
             f"{name} {ratio}" for name, _, ratio in checks),

@@ -10,6 +10,8 @@ from __future__ import annotations
 from . import seed, tick_bench
 from .common import Result, check, conn, median, now, vacuum_analyze
 
+TICK_LIMIT = 1 / 0.95
+
 RETRY_CAND_SQL = """
 SELECT c.run_id, c.worker_name, c.request, c.attempt, c.scheduled_for
   FROM scrinalia.archive_worker_runs c
@@ -160,10 +162,12 @@ def run(dsn_for, quick: bool = False) -> Result:
                        ("its candidate query alone, %d owed" % k, "candidates")):
         a, b = median(empty[key]), median(full[key])
         ratio = b / a
-        ok = ratio <= 1.2
+        # issue 12: the tick at >= 0.95x the empty ledger's speed, so its time within 1/0.95
+        limit = TICK_LIMIT if key == "tick" else 1.2
+        ok = ratio <= limit
         met = met and ok
         rows.append([label, f"{a * 1000:.2f} ms", f"{b * 1000:.2f} ms", f"{ratio:.2f}x",
-                     f"{min(full[key]) / min(empty[key]):.2f}x", "<= 1.2x", "met" if ok else "NOT met"])
+                     f"{min(full[key]) / min(empty[key]):.2f}x", f"<= {limit:.3g}x", "met" if ok else "NOT met"])
     mix_md = "; ".join(f"{t} {s} attempt {a}: {c:,}" for t, s, a, c in mix)
     return Result(
         key="history",
@@ -182,7 +186,8 @@ def run(dsn_for, quick: bool = False) -> Result:
         headers=["operation", "empty ledger", f"with {history_rows:,} runs", "ratio (median)", "ratio (best)",
                  "target", "verdict"],
         rows=rows,
-        target="within 1.2x of the empty ledger",
+        target=f"the tick within {TICK_LIMIT:.3g}x of the empty ledger's time (>= 0.95x its speed), the retries "
+               "within 1.2x",
         met=met,
         headline="with history / empty: " + ", ".join(
             f"{short} {r[3]}" for short, r in zip(("tick", "retries (none owed)", f"retries ({k} owed)",
