@@ -8,7 +8,7 @@ CREATE OR REPLACE FUNCTION scrinalia.schema_head()
 RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT '0005_health'::text $$;
+AS $$ SELECT '0006_ledger_indexes'::text $$;
 
 -- The pid of the session holding the scheduler's advisory lock in this database.
 -- Any login can take any advisory lock key: the holder is not necessarily a scheduler.

@@ -4,7 +4,8 @@
 
 -- The latest finished scheduled period of each worker that has one, with every
 -- attempt's run id (a period is finished when no attempt of it is QUEUED/RUNNING and
--- no retry is owed).
+-- no retry is owed). Latest by run id: the tick creates a worker's periods in their
+-- order, and the worker's finished runs are read newest first (ix_worker_runs_finished).
 CREATE OR REPLACE FUNCTION scrinalia.latest_finished_periods()
 RETURNS TABLE (worker_name text, scheduled_for timestamptz, run_ids bigint[], attempts integer,
                last_status scrinalia.run_status, last_error text, finished_at timestamptz)
@@ -33,8 +34,9 @@ AS $$
               FROM chain
          ) c
          WHERE a1.worker_name = s.worker_name AND a1.attempt = 1 AND a1.scheduled_for IS NOT NULL
+           AND a1.status NOT IN ('QUEUED', 'RUNNING')  -- (implied by NOT c.open)
            AND NOT c.open
-         ORDER BY a1.scheduled_for DESC
+         ORDER BY a1.run_id DESC
          LIMIT 1
      ) p
 $$;

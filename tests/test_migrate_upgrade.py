@@ -39,9 +39,9 @@ def test_upgrade_in_place_keeps_the_data_and_reaches_the_head(empty_db_dsn, prev
         assert old_cols == 1
     monkeypatch.delenv("SCRINALIA_ROOT")
     applied = migrate(empty_db_dsn)
-    assert applied == ["0005_health"]
+    assert applied == ["0005_health", "0006_ledger_indexes"]
     with psycopg.connect(empty_db_dsn, autocommit=True) as c:
-        assert c.execute("SELECT scrinalia.schema_head()").fetchone()[0] == "0005_health"
+        assert c.execute("SELECT scrinalia.schema_head()").fetchone()[0] == "0006_ledger_indexes"
         st = c.execute("SELECT holder_role, heartbeat_at FROM scrinalia.scheduler_status()").fetchone()
         assert st == (None, None)
         assert c.execute("SELECT status::text FROM scrinalia.archive_worker_runs WHERE run_id = %s",

@@ -10,7 +10,8 @@ from yoyo import read_migrations
 from scrinalia_workers import migrate as m
 from scrinalia_workers import paths
 
-HEAD = ["0001_ledger", "0002_trigger_schedule", "0003_schedules_retries", "0004_roles", "0005_health"]
+HEAD = ["0001_ledger", "0002_trigger_schedule", "0003_schedules_retries", "0004_roles", "0005_health",
+        "0006_ledger_indexes"]
 
 
 def _count(dsn: str, sql: str, *args) -> int:
@@ -53,11 +54,12 @@ def test_rolls_back_cleanly_and_applies_again(empty_db_dsn):
 
 def test_partial_rollback_then_forward(empty_db_dsn):
     m.migrate(empty_db_dsn)
-    assert m.rollback(empty_db_dsn, count=3) == ["0005_health", "0004_roles", "0003_schedules_retries"]
+    assert m.rollback(empty_db_dsn, count=4) == ["0006_ledger_indexes", "0005_health", "0004_roles",
+                                                "0003_schedules_retries"]
     cols = _count(empty_db_dsn, "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'scrinalia' "
                                 "AND table_name = 'archive_worker_runs' AND column_name IN ('attempt', 'not_before')")
     assert cols == 0
-    assert m.migrate(empty_db_dsn) == ["0003_schedules_retries", "0004_roles", "0005_health"]
+    assert m.migrate(empty_db_dsn) == ["0003_schedules_retries", "0004_roles", "0005_health", "0006_ledger_indexes"]
 
 
 def test_schedule_enum_value_is_added_outside_a_transaction_and_usable(empty_db_dsn):

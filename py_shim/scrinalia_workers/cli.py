@@ -370,9 +370,22 @@ def cmd_status(args) -> int:
     return EXIT_OK
 
 
+# All runs, newest first: the primary key read backwards.
+RUNS_SQL = "SELECT * FROM scrinalia.worker_run_history ORDER BY run_id DESC LIMIT %(n)s"
+# One worker's: its QUEUED/RUNNING run (its one slot) and its newest finished runs
+# (ix_worker_runs_finished, whose predicate the second branch repeats).
+WORKER_RUNS_SQL = """
+SELECT * FROM scrinalia.worker_run_history
+ WHERE worker_name = %(w)s AND status IN ('QUEUED', 'RUNNING')
+UNION ALL
+(SELECT * FROM scrinalia.worker_run_history
+  WHERE worker_name = %(w)s AND status NOT IN ('QUEUED', 'RUNNING')
+  ORDER BY run_id DESC LIMIT %(n)s)
+ORDER BY run_id DESC LIMIT %(n)s"""
+
+
 def cmd_runs(args) -> int:
-    sql = ("SELECT * FROM scrinalia.worker_run_history WHERE (%(w)s::text IS NULL OR worker_name = %(w)s)"
-           " ORDER BY run_id DESC LIMIT %(n)s")
+    sql = RUNS_SQL if args.worker is None else WORKER_RUNS_SQL
     if args.timeline and args.worker is None:
         raise errors.ConfigError("runs --timeline needs a WORKER")
     with _connect(args) as conn:

@@ -13,7 +13,7 @@ from .errors import ConfigError, DatabaseUnavailable, MissingPrivilege, SchemaMi
 from .failure import printable
 from .logs import one_line
 
-EXPECTED_HEAD = "0005_health"
+EXPECTED_HEAD = "0006_ledger_indexes"
 REQUIRED_COLUMNS = ("attempt", "retry_of", "not_before", "scheduled_for")
 _FIX = "run `scrinalia-workers migrate`"
 

@@ -158,18 +158,31 @@ def watch(connect: Callable[[], psycopg.Connection], interval: float, out: TextI
             conn.close()
 
 
+# A worker's last scheduled periods with their attempts. A period's attempts are
+# consecutive among the worker's SCHEDULE runs (the tick skips while a retry is owed),
+# so its live run and its newest periods x max_attempts() finished ones hold them all;
+# the finished ones are read newest first through ix_worker_runs_finished.
+TIMELINE_SQL = """
+WITH recent AS (
+    SELECT * FROM scrinalia.worker_run_history
+     WHERE worker_name = %(w)s AND trigger = 'SCHEDULE' AND status IN ('QUEUED', 'RUNNING')
+    UNION ALL
+    (SELECT * FROM scrinalia.worker_run_history
+      WHERE worker_name = %(w)s AND trigger = 'SCHEDULE' AND status NOT IN ('QUEUED', 'RUNNING')
+      ORDER BY run_id DESC LIMIT %(periods)s * scrinalia.max_attempts())
+)
+SELECT run_id, trigger, status, attempt, attempt_label, retry_of, scheduled_for, not_before,
+       created_at, started_at, finished_at, duration, error
+  FROM recent
+ WHERE scheduled_for IN (SELECT DISTINCT scheduled_for FROM recent ORDER BY scheduled_for DESC LIMIT %(periods)s)
+ ORDER BY scheduled_for DESC, attempt"""
+
+
 def timeline(conn: psycopg.Connection, worker: str, periods: int = 10, width: int = 80) -> str:
     """One worker's scheduled periods, newest first, each with its attempts: outcome,
     when it started relative to the period, the backoff before it, and the error."""
     cur = conn.cursor(row_factory=dict_row)
-    rows = cur.execute(
-        "SELECT run_id, trigger, status, attempt, attempt_label, retry_of, scheduled_for, not_before,"
-        " created_at, started_at, finished_at, duration, error"
-        " FROM scrinalia.worker_run_history WHERE worker_name = %s AND trigger = 'SCHEDULE'"
-        "   AND scheduled_for IN (SELECT DISTINCT scheduled_for FROM scrinalia.worker_run_history"
-        "                          WHERE worker_name = %s AND trigger = 'SCHEDULE'"
-        "                          ORDER BY scheduled_for DESC LIMIT %s)"
-        " ORDER BY scheduled_for DESC, attempt", (worker, worker, periods)).fetchall()
+    rows = cur.execute(TIMELINE_SQL, {"w": worker, "periods": periods}).fetchall()
     if not rows:
         return f"{worker}: no scheduled runs yet"
     out = [f"{worker}: the last {periods} scheduled periods, newest first"]
