@@ -381,3 +381,29 @@ def test_a_login_without_the_group_is_told(db_dsn, db, ocr, role_logins):
     r = cli("enqueue", "ocr", dsn=reader)
     assert_one_line_error(r, 1, "[42501]", "permission denied", "lacks the group")
     assert one(db, "SELECT count(*) FROM scrinalia.archive_worker_runs")[0] == 0
+
+
+def test_runs_of_one_worker_are_its_live_run_then_its_newest_finished(db_dsn, db, ocr):
+    """runs WORKER reads the live run (the slot) and the finished ones (their index)
+    separately: merged newest first, limited, and nobody else's."""
+    make_worker(db, "other")
+    done = []
+    for _ in range(4):
+        run_id = one(db, "SELECT run_id FROM scrinalia.enqueue('ocr')")[0]
+        c = claim(db)
+        finish(db, c[0], c[1])
+        done.append(run_id)
+        db.execute("SELECT scrinalia.enqueue('other')")
+        c = claim(db)
+        finish(db, c[0], c[1])
+    live = one(db, "SELECT run_id FROM scrinalia.enqueue('ocr')")[0]
+    rows = json.loads(cli("runs", "ocr", "--limit", "3", "--json", dsn=db_dsn).out)
+    assert [(x["run_id"], x["status"]) for x in rows] == [
+        (live, "QUEUED"), (done[3], "SUCCEEDED"), (done[2], "SUCCEEDED")]
+    rows = json.loads(cli("runs", "ocr", "--json", dsn=db_dsn).out)
+    assert [x["run_id"] for x in rows] == [live, *reversed(done)]
+    # the finished half is an index scan of the worker's finished runs, not of the ledger
+    from scrinalia_workers.cli import WORKER_RUNS_SQL
+    db.execute("SET enable_seqscan = off")
+    plan = "\n".join(r[0] for r in db.execute("EXPLAIN " + WORKER_RUNS_SQL, {"w": "ocr", "n": 3}))
+    assert "ix_worker_runs_finished" in plan and "uq_worker_run_active" in plan
