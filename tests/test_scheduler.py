@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from helpers import make_worker, put_schedule, set_next_run
 from procs import start_scheduler, wait_for
 from scrinalia_workers import db as swdb
@@ -32,6 +34,19 @@ def test_old_schema_refused_with_exit_2(db, db_dsn):
     assert r.returncode == 2
     assert "0003_schedules_retries" in r.stderr and "scrinalia-workers migrate" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["--max-sleep", "0"], "--max-sleep: 0 is out of range"),
+    (["--log-level", "loud"], "invalid choice: 'loud'"),
+])
+def test_a_bad_argument_is_one_line_exit_2(args, fragment):
+    r = subprocess.run([sys.executable, "-m", "scrinalia_workers.scheduler", *args],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.splitlines() == [r.stderr.strip()] and r.stderr.startswith("scrinalia-scheduler: ")
+    assert fragment in r.stderr, r.stderr
 
 
 def test_no_schema_refused_with_exit_2(empty_db_dsn):

@@ -9,6 +9,13 @@ import math
 from .failure import printable
 
 
+class DaemonParser(argparse.ArgumentParser):
+    """The daemons' parser: a bad argument is one line and exit 2, no usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {' '.join(message.split())}\n")
+
+
 def count(lo: int, hi: int, what: str = "a whole number"):
     """A whole number in [lo, hi]."""
     def parse(text: str) -> int:

@@ -564,12 +564,6 @@ class Runner:
 
 # -- start-up ----------------------------------------------------------------------
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        """One line and exit 2: no usage block, never a traceback."""
-        self.exit(2, f"{self.prog}: {' '.join(message.split())}\n")
-
-
 def _runner_id(value: str) -> str:
     if not RUNNER_ID.fullmatch(value):
         raise argparse.ArgumentTypeError(
@@ -578,7 +572,8 @@ def _runner_id(value: str) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = _Parser(prog="scrinalia-runner", description="the reference runner (handler contract: docs/handlers.md)")
+    p = argtypes.DaemonParser(prog="scrinalia-runner",
+                              description="the reference runner (handler contract: docs/handlers.md)")
     p.add_argument("--dsn", help="database (else DATABASE_URL or the PG* variables)")
     p.add_argument("--handlers", metavar="MODULE", required=False,
                    help="the module whose HANDLERS dict maps worker names to handlers (required)")

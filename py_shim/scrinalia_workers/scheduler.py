@@ -484,7 +484,7 @@ def _next_occurrences(pairs: list[tuple[str, str]], db_now: datetime,
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="scrinalia-scheduler", description="the one-instance cron scheduler")
+    p = argtypes.DaemonParser(prog="scrinalia-scheduler", description="the one-instance cron scheduler")
     p.add_argument("--dsn", help="database (else DATABASE_URL or the PG* variables)")
     p.add_argument("--standby-retry", type=argtypes.seconds(0.05, 3600), default=3.0, metavar="SECONDS",
                    help="seconds between two lock attempts of a standby (default 3)")
