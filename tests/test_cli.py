@@ -318,13 +318,16 @@ def test_settings_put(db_dsn, db, ocr):
     assert_one_line_error(bad, 1, "[SW002]", "unknown preset 'nope'")
 
 
+def _succeeded_run(db, worker: str, trigger: str = "MANUAL") -> int:
+    """One run of `worker` enqueued, claimed and finished SUCCEEDED: its id."""
+    run_id = one(db, "SELECT run_id FROM scrinalia.enqueue(%s, '{}', %s)", worker, trigger)[0]
+    got = claim(db)
+    finish(db, got[0], got[1])
+    return run_id
+
+
 def test_prune(db_dsn, db, ocr):
-    ids = []
-    for _ in range(3):
-        run_id = one(db, "SELECT run_id FROM scrinalia.enqueue('ocr', '{}', 'CLI')")[0]
-        got = claim(db)
-        finish(db, got[0], got[1])
-        ids.append(run_id)
+    ids = [_succeeded_run(db, "ocr", "CLI") for _ in range(3)]
     db.execute("UPDATE scrinalia.archive_worker_runs SET finished_at = finished_at - interval '40 days'"
                " WHERE run_id = ANY (%s)", (ids[:2],))
     r = cli("prune", "--older-than", "30 days", "--batch", "3", dsn=db_dsn)
@@ -389,13 +392,8 @@ def test_runs_of_one_worker_are_its_live_run_then_its_newest_finished(db_dsn, db
     make_worker(db, "other")
     done = []
     for _ in range(4):
-        run_id = one(db, "SELECT run_id FROM scrinalia.enqueue('ocr')")[0]
-        c = claim(db)
-        finish(db, c[0], c[1])
-        done.append(run_id)
-        db.execute("SELECT scrinalia.enqueue('other')")
-        c = claim(db)
-        finish(db, c[0], c[1])
+        done.append(_succeeded_run(db, "ocr"))
+        _succeeded_run(db, "other")
     live = one(db, "SELECT run_id FROM scrinalia.enqueue('ocr')")[0]
     rows = json.loads(cli("runs", "ocr", "--limit", "3", "--json", dsn=db_dsn).out)
     assert [(x["run_id"], x["status"]) for x in rows] == [

@@ -180,13 +180,13 @@ def test_next_wakeup_is_the_earliest_work(db):
     assert wake == now
 
 
-def test_a_manual_enqueue_racing_the_tick_keeps_the_slot_single(db, db_dsn):
+def _tick_racing_an_enqueue(db_dsn, worker):
+    """A tick that starts while an enqueue of `worker` is not committed yet, which
+    commits while the tick waits for the slot: (the enqueued run, the tick's decisions)."""
     import threading
 
-    armed(db)
-    set_next_run(db, "ocr", "1 minute")
     with psycopg.connect(db_dsn) as api:  # a transaction still open: not committed yet
-        manual = api.execute("SELECT run_id FROM scrinalia.enqueue('ocr')").fetchone()[0]
+        manual = api.execute("SELECT run_id FROM scrinalia.enqueue(%s)", (worker,)).fetchone()[0]
         out = []
 
         def scheduler():
@@ -199,7 +199,14 @@ def test_a_manual_enqueue_racing_the_tick_keeps_the_slot_single(db, db_dsn):
         assert t.is_alive(), "the tick must wait for the uncommitted enqueue's slot"
         api.commit()
     t.join(timeout=10)
-    [(_, decision, run_id, _, _, reason)] = out[0]
+    return manual, out[0]
+
+
+def test_a_manual_enqueue_racing_the_tick_keeps_the_slot_single(db, db_dsn):
+    armed(db)
+    set_next_run(db, "ocr", "1 minute")
+    manual, decisions = _tick_racing_an_enqueue(db_dsn, "ocr")
+    [(_, decision, run_id, _, _, reason)] = decisions
     # the tick's insert met the committed run and decided again, seeing it
     assert (decision, run_id, reason) == ("SKIPPED", None, f"run #{manual} is active")
     assert runs(db) == [(manual, "MANUAL", 1, "QUEUED", None)]
@@ -392,26 +399,11 @@ def test_create_retries_resolves_each_candidate_like_enqueue(db):
 def test_a_racing_enqueue_leaves_the_other_schedules_enqueued_once(db, db_dsn):
     """The tick's first attempt fails on the racing run and is rolled back whole: the
     second decides every schedule again, so the others get one run each, not two."""
-    import threading
-
     for w in ("a", "b", "c"):
         armed(db, w)
         set_next_run(db, w, "1 minute")
-    with psycopg.connect(db_dsn) as api:
-        manual = api.execute("SELECT run_id FROM scrinalia.enqueue('b')").fetchone()[0]
-        out = []
-
-        def scheduler():
-            with psycopg.connect(db_dsn, autocommit=True) as conn:
-                out.append(tick(conn)[1])
-
-        t = threading.Thread(target=scheduler)
-        t.start()
-        t.join(timeout=1)
-        assert t.is_alive(), "the tick must wait for the uncommitted enqueue's slot"
-        api.commit()
-    t.join(timeout=10)
-    assert {d[0]: (d[1], d[5]) for d in out[0]} == {
+    manual, decisions = _tick_racing_an_enqueue(db_dsn, "b")
+    assert {d[0]: (d[1], d[5]) for d in decisions} == {
         "a": ("ENQUEUED", None), "b": ("SKIPPED", f"run #{manual} is active"), "c": ("ENQUEUED", None)}
     assert [(r[1], r[3]) for r in runs(db, "a")] == [("SCHEDULE", "QUEUED")]
     assert [(r[1], r[3]) for r in runs(db, "c")] == [("SCHEDULE", "QUEUED")]
