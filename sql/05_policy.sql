@@ -51,6 +51,20 @@ BEGIN
     RETURN p_value;
 END $$;
 
+-- The calls that take parallel arrays: raises p_sqlstate with p_message unless every
+-- array is there (its cardinality not NULL) and all have one length.
+CREATE OR REPLACE FUNCTION scrinalia.check_array_lengths(p_sqlstate text, p_message text,
+                                              p_cardinalities integer[])
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM unnest(p_cardinalities) c WHERE c IS NULL OR c <> p_cardinalities[1]) THEN
+        RAISE EXCEPTION USING ERRCODE = p_sqlstate, MESSAGE = p_message;
+    END IF;
+END $$;
+
 -- Does a run in this state owe a retry? (ADR 0015: a SCHEDULE run that ended FAILED
 -- or INTERRUPTED before its last attempt; never MANUAL/CLI, never CANCELLED.)
 CREATE OR REPLACE FUNCTION scrinalia.owes_retry(p_trigger scrinalia.run_trigger, p_status scrinalia.run_status,

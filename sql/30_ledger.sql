@@ -217,13 +217,13 @@ RETURNS integer
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE n integer := coalesce(cardinality(p_run_ids), -1);
+DECLARE
+    n integer := cardinality(p_run_ids);
+    bad text := format('%s takes arrays of one length, one element per run, and no NULL run id', p_call);
 BEGIN
-    IF p_run_ids IS NULL OR p_lease_tokens IS NULL OR cardinality(p_lease_tokens) <> n
-       OR EXISTS (SELECT 1 FROM unnest(p_other_lengths) l WHERE l IS DISTINCT FROM n)
-       OR array_position(p_run_ids, NULL) IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'SW022',
-            MESSAGE = format('%s takes arrays of one length, one element per run, and no NULL run id', p_call);
+    PERFORM scrinalia.check_array_lengths('SW022', bad, ARRAY[n, cardinality(p_lease_tokens)] || p_other_lengths);
+    IF array_position(p_run_ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW022', MESSAGE = bad;
     END IF;
     IF n > scrinalia.max_claim_batch() THEN
         RAISE EXCEPTION USING ERRCODE = 'SW022',

@@ -66,11 +66,9 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 BEGIN
-    IF p_workers IS NULL OR p_errors IS NULL
-       OR coalesce(cardinality(p_workers), 0) <> coalesce(cardinality(p_errors), 0) THEN
-        RAISE EXCEPTION USING ERRCODE = 'SW030',
-            MESSAGE = 'set_schedules_aside takes two arrays of the same length: worker names and errors';
-    END IF;
+    PERFORM scrinalia.check_array_lengths(
+        'SW030', 'set_schedules_aside takes two arrays of the same length: worker names and errors',
+        ARRAY[cardinality(p_workers), cardinality(p_errors)]);
     RETURN QUERY
     UPDATE scrinalia.archive_worker_schedules s
        SET arm_error = left(coalesce(i.err, 'the scheduler could not compute the next occurrence'), 1000),
@@ -167,11 +165,9 @@ DECLARE
      ORDER BY u.worker_name
 $stmt$;
 BEGIN
-    IF p_workers IS NULL OR p_next IS NULL
-       OR coalesce(cardinality(p_workers), 0) <> coalesce(cardinality(p_next), 0) THEN
-        RAISE EXCEPTION USING ERRCODE = 'SW030',
-            MESSAGE = 'tick takes two arrays of the same length: worker names and their next occurrences';
-    END IF;
+    PERFORM scrinalia.check_array_lengths(
+        'SW030', 'tick takes two arrays of the same length: worker names and their next occurrences',
+        ARRAY[cardinality(p_workers), cardinality(p_next)]);
     -- one pass over the input: the first bad pair, and whether a worker is named twice
     SELECT min(format('%s -> %s', i.w, coalesce(i.n::text, 'NULL')))
                FILTER (WHERE i.w IS NULL OR i.n IS NULL OR i.n <= now() OR NOT isfinite(i.n)),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import psycopg
+import pytest
 
 from helpers import claim, finish, make_worker, make_workers, put_schedule, raises_sqlstate, run_row, set_next_run, tick
 
@@ -408,3 +409,11 @@ def test_a_racing_enqueue_leaves_the_other_schedules_enqueued_once(db, db_dsn):
     assert [(r[1], r[3]) for r in runs(db, "a")] == [("SCHEDULE", "QUEUED")]
     assert [(r[1], r[3]) for r in runs(db, "c")] == [("SCHEDULE", "QUEUED")]
     assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 3
+
+
+@pytest.mark.parametrize("workers, errors", [(["ocr"], []), (["ocr"], None), (None, ["boom"]), (None, None)])
+def test_set_schedules_aside_refuses_arrays_of_two_lengths_or_missing(db, workers, errors):
+    armed(db)
+    with raises_sqlstate("SW030", "two arrays of the same length"):
+        db.execute("SELECT * FROM scrinalia.set_schedules_aside(%s::text[], %s::text[])", (workers, errors))
+    assert db.execute("SELECT arm_error FROM scrinalia.archive_worker_schedules").fetchone()[0] is None
