@@ -239,7 +239,7 @@ def run(dsn_for, quick: bool = False) -> Result:
     history = 20_000 if quick else 1_000_000
     dsns["history"] = dsn_for("bench_cmp_history", migrate=True)
     drains = drain_bench.run(dsns, n, rounds, v, history=history)
-    hist_key = f"ours, {history:,} finished runs in the ledger"
+    hist_key = drain_bench.history_system(history)
 
     def ratios(a: str, b: str) -> list[float]:
         return [x / y for x, y in zip(drains[a]["rates"], drains[b]["rates"])]

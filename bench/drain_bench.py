@@ -125,6 +125,11 @@ def _ours_prepare(dsn: str, n: int, history_upto: int | None = None) -> None:
     vacuum_analyze(dsn, *(["scrinalia.archive_worker_runs"] if history_upto is not None else []))
 
 
+def history_system(history: int) -> str:
+    """The name of the history drain among run()'s systems."""
+    return f"ours, {history:,} finished runs in the ledger"
+
+
 def history_prepare(dsn: str, n: int, history: int) -> int:
     """n workers and `history` finished runs (bench.seed.history); returns the last
     history run id, below every run the drains add."""
@@ -382,7 +387,7 @@ def run(dsns: dict[str, str], n: int, rounds: int, versions: dict, history: int 
     }
     if history:
         upto = history_prepare(dsns["history"], n, history)
-        systems[f"ours, {history:,} finished runs in the ledger"] = \
+        systems[history_system(history)] = \
             lambda: runner_drain(dsns["history"], n, None, logdir, history_upto=upto)
     if versions.get("pgqueuer"):
         from . import compare_bench
