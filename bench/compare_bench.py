@@ -238,8 +238,10 @@ def run(dsn_for, quick: bool = False) -> Result:
         enqueue[name] = enq(dsns[name], n)  # installs its schema
     history = 20_000 if quick else 1_000_000
     dsns["history"] = dsn_for("bench_cmp_history", migrate=True)
+    dsns["history dense"] = dsn_for("bench_cmp_history_dense", migrate=True)
     drains = drain_bench.run(dsns, n, rounds, v, history=history)
     hist_key = drain_bench.history_system(history)
+    dense_key = drain_bench.history_system(history, "dense")
 
     def ratios(a: str, b: str) -> list[float]:
         return [x / y for x, y in zip(drains[a]["rates"], drains[b]["rates"])]
@@ -248,7 +250,9 @@ def run(dsn_for, quick: bool = False) -> Result:
         return f"{median(rs):.2f}x" + (f" ({min(rs):.2f}-{max(rs):.2f})" if len(rs) > 1 else "")
 
     labels = {"ours": "scrinalia-runner (ours, --batch 32)",
-              hist_key: f"the same, {history:,} finished runs in the ledger", "ours --batch 1": "scrinalia-runner --batch 1",
+              hist_key: f"the same, {history:,} finished runs in the ledger",
+              dense_key: f"the same, {history:,} finished runs packed (as after a restore)",
+              "ours --batch 1": "scrinalia-runner --batch 1",
               "bare statements": "the claim and finish statements, bare",
               "bare statements, batched": "the same, bare, 32 runs a claim",
               "pgqueuer": f"pgqueuer {v['pgqueuer']}", "pgqueuer, drain mode": f"pgqueuer {v['pgqueuer']}, drain mode",
@@ -261,6 +265,7 @@ def run(dsn_for, quick: bool = False) -> Result:
             f"{f['median']:,.0f}", f"{f['min']:,.0f}-{f['max']:,.0f}",
             "1.00x" if name == "ours" else fmt_ratio(ratios("ours", name)),
             f"{enq['single']:,.0f}" if enq else "-", f"{enq['batch']:,.0f}" if enq else "-",
+            f"{median(f['pages']):,.0f}" if f.get("pages") else "-",
         ])
     checks = []
     peers = [k for k in ("pgqueuer", "pgqueuer, drain mode") if k in drains]
@@ -275,6 +280,7 @@ def run(dsn_for, quick: bool = False) -> Result:
     checks.append((f"ours with {history:,} finished runs >= 0.95x the empty ledger", median(hist) >= 0.95,
                    fmt_ratio(hist)))
     met = all(ok for _, ok, _ in checks)
+    dense = fmt_ratio(ratios(dense_key, "ours"))
     notes += [
         "Claim-run-finish/s = N / the time from the commit that makes the N jobs visible until the database "
         "says all N are done, with every system's 4 worker processes started, connected "
@@ -286,7 +292,17 @@ def run(dsn_for, quick: bool = False) -> Result:
         "median (range).",
         f"History: the same runner drain on a second database whose ledger holds {history:,} finished runs "
         "(bench.seed.history: scheduled chains, retries, manual runs, cancellations over the same workers), "
-        "the drained runs deleted between rounds; its ratio is to the empty ledger's drain of the same round.",
+        "the drained runs deleted between rounds; its ratio is to the empty ledger's drain of the same round. "
+        "The history is laid out as use leaves it: written in chunks of "
+        f"{seed.HISTORY_CHUNK:,} runs, each run's row written three times (the enqueue's row, the claim's and "
+        "the finish's new versions) and the table vacuumed after each chunk.",
+        f"The same history packed full (written once, as a restore with COPY or a VACUUM FULL leaves it) is "
+        f"measured too, with no target: {dense} of the empty ledger. Each packed page keeps a little free space, "
+        "about one run's row; vacuum records it, and PostgreSQL's free-space map then hands those pages out, so "
+        "the drain's new rows and their claim and finish versions land one per page across the whole history "
+        "(column 'heap pages': the pages the drained runs end on) instead of a few hundred pages. A ledger that "
+        "was used rather than restored has the space of its dead versions to fill, and the drained runs stay "
+        "together.",
         "Ours: the jobs are one INSERT of N QUEUED runs plus the N NOTIFYs N enqueue() calls would send, in one "
         "commit; the runners are the real `scrinalia-runner` processes (JSON log lines to a file, heartbeats, "
         "the start-up checks) with an empty '*' handler (bench/any_handlers.py). The bare statements are "
@@ -310,7 +326,7 @@ def run(dsn_for, quick: bool = False) -> Result:
             f"4 worker processes per system; {rounds} interleaved rounds.",
         ] + [f"Target: {name}: {'met' if ok else 'NOT met'} ({ratio})." for name, ok, ratio in checks],
         headers=["system", "claim-run-finish/s (median)", "range", "ours/theirs (per round)",
-                 "enqueue/s (single)", "enqueue/s (batch)"],
+                 "enqueue/s (single)", "enqueue/s (batch)", "heap pages of the drained runs"],
         rows=rows,
         target="real runner >= pgqueuer in the same run, >= half the bare statements, and with 1,000,000 "
                "finished runs in the ledger >= 0.95x its rate on an empty one",

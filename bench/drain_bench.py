@@ -125,18 +125,18 @@ def _ours_prepare(dsn: str, n: int, history_upto: int | None = None) -> None:
     vacuum_analyze(dsn, *(["scrinalia.archive_worker_runs"] if history_upto is not None else []))
 
 
-def history_system(history: int) -> str:
-    """The name of the history drain among run()'s systems."""
-    return f"ours, {history:,} finished runs in the ledger"
+def history_system(history: int, layout: str = "use") -> str:
+    """The name of a history drain among run()'s systems (layout: bench.seed.history)."""
+    return f"ours, {history:,} finished runs in the ledger" + ("" if layout == "use" else f", {layout}")
 
 
-def history_prepare(dsn: str, n: int, history: int) -> int:
-    """n workers and `history` finished runs (bench.seed.history); returns the last
-    history run id, below every run the drains add."""
+def history_prepare(dsn: str, n: int, history: int, layout: str = "use") -> int:
+    """n workers and `history` finished runs (bench.seed.history, in that layout);
+    returns the last history run id, below every run the drains add."""
     with conn(dsn) as c:
         seed.reset(c)
         seed.workers(c, n)
-        seed.history(c, history, n)
+        seed.history(c, history, n, layout)
         upto = c.execute("SELECT max(run_id) FROM scrinalia.archive_worker_runs").fetchone()[0]
     vacuum_analyze(dsn)
     return upto
@@ -148,10 +148,12 @@ def _ours_check(dsn: str, n: int, history_upto: int | None = None) -> dict:
         states = dict(c.execute(
             "SELECT status::text, count(*) FROM scrinalia.archive_worker_runs WHERE run_id > %s GROUP BY 1",
             (since,)).fetchall())
-        owners = c.execute("SELECT count(DISTINCT lease_owner) FROM scrinalia.archive_worker_runs"
-                           " WHERE run_id > %s", (since,)).fetchone()[0]
+        owners, pages = c.execute(
+            "SELECT count(DISTINCT lease_owner), count(DISTINCT (ctid::text::point)[0])"
+            " FROM scrinalia.archive_worker_runs WHERE run_id > %s", (since,)).fetchone()
     check(states == {"SUCCEEDED": n}, f"ours: the drained runs are {states}, expected {n} SUCCEEDED")
-    return {"owners": owners}
+    # pages: how many heap pages the drained runs' final versions ended on
+    return {"owners": owners, "pages": pages}
 
 
 def runner_drain(dsn: str, n: int, batch: int | None, logdir: Path, history_upto: int | None = None) -> dict:
@@ -376,9 +378,11 @@ def _with_processes(target, dsn: str, what: str, app_name: str, body):
 # --- the rounds -------------------------------------------------------------------
 
 def run(dsns: dict[str, str], n: int, rounds: int, versions: dict, history: int = 0) -> dict:
-    """dsns: ours, pgqueuer, procrastinate (a database each), and "history" when
-    history > 0: ours again on a ledger that holds that many finished runs. Returns
-    {system: {"rates": [...], "median": .., "min": .., "max": ..}}."""
+    """dsns: ours, pgqueuer, procrastinate (a database each), and when history > 0
+    "history" and "history dense": ours again on a ledger that holds that many finished
+    runs, laid out as use leaves them and packed (bench.seed.history). Returns
+    {system: {"rates": [...], "median": .., "min": .., "max": .., "pages": [...]}}
+    (pages: ours only, the heap pages of the drained runs, per round)."""
     systems = {
         "ours": lambda: runner_drain(dsns["ours"], n, None, logdir),
         "ours --batch 1": lambda: runner_drain(dsns["ours"], n, 1, logdir),
@@ -386,9 +390,10 @@ def run(dsns: dict[str, str], n: int, rounds: int, versions: dict, history: int 
         "bare statements, batched": lambda: bare_drain(dsns["ours"], n, batch=32),
     }
     if history:
-        upto = history_prepare(dsns["history"], n, history)
-        systems[history_system(history)] = \
-            lambda: runner_drain(dsns["history"], n, None, logdir, history_upto=upto)
+        for layout, key in (("use", "history"), ("dense", "history dense")):
+            upto = history_prepare(dsns[key], n, history, layout)
+            systems[history_system(history, layout)] = \
+                lambda key=key, upto=upto: runner_drain(dsns[key], n, None, logdir, history_upto=upto)
     if versions.get("pgqueuer"):
         from . import compare_bench
         pgqueuer_install(dsns["pgqueuer"])
@@ -399,12 +404,15 @@ def run(dsns: dict[str, str], n: int, rounds: int, versions: dict, history: int 
     if versions.get("procrastinate"):
         procrastinate_install(dsns["procrastinate"])
         systems["procrastinate"] = lambda: procrastinate_drain(dsns["procrastinate"], n)
-    out: dict = {name: {"rates": []} for name in systems}
+    out: dict = {name: {"rates": [], "pages": []} for name in systems}
     with tempfile.TemporaryDirectory(prefix="scrinalia-drain-") as tmp:
         logdir = Path(tmp)
         for _ in range(rounds):
             for name, drain in systems.items():
-                out[name]["rates"].append(drain()["rate"])
+                got = drain()
+                out[name]["rates"].append(got["rate"])
+                if "pages" in got:
+                    out[name]["pages"].append(got["pages"])
     for f in out.values():
         f.update(median=median(f["rates"]), min=min(f["rates"]), max=max(f["rates"]))
     return out

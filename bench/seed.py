@@ -129,15 +129,38 @@ SELECT g.id,
 """
 
 
-def history(c: psycopg.Connection, n: int, n_workers: int) -> int:
+# How much history a used ledger gets between two autovacuums, for layout "use".
+HISTORY_CHUNK = 100_000
+
+
+def history(c: psycopg.Connection, n: int, n_workers: int, layout: str = "use") -> int:
     """n finished runs (n a multiple of 10) spread over the workers, with run_ids below
-    any live run's: the identity sequence is moved past them."""
+    any live run's: the identity sequence is moved past them. c must be in autocommit.
+
+    layout "use": the heap as a ledger's use leaves it. A run is written three times
+    (the enqueue's row, then the claim's and the finish's new versions), and vacuum
+    takes back the dead versions: chunk by chunk, each chunk's rows are written twice
+    more and the table vacuumed, so later rows fill the space earlier ones left.
+    layout "dense": each row written once, pages packed full, as a restore (COPY) or a
+    rewrite (VACUUM FULL, pg_repack) leaves them."""
+    if layout not in ("use", "dense"):
+        raise ValueError(f"history layout {layout!r}: use or dense")
     first = c.execute(
         "SELECT (coalesce(max(run_id), 0) / 10 + 1) * 10 FROM scrinalia.archive_worker_runs"
     ).fetchone()[0]
-    cur = c.execute(HISTORY_SQL, {"workers": n_workers, "first": first, "n": n, "config": DEFAULT_CONFIG})
+    chunk = HISTORY_CHUNK if layout == "use" else n
+    written = 0
+    for start in range(first, first + n, chunk):
+        size = min(chunk, first + n - start)
+        written += c.execute(HISTORY_SQL, {"workers": n_workers, "first": start, "n": size,
+                                           "config": DEFAULT_CONFIG}).rowcount
+        if layout == "use":
+            for _ in range(2):  # new versions of every row, as the claim and the finish write them
+                c.execute("UPDATE scrinalia.archive_worker_runs SET duration = duration"
+                          " WHERE run_id >= %s AND run_id < %s", (start, start + size))
+            c.execute("VACUUM scrinalia.archive_worker_runs")
     c.execute(
         "SELECT setval(pg_get_serial_sequence('scrinalia.archive_worker_runs', 'run_id'), "
         "(SELECT max(run_id) FROM scrinalia.archive_worker_runs))"
     )
-    return cur.rowcount
+    return written

@@ -77,3 +77,27 @@ def test_quick_drain_on_a_ledger_with_history(db_dsn, tmp_path):
             "SELECT count(*) FILTER (WHERE run_id <= %(u)s), count(*) FILTER (WHERE run_id > %(u)s "
             "AND status = 'SUCCEEDED') FROM scrinalia.archive_worker_runs", {"u": upto}).fetchone()
     assert (kept, added) == (1000, 200)
+
+
+def test_history_layouts_leave_the_drained_runs_together_or_scattered(db_dsn):
+    """What BENCHMARKS.md says of the two history layouts: on a packed history the
+    free-space map hands out each page's last few hundred bytes, one new row a page;
+    on the history as use leaves it, the new runs fill the space of dead versions."""
+    from bench import drain_bench, seed
+    pages = {}
+    for layout in ("dense", "use"):
+        upto = drain_bench.history_prepare(db_dsn, 200, 20_000, layout)
+        drain_bench._ours_prepare(db_dsn, 200, upto)
+        with claim_bench.conn(db_dsn) as c:
+            assert c.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 20_000
+            seed.queued_runs(c, 200)
+            rows = c.execute("SELECT run_id, lease_token FROM scrinalia.claim_runs('t', '5 minutes', NULL, 500)"
+                             ).fetchall()
+            assert len(rows) == 200
+            c.execute("SELECT * FROM scrinalia.finish_runs(%s, %s, %s::scrinalia.run_status[], %s, %s)",
+                      ([r[0] for r in rows], [r[1] for r in rows], ["SUCCEEDED"] * 200, [None] * 200, [None] * 200))
+            pages[layout] = c.execute(
+                "SELECT count(DISTINCT (ctid::text::point)[0]) FROM scrinalia.archive_worker_runs"
+                " WHERE run_id > %s AND status = 'SUCCEEDED'", (upto,)).fetchone()[0]
+    assert pages["dense"] >= 150, pages
+    assert pages["use"] <= 20, pages
