@@ -288,8 +288,8 @@ def run(dsn_for, quick: bool = False) -> Result:
         "system's own index of live jobs (a cost that does not grow with the history), and counts the N done "
         "once none is; except 'pgqueuer, drain mode', pgqueuer's best case: the jobs are queued first and "
         "its drain-mode workers are timed from their start barrier (start-up counted against it, no notification "
-        "to wait for). Rounds are interleaved: each round runs every system once; ratios are per round, "
-        "median (range).",
+        "to wait for). Rounds are interleaved: each round runs every system once, starting at a different one "
+        "each round; ratios are per round, median (range).",
         f"History: the same runner drain on a second database whose ledger holds {history:,} finished runs "
         "(bench.seed.history: scheduled chains, retries, manual runs, cancellations over the same workers), "
         "the drained runs deleted between rounds; its ratio is to the empty ledger's drain of the same round. "
