@@ -253,7 +253,10 @@ BEGIN
         UPDATE scrinalia.archive_worker_runs r
            SET lease_expires_at = now() + r.lease_duration, heartbeat_at = now()
           FROM i
-         WHERE r.run_id = i.run_id AND r.status = 'RUNNING'
+         -- status as text: never through the partial lease index, which holds every
+         -- running run and which stale statistics (counting few running) make look
+         -- cheap; a batch costs its own runs, found by run_id, however many others run
+         WHERE r.run_id = i.run_id AND r.status::text = 'RUNNING'
            AND r.lease_token = i.lease_token AND r.lease_expires_at > now()
         RETURNING r.run_id, r.lease_expires_at
     )
@@ -274,7 +277,8 @@ DECLARE expires timestamptz;
 BEGIN
     UPDATE scrinalia.archive_worker_runs
        SET lease_expires_at = now() + lease_duration, heartbeat_at = now()
-     WHERE run_id = p_run_id AND status = 'RUNNING'
+     -- status as text: by run_id, never the lease index (see heartbeat_runs)
+     WHERE run_id = p_run_id AND status::text = 'RUNNING'
        AND lease_token = p_lease_token AND lease_expires_at > now()
     RETURNING lease_expires_at INTO expires;
     IF NOT FOUND THEN
@@ -355,7 +359,8 @@ BEGIN
                error_fingerprint = scrinalia.outcome_fingerprint(i.status, i.error, i.fingerprint),
                retry_pending = scrinalia.owes_retry(r.trigger, i.status, r.attempt)
           FROM i
-         WHERE r.run_id = i.run_id AND r.status = 'RUNNING'
+         -- status as text: by run_id, never the lease index (see heartbeat_runs)
+         WHERE r.run_id = i.run_id AND r.status::text = 'RUNNING'
            AND r.lease_token = i.lease_token AND r.lease_expires_at > now()
         RETURNING r.run_id, r.status, r.retry_pending
     )
@@ -388,7 +393,8 @@ BEGIN
            error = scrinalia.outcome_error(p_status, p_error),
            error_fingerprint = scrinalia.outcome_fingerprint(p_status, p_error, p_error_fingerprint),
            retry_pending = scrinalia.owes_retry(r.trigger, p_status, r.attempt)
-     WHERE r.run_id = p_run_id AND r.status = 'RUNNING'
+     -- status as text: by run_id, never the lease index (see heartbeat_runs)
+     WHERE r.run_id = p_run_id AND r.status::text = 'RUNNING'
        AND r.lease_token = p_lease_token AND r.lease_expires_at > now()
     RETURNING r.* INTO run;
     IF NOT FOUND THEN
@@ -417,7 +423,8 @@ BEGIN
        SET status = 'QUEUED', lease_owner = NULL, lease_token = NULL, lease_duration = NULL,
            lease_expires_at = NULL, heartbeat_at = NULL, started_at = NULL
       FROM unnest(p_run_ids, p_lease_tokens) AS i(run_id, lease_token)
-     WHERE r.run_id = i.run_id AND r.status = 'RUNNING' AND r.lease_token = i.lease_token
+     -- status as text: by run_id, never the lease index (see heartbeat_runs)
+     WHERE r.run_id = i.run_id AND r.status::text = 'RUNNING' AND r.lease_token = i.lease_token
     RETURNING r.run_id;
     IF FOUND THEN
         PERFORM pg_notify('scrinalia_runs', 'released');

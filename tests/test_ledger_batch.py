@@ -224,3 +224,37 @@ def test_the_runner_group_may_call_the_batch_forms_and_the_reader_may_not(db, co
                       ("SELECT * FROM scrinalia.release_runs(%s, %s)", ([1], [uuid.uuid4()]))]:
         with raises_sqlstate("42501"):
             reader.execute(sql, args)
+
+
+def test_batch_calls_find_their_runs_by_id_whatever_the_statistics(db):
+    """The lease calls (heartbeat, finish, release; one run or a batch) reach their runs by run_id even when
+    the statistics, taken before anything ran, count few running runs: the partial lease
+    index holds every running run, and going through it makes each batch cost them all
+    (3.3 ms against 1.1 ms for 32 runs beside 10,000 running)."""
+    workers = make_workers(db, 1000)
+    # a history, and statistics taken while nothing ran
+    db.execute("INSERT INTO scrinalia.archive_worker_runs (worker_name, status, trigger, started_at, finished_at,"
+               " requested_by) SELECT w, 'SUCCEEDED', 'MANUAL', now(), now(), 'test'"
+               " FROM unnest(%s::text[]) w, generate_series(1, 20) g", (workers,))
+    db.execute("ANALYZE scrinalia.archive_worker_runs")
+    _enqueue_all(db, workers)
+    _claim(db, 900, runner="others")  # another runner's 900 runs
+    mine = _claim(db, 32)
+    ids, tokens = [r[0] for r in mine], [r[1] for r in mine]
+    plans = []
+    db.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
+    for setting in ("log_min_duration = 0", "log_nested_statements = on", "log_level = notice"):
+        db.execute(f"SET auto_explain.{setting}")
+    db.execute("LOAD 'auto_explain'")
+    beats = db.execute("SELECT lost_reason FROM scrinalia.heartbeat_runs(%s, %s)", (ids, tokens)).fetchall()
+    assert db.execute("SELECT scrinalia.heartbeat(%s, %s)", (ids[0], tokens[0])).fetchone()[0] is not None
+    assert db.execute("SELECT (scrinalia.finish(%s, %s, 'SUCCEEDED')).status::text",
+                      (ids[0], tokens[0])).fetchone()[0] == "SUCCEEDED"
+    done = db.execute(FINISH, (ids[1:16], tokens[1:16], ["SUCCEEDED"] * 15, None, None)).fetchall()
+    released = db.execute("SELECT run_id FROM scrinalia.release_runs(%s, %s)", (ids[16:], tokens[16:])).fetchall()
+    assert [b[0] for b in beats] == [None] * 32 and [d[3] for d in done] == [None] * 15
+    assert sorted(r[0] for r in released) == sorted(ids[16:])
+    updates = [p for p in plans if "UPDATE scrinalia.archive_worker_runs" in p]
+    assert len(updates) == 5, plans
+    for plan in updates:
+        assert "archive_worker_runs_pkey" in plan and "ix_worker_runs_running_lease" not in plan, plan
