@@ -40,9 +40,11 @@ from .common import check, conn, median, now, vacuum_analyze
 ROOT = Path(__file__).resolve().parent.parent
 N_WORKERS = 4
 POLL = 0.01
-# Is a job still waiting or running? Each reads its system's partial index of live jobs.
+# Is a job still waiting or running? Each reads its system's live jobs only: our and
+# procrastinate's partial indexes, pgqueuer's table (it deletes a finished job).
 OURS_LIVE = "SELECT EXISTS (SELECT FROM scrinalia.archive_worker_runs WHERE status IN ('QUEUED', 'RUNNING'))"
 PROCRASTINATE_LIVE = "SELECT EXISTS (SELECT FROM procrastinate_jobs WHERE status IN ('todo', 'doing'))"
+PGQUEUER_LIVE = "SELECT EXISTS (SELECT FROM pgqueuer)"
 
 # The statements of claim_runs() and finish_runs() for SUCCEEDED runs, without the
 # functions around them (no runner check, no array checks, no lost-lease answer).
@@ -281,8 +283,7 @@ def pgqueuer_drain(dsn: str, n: int) -> dict:
     vacuum_analyze(dsn, "pgqueuer", "pgqueuer_log")
     done_sql = f"SELECT count(*) = {int(n)} FROM pgqueuer_log WHERE status = 'successful'"
     elapsed = _with_processes(_pgqueuer_worker, dsn, "pgqueuer", "bench-pgq-%",
-                              lambda alive: _timed_drain(dsn, _pgqueuer_fill(dsn, n), "SELECT EXISTS (SELECT FROM pgqueuer)",
-                                                         done_sql, alive))
+                              lambda alive: _timed_drain(dsn, _pgqueuer_fill(dsn, n), PGQUEUER_LIVE, done_sql, alive))
     with conn(dsn) as c:
         done, distinct = c.execute(
             "SELECT count(*), count(DISTINCT job_id) FROM pgqueuer_log WHERE status = 'successful'").fetchone()
