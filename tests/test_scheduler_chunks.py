@@ -81,3 +81,44 @@ def test_next_occurrences_are_shared_across_chunks_only_while_valid():
     assert back[1] == datetime(2026, 3, 1, 10, 0, tzinfo=timezone.utc)
     bad = scheduler._next_occurrences([("* * * * *", "Mars/Olympus")], t0, memo)
     assert isinstance(bad[0], Exception)
+
+
+def test_a_backlog_pass_evaluates_the_catch_up_once_per_pair_and_window(db, holder, monkeypatch):
+    """Each enqueued run's log line says whether periods were missed. That used to be one
+    cron evaluation per run after the commit (about 0.45 s of a 10,000-schedule pass):
+    now the schedules of a (cron, zone) that waited for the same window share one."""
+    names = make_workers(db, 40)
+    # hourly; the first 30 waited for the period three hours back (periods missed), the
+    # other 10 for the current hour's (just due: nothing missed)
+    db.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
+               " SELECT w, '0 * * * *', 'UTC', date_trunc('hour', now()) - CASE WHEN i <= 30"
+               " THEN interval '3 hours' ELSE interval '0' END"
+               " FROM unnest(%s::text[]) WITH ORDINALITY AS u(w, i)", (names,))
+    calls = []
+    real = scheduler.cron.next_occurrence
+    monkeypatch.setattr(scheduler.cron, "next_occurrence", lambda *a: calls.append(a) or real(*a))
+    assert holder.tick()
+    enqueued = {e["worker"]: e["catch_up"] for e in holder.events() if e["event"] == "enqueued"}
+    assert enqueued == {w: i < 30 for i, w in enumerate(names)}
+    assert sum(e["event"] == "catch-up" for e in holder.events()) == 30
+    assert len(calls) <= 2, calls  # one per window (none when the period is under a minute old)
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin", "America/Sao_Paulo", "Australia/Lord_Howe"])
+def test_the_catch_up_windows_answer_as_the_cron_itself(zone):
+    """The memo answers exactly `next_occurrence(scheduled_for) <= now`, across DST
+    transitions, whatever order the instants come in."""
+    import random
+
+    from scrinalia_workers import cron
+
+    rng = random.Random(zone)
+    db_now = datetime(2026, 10, 25, 4, 30, tzinfo=timezone.utc)  # after Berlin's fall-back
+    pairs = [("*/20 * * * *", zone), ("30 2 * * *", zone), ("15 * * * *", zone), ("0 0 1 * *", zone)]
+    memo = scheduler._CatchUps()
+    for _ in range(400):
+        pair = rng.choice(pairs)
+        sched_for = db_now - timedelta(seconds=rng.randrange(0, 3 * 86400))
+        expected = (db_now - sched_for >= timedelta(minutes=1)
+                    and cron.next_occurrence(*pair, sched_for) <= db_now)
+        assert memo.missed(pair, sched_for, db_now) is expected, (pair, sched_for)
