@@ -233,7 +233,9 @@ class Scheduler:
         self._last_pass = time.monotonic()
         self.log("pass", level="debug", n=self.passes)
         conn = self.work_conn
-        cur = conn.cursor(row_factory=dict_row)
+        # binary results, and the arrays below sent binary (%b): psycopg writes 10,000
+        # timestamps as text in about 30 ms, as binary in about 3
+        cur = conn.cursor(row_factory=dict_row, binary=True)
         progressed = False
         for r in cur.execute("SELECT run_id, worker_name, lease_owner, error FROM scrinalia.reap_expired_leases()"):
             progressed = True
@@ -278,14 +280,14 @@ class Scheduler:
             if bad:
                 aside = cur.execute(
                     "SELECT worker_name, arm_error, arm_error_since, arm_retry_at"
-                    " FROM scrinalia.set_schedules_aside(%s::text[], %s::text[])",
+                    " FROM scrinalia.set_schedules_aside(%b::text[], %b::text[])",
                     ([d["worker_name"] for d, _ in bad],
                      [f"cannot compute the next occurrence here: {one_line(e)}" for _, e in bad])).fetchall()
             rows = []
             if ok:
                 rows = cur.execute(
                     "SELECT worker_name, decision, run_id, scheduled_for, next_run_at, reason"
-                    " FROM scrinalia.tick(%s::text[], %s::timestamptz[], %s)",
+                    " FROM scrinalia.tick(%b::text[], %b::timestamptz[], %s)",
                     ([d["worker_name"] for d, _ in ok], [n for _, n in ok], self.name)).fetchall()
         crons = {d["worker_name"]: (d["cron"], d["timezone"]) for d in due}
         with self.log.batch():
@@ -368,7 +370,7 @@ class Scheduler:
                 conn.execute("SELECT scrinalia.check_scheduler_lock(%s)", (self.lock_pid,))
                 cur = conn.cursor(row_factory=dict_row).execute(
                     "SELECT worker_name, decision, run_id, scheduled_for, next_run_at, reason, now() AS db_now"
-                    " FROM scrinalia.tick_due_at(%s, %s::text[], %s::timestamptz[], %s)",
+                    " FROM scrinalia.tick_due_at(%s, %b::text[], %b::timestamptz[], %s)",
                     (p.due_at, p.workers, p.nexts, self.name))
             rows = cur.fetchall()
         except psycopg.Error as e:
