@@ -1,10 +1,15 @@
-"""Benchmark 1: one tick over N due schedules, the way the scheduler runs it.
+"""Benchmark 1: one tick over N due schedules, and the scheduler's own pass over them.
 
-In one transaction: `SELECT * FROM scrinalia.due_schedules()`, then
-cron.next_occurrences(pairs, after=db_now) in Python, then one
-`SELECT * FROM scrinalia.tick(names, nexts, 'bench')`: one round trip for the
-tick itself, whatever N. Half of the workers hold a QUEUED manual run, so half of
-the decisions are skips and half are enqueues.
+The tick, in one transaction, with the scheduler's statements: `SELECT * FROM
+scrinalia.due_schedules()`, then cron.next_occurrences(pairs, after=db_now) in Python,
+then one `SELECT * FROM scrinalia.tick(names, nexts, 'bench')` (arrays sent binary, as
+the scheduler sends them): one round trip for the tick itself, whatever N. Half of the
+workers hold a QUEUED manual run, so half of the decisions are skips and half are
+enqueues.
+
+The pass: `Scheduler.tick()` itself over the same due schedules, as the daemon runs
+it after a restart: chunks of TICK_CHUNK, each its own transaction, the lock checked
+between them, every decision logged (to /dev/null), reaping and retries first.
 
 The set-based floor (issue 12): the same rows locked, inserted and updated by plain
 statements (no function: the due query as due_schedules() runs it, then one INSERT ...
@@ -18,13 +23,17 @@ from __future__ import annotations
 
 import psycopg
 
-from scrinalia_workers import cron
+import os
+
+from scrinalia_workers import cron, scheduler
+from scrinalia_workers.logs import EventLog
 
 from . import seed
 from .common import Result, check, conn, median, now, vacuum_analyze
 
+# the scheduler's statements (scheduler._tick_chunk), over all N at once, binary as it
 DUE_SQL = "SELECT worker_name, cron, timezone, next_run_at, db_now FROM scrinalia.due_schedules()"
-TICK_SQL = "SELECT * FROM scrinalia.tick(%s::text[], %s::timestamptz[], 'bench')"
+TICK_SQL = "SELECT * FROM scrinalia.tick(%b::text[], %b::timestamptz[], 'bench')"
 
 # The floor: what due_schedules() + tick() write, by plain statements.
 FLOOR_DUE_SQL = """
@@ -100,14 +109,15 @@ def rearm(dsn: str) -> None:
 def tick_once(c: psycopg.Connection) -> dict:
     """One scheduler tick; returns its timings (seconds) and decisions."""
     cron._parse.cache_clear()  # cold: the first tick of a fresh scheduler process
+    cur = c.cursor(binary=True)
     t0 = now()
     with c.transaction():
-        due = c.execute(DUE_SQL).fetchall()
+        due = cur.execute(DUE_SQL).fetchall()
         t1 = now()
         after = due[0][4] if due else None
         nexts = cron.next_occurrences([(r[1], r[2]) for r in due], after=after) if due else []
         t2 = now()
-        decisions = c.execute(TICK_SQL, ([r[0] for r in due], nexts)).fetchall()
+        decisions = cur.execute(TICK_SQL, ([r[0] for r in due], nexts)).fetchall()
         t3 = now()
     t4 = now()
     counts: dict[str, int] = {}
@@ -118,6 +128,37 @@ def tick_once(c: psycopg.Connection) -> dict:
         "total": t4 - t0, "sql_due": t1 - t0, "python": t2 - t1, "sql_tick": t3 - t2,
         "commit": t4 - t3,
     }
+
+
+def pass_once(dsn: str) -> dict:
+    """One pass of a Scheduler that has just taken the lock (connected, not timed), its
+    cron parse cache cleared: from the call to its return, every chunk committed and
+    every decision logged."""
+    with open(os.devnull, "w") as sink:
+        s = scheduler.Scheduler(dsn, name="bench", log=EventLog(stream=sink))
+        try:
+            check(s._acquire(), "the bench's scheduler did not get the lock")
+            db_now = s.work_conn.execute("SELECT now()").fetchone()[0]
+            cron._parse.cache_clear()
+            t0 = now()
+            progressed = s.tick()
+            t1 = now()
+        finally:
+            if s.lock_conn is not None:
+                s.lock_conn.execute("SELECT pg_advisory_unlock(scrinalia.scheduler_lock_key())")
+            s._close()
+    check(progressed, "the pass decided nothing")
+    return {"db_now": db_now, "pass": t1 - t0, "passes": s.passes}
+
+
+def verify_pass(dsn: str, n: int, active: int, p: dict) -> None:
+    """The pass decided every schedule (its decisions are checked through the rows, and
+    the rows against the tick's by the fingerprint)."""
+    with conn(dsn) as c:
+        skipped = c.execute("SELECT count(*) FROM scrinalia.archive_worker_schedules"
+                            " WHERE last_skipped_at IS NOT NULL").fetchone()[0]
+    check(skipped == active, f"the pass skipped {skipped}, expected {active}")
+    verify(dsn, n, active, {**p, "due": n, "decisions": {"ENQUEUED": n - active, "SKIPPED": active}})
 
 
 def floor_once(c: psycopg.Connection) -> dict:
@@ -180,15 +221,24 @@ def verify_floor(dsn: str, n: int, active: int, f: dict) -> None:
     verify(dsn, n, active, {**f, "decisions": {"ENQUEUED": n - active, "SKIPPED": active}})
 
 
+ORDERS = (("tick", "floor", "pass"), ("floor", "pass", "tick"), ("pass", "tick", "floor"))
+
+
 def measure(dsn: str, n: int, reps: int) -> dict:
-    """`reps` rounds over n schedules, each timing the tick and the floor on the same
-    re-armed data (which goes first alternates); medians and spreads."""
+    """`reps` rounds over n schedules, each timing the tick, the floor and the
+    scheduler's pass on the same re-armed data (which goes first rotates); medians and
+    spreads."""
     active = prepare(dsn, n)
-    runs, floors, ratios = [], [], []
+    runs, floors, ratios, passes = [], [], [], []
     for i in range(reps):
         got = {}
-        for which in (("tick", "floor") if i % 2 == 0 else ("floor", "tick")):
+        for which in ORDERS[i % len(ORDERS)]:
             rearm(dsn)
+            if which == "pass":
+                t = pass_once(dsn)
+                verify_pass(dsn, n, active, t)
+                got[which] = (t, fingerprint(dsn))
+                continue
             with conn(dsn, autocommit=True) as c:
                 c.execute("SELECT 1")  # connected and warm before the clock starts
                 if which == "tick":
@@ -198,8 +248,10 @@ def measure(dsn: str, n: int, reps: int) -> dict:
                     t = floor_once(c)
                     verify_floor(dsn, n, active, t)
             got[which] = (t, fingerprint(dsn))
-        (t, tick_fp), (f, floor_fp) = got["tick"], got["floor"]
+        (t, tick_fp), (f, floor_fp), (p, pass_fp) = got["tick"], got["floor"], got["pass"]
         check(tick_fp == floor_fp, "the floor did not write the same rows as the tick")
+        check(pass_fp == tick_fp, "the scheduler's pass did not write the same rows as the tick")
+        passes.append(p["pass"])
         t["sql"] = t["sql_due"] + t["sql_tick"] + t["commit"]
         runs.append(t)
         floors.append(f)
@@ -210,12 +262,14 @@ def measure(dsn: str, n: int, reps: int) -> dict:
                 floor=median([f["sql"] for f in floors]), floor_best=min(f["sql"] for f in floors),
                 floor_worst=max(f["sql"] for f in floors), floors=floors,
                 ratio=median(ratios), ratio_best=min(ratios), ratio_worst=max(ratios), ratios=ratios,
+                passes=passes, pass_median=median(passes), pass_best=min(passes), pass_worst=max(passes),
                 sql_best=min(r["sql"] for r in runs), sql_worst=max(r["sql"] for r in runs))
     return pick
 
 
 def run(dsn: str, quick: bool = False) -> Result:
-    # issue 12: 10,000 within 0.25 s (the whole tick); 100,000 within 1.5x the floor
+    # issue 12: 10,000 within 0.25 s (the whole tick, and the scheduler's pass that
+    # users get); 100,000 within 1.5x the floor
     sizes = [1_000, 2_000] if quick else [10_000, 100_000]
     reps = 2 if quick else 3
     figures = [measure(dsn, n, reps) for n in sizes]
@@ -223,7 +277,8 @@ def run(dsn: str, quick: bool = False) -> Result:
     for f in figures:
         n = f["n"]
         if n == 10_000:
-            ok, target = f["total"] <= 0.25 and f["ratio"] <= 1.5, "<= 0.25 s, <= 1.5x floor"
+            ok = f["total"] <= 0.25 and f["pass_median"] <= 0.25 and f["ratio"] <= 1.5
+            target = "tick and pass <= 0.25 s, <= 1.5x floor"
         else:
             ok, target = f["ratio"] <= 1.5, "<= 1.5x floor"
         met = met and ok
@@ -233,11 +288,12 @@ def run(dsn: str, quick: bool = False) -> Result:
             f"{f['sql_due']:.3f} / {f['sql_tick']:.3f} / {f['commit']:.3f}",
             f"{f['floor']:.3f} s ({f['floor_best']:.3f}-{f['floor_worst']:.3f})",
             f"{f['ratio']:.2f}x ({f['ratio_best']:.2f}-{f['ratio_worst']:.2f})",
+            f"{f['pass_median']:.3f} s ({f['pass_best']:.3f}-{f['pass_worst']:.3f})",
             target, "met" if ok else "NOT met",
         ])
     return Result(
         key="tick",
-        title="1. Tick: N due schedules in one tick, against a set-based floor",
+        title="1. Tick: N due schedules in one tick, against a set-based floor, and the scheduler's pass",
         setup=[
             "N workers, each with a due schedule (next_run_at 1 s to 2 h in the past); "
             f"{len(seed.TEMPLATES)} cron templates x 60 minutes x {len(seed.ZONES)} zones "
@@ -245,24 +301,31 @@ def run(dsn: str, quick: bool = False) -> Result:
             "of the decisions are SKIPPED and half ENQUEUED; a request on every fourth schedule. All workers "
             "share one catalogue (seed.py), so the config resolution, shared per distinct combination of "
             "catalogue, settings and request, does its work a few times per tick.",
-            "The tick, in one transaction, exactly as the scheduler: `SELECT * FROM scrinalia.due_schedules()`, "
-            "`cron.next_occurrences(pairs, after=db_now)`, one `SELECT * FROM scrinalia.tick(names, nexts, 'bench')` "
-            "(all rows fetched), commit. croniter's parse cache is cleared before each tick (a cold scheduler).",
+            "The tick, in one transaction over all N, with the scheduler's statements: `SELECT * FROM "
+            "scrinalia.due_schedules()`, `cron.next_occurrences(pairs, after=db_now)`, one `SELECT * FROM "
+            "scrinalia.tick(names, nexts, 'bench')` (arrays sent and rows read binary, as the scheduler does; all "
+            "rows fetched), commit. croniter's parse cache is cleared before each tick (a cold scheduler).",
+            f"The pass: the scheduler's own `Scheduler.tick()` over the same N due schedules, as a scheduler that "
+            f"has just taken the lock runs it (connected before the clock starts, parse cache cleared): reaping and "
+            f"retries, then chunks of {scheduler.TICK_CHUNK:,} due schedules, each its own transaction with the "
+            "lock checked between them, and every decision logged (plain lines, to /dev/null, after each "
+            "chunk's commit). Timed from the call to its return: every run committed and logged.",
             "The floor: the same rows by plain statements in one transaction: the due query of due_schedules() "
             "(row-locked, all rows fetched), then one INSERT ... SELECT of the runs (configs copied from a table "
             "resolved beforehand) with the UPDATE of the schedules, commit. Its next occurrences are computed "
             "before its clock starts.",
-            f"{reps} rounds; each times the tick and the floor on the same re-armed data (schedules back in the past, "
-            "created runs deleted, VACUUM ANALYZE), alternating which goes first. 'SQL' is, for both, from the first "
+            f"{reps} rounds; each times the tick, the floor and the pass on the same re-armed data (schedules back in "
+            "the past, created runs deleted, VACUUM ANALYZE), rotating which goes first. 'SQL' is, for both, from the first "
             "statement to the commit without the Python in between; the ratio is tick SQL / floor SQL of the same round.",
             "Checked after each: N due, N/2 ENQUEUED, N/2 SKIPPED, N/2 SCHEDULE runs on distinct workers, every "
             "next_run_at after the transaction's now(), and the tick and the floor wrote the same rows "
-            "(a fingerprint of the runs' content and the schedules' bookkeeping).",
+            "(a fingerprint of the runs' content and the schedules' bookkeeping); the pass wrote those same rows.",
         ],
         headers=["N", "tick (median)", "range", "Python cron", "tick SQL (range)", "due / tick / commit (s)",
-                 "floor SQL (range)", "tick / floor (range)", "target", "verdict"],
+                 "floor SQL (range)", "tick / floor (range)", "scheduler pass (range)", "target", "verdict"],
         rows=rows,
-        target=("10,000 schedules <= 0.25 s; 100,000 within 1.5x the set-based floor" if not quick
+        target=("10,000 schedules <= 0.25 s (the tick and the scheduler's pass); 100,000 within 1.5x the "
+                "set-based floor" if not quick
                 else "quick mode: smoke sizes only"),
         met=met,
         notes=[
@@ -271,7 +334,12 @@ def run(dsn: str, quick: bool = False) -> Result:
             + "; next_occurrences() computes each distinct pair once.",
             "tick() runs without JIT (function-level SET jit = off), with custom plans (the arrays' real sizes) and "
             "its sorts in memory; the configs of the runs it creates come from one scrinalia.resolve_configs() pass.",
+            f"The pass pays what the one-transaction tick does not: a due query and a plan per chunk of "
+            f"{scheduler.TICK_CHUNK:,}, the lock check between chunks, and one log line per decision, written after "
+            "each chunk's commit (an enqueued run's catch_up field costs one cron evaluation per (cron, zone) and "
+            "missed window).",
         ],
-        headline="; ".join(f"{f['n']:,}: {f['total']:.2f} s, {f['ratio']:.2f}x the floor" for f in figures),
+        headline="; ".join(f"{f['n']:,}: {f['total']:.2f} s, {f['ratio']:.2f}x the floor, pass {f['pass_median']:.2f} s"
+                           for f in figures),
         data={"figures": figures},
     )

@@ -25,6 +25,8 @@ def test_quick_tick_decides_every_schedule_once(db_dsn):
             assert t["due"] == f["n"]
             assert t["decisions"] == {"ENQUEUED": f["n"] - f["active"], "SKIPPED": f["active"]}
             assert t["python"] > 0 and t["sql_tick"] > 0
+        # the scheduler's own pass ran in every round (and wrote the tick's rows: run() checks)
+        assert len(f["passes"]) == f["reps"] and min(f["passes"]) > 0
     assert len(r.rows) == len(r.data["figures"])
 
 
