@@ -115,7 +115,7 @@ def test_the_prepared_tick_enqueues_at_the_instant_once(db, holder):
     holder.tick()  # nothing due yet
     holder._sleep_for(False)  # prepares the instant's tick
     assert holder._prepared is not None and holder._prepared.due_at == t and len(holder._prepared.workers) == 20
-    while time.monotonic() < holder._prepared.ready - scheduler.TICK_AHEAD:
+    while time.monotonic() < holder._prepared.ready - holder._prepared.ahead:
         time.sleep(0.005)
     assert db.execute("SELECT now() < %s", (t,)).fetchone()[0]  # sent ahead of the instant
     holder._tick_prepared()
@@ -178,14 +178,14 @@ def test_the_real_loop_uses_the_prepared_tick(db, db_dsn):
     assert db.execute("SELECT count(DISTINCT worker_name) FROM scrinalia.archive_worker_runs").fetchone()[0] == 5
 
 
-def test_a_spike_has_its_first_chunk_prepared_and_the_rest_ticked_after(db, holder, monkeypatch):
-    monkeypatch.setattr(scheduler, "TICK_CHUNK", 3)
+def test_a_spike_beyond_the_prepared_limit_has_the_rest_ticked_after(db, holder, monkeypatch):
+    monkeypatch.setattr(scheduler, "PREPARED_LIMIT", 3)
     names = make_workers(db, 7)
     _schedule(db, names, "date_trunc('second', now()) + interval '2 seconds'")
     t = _next_run(db, names[0])
     holder._sleep_for(False)
     assert holder._prepared.workers == sorted(names)[:3]
-    while time.monotonic() < holder._prepared.ready - scheduler.TICK_AHEAD:
+    while time.monotonic() < holder._prepared.ready - holder._prepared.ahead:
         time.sleep(0.005)
     holder._tick_prepared()
     assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 3
@@ -193,3 +193,32 @@ def test_a_spike_has_its_first_chunk_prepared_and_the_rest_ticked_after(db, hold
     runs = db.execute("SELECT count(*), count(DISTINCT worker_name), min(scheduled_for), max(scheduled_for)"
                       " FROM scrinalia.archive_worker_runs").fetchone()
     assert runs == (7, 7, t, t)
+
+
+def test_a_spike_larger_than_a_chunk_is_prepared_whole_and_visible_at_its_instant(db, holder, monkeypatch):
+    """Not only its first chunk: every run of the spike is committed at the instant, in
+    one transaction, and the lead grew with its size."""
+    monkeypatch.setattr(scheduler, "TICK_CHUNK", 3)
+    names = make_workers(db, 7)
+    _schedule(db, names, "date_trunc('second', now()) + interval '2 seconds'")
+    t = _next_run(db, names[0])
+    holder._sleep_for(False)
+    assert holder._prepared.workers == sorted(names)
+    assert holder._prepared.ahead == scheduler.ahead_of(7) > scheduler.ahead_of(1)
+    while time.monotonic() < holder._prepared.ready - holder._prepared.ahead:
+        time.sleep(0.005)
+    holder._tick_prepared()
+    assert db.execute("SELECT now() >= %s", (t,)).fetchone()[0]  # committed at the instant
+    runs = db.execute("SELECT count(*), count(DISTINCT worker_name), min(scheduled_for), count(DISTINCT xmin::text)"
+                      " FROM scrinalia.archive_worker_runs").fetchone()
+    assert runs == (7, 7, t, 1)
+    assert not holder.tick()  # nothing left for the ordinary pass
+
+
+def test_the_longest_lead_stays_inside_max_tick_ahead(db):
+    """The scheduler's lead for its largest prepared tick must be one the server accepts
+    (scrinalia.max_tick_ahead(), the one home of that bound), with room for the trip."""
+    bound = db.execute("SELECT extract(epoch FROM scrinalia.max_tick_ahead())::float8").fetchone()[0]
+    longest = scheduler.ahead_of(scheduler.PREPARED_LIMIT)
+    assert longest == scheduler.ahead_of(10 * scheduler.PREPARED_LIMIT)  # capped
+    assert longest <= 0.75 * bound
