@@ -343,7 +343,7 @@ def _commit_rows(s: dict) -> tuple[list[list[str]], list[str], bool]:
         ok_spike = sp["last"] <= 0.5
         ok = ok and ok_spike
         rows.append(_row(f"spike: {sp['n']:,} schedules due at one instant, each run's commit - the instant",
-                         f"{sp['n']:,} runs ({sp['transactions']} transactions)", sp["lateness"],
+                         f"{sp['n']:,} runs ({sp['transactions']} transaction{'s' if sp['transactions'] != 1 else ''})", sp["lateness"],
                          "last (max) <= 0.5 s", "met" if ok_spike else "NOT met"))
         notes.append(f"The spike: {sp['n']:,} more schedules (yearly cron) set due at one instant 4 s ahead, the "
                      f"minute schedules disabled; the scheduler wakes by itself, ticks up to {PREPARED_LIMIT:,} of "
