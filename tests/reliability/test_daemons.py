@@ -234,3 +234,38 @@ def test_runner_killed_mid_run_is_interrupted_and_retried(db, db_dsn):
         for d in (sched, runner, other):
             if d is not None:
                 d.stop()
+
+
+def test_a_holder_killed_while_its_prepared_spike_waits_loses_nothing_and_doubles_nothing(db, db_dsn):
+    """The prepared tick of a spike is sent ahead of its instant (0.25 s + 40 us a
+    schedule) and holds its rows and slots until then. SIGKILL the holder inside that
+    window: whether the orphaned transaction commits at the instant or dies with its
+    client, the standby that takes over leaves every schedule with exactly one run of
+    that period, and none due again."""
+    workers = make_workers(db, 3000, "k")
+    at = db.execute("SELECT date_trunc('second', now()) + interval '4 seconds'").fetchone()[0]
+    db.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at) "
+               "SELECT w, '0 0 1 1 *', 'UTC', %s FROM unnest(%s::text[]) w", (at, workers))
+    ds = schedulers(db_dsn, 2)
+    try:
+        holder = _holder(ds)
+        # the prepared call is on the server, waiting for its instant
+        _, before = _poll(db, "SELECT count(*), now() < %s FROM pg_stat_activity WHERE datname = current_database()"
+                              " AND state = 'active' AND query LIKE '%%scrinalia.tick_due_at(%%'", (at,))
+        holder.p.kill()
+        holder.p.wait()
+        _poll(db, "SELECT count(*) = %s FROM scrinalia.archive_worker_runs WHERE worker_name LIKE 'k%%'",
+              (len(workers),))
+        runs = db.execute("SELECT count(*), count(DISTINCT worker_name), min(scheduled_for), max(scheduled_for),"
+                          " count(DISTINCT xmin::text) FROM scrinalia.archive_worker_runs"
+                          " WHERE worker_name LIKE 'k%%'").fetchone()
+        assert runs[:4] == (len(workers), len(workers), at, at)
+        assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_schedules WHERE worker_name LIKE 'k%%'"
+                          " AND (next_run_at IS NULL OR next_run_at <= %s)", (at,)).fetchone()[0] == 0
+        assert check_all(db) == []
+        assert before, "the prepared call was seen only after its instant: the kill was not inside the window"
+        print(f"\nRELIABILITY prepared spike, holder killed ahead of the instant: {runs[4]} committing "
+              "transaction(s) (1: the orphaned prepared tick committed at the instant)")
+    finally:
+        for d in ds:
+            d.stop()
