@@ -28,7 +28,8 @@ BEGIN
 END $$;
 
 -- Enabled schedules that are due (next_run_at <= now()) or not armed yet (NULL, or a
--- non-finite value, which no cron produces: re-armed), row-locked for the caller's
+-- value outside period_start()..period_end(), 'infinity' included, which no cron
+-- produces: re-armed; its next_run_at is returned NULL), row-locked for the caller's
 -- transaction; those another transaction holds are skipped, and so are those set
 -- aside for an error until their retry time. No JIT, and 100,000 rows sorted in memory.
 CREATE OR REPLACE FUNCTION scrinalia.due_schedules(p_limit integer DEFAULT 100000)
@@ -45,10 +46,11 @@ BEGIN
     END IF;
     RETURN QUERY
     SELECT s.worker_name, s.cron, s.timezone,
-           CASE WHEN isfinite(s.next_run_at) THEN s.next_run_at END, now()
+           CASE WHEN s.next_run_at >= scrinalia.period_start() AND s.next_run_at < scrinalia.period_end()
+                THEN s.next_run_at END, now()
       FROM scrinalia.archive_worker_schedules s
      WHERE s.enabled
-       AND (s.next_run_at IS NULL OR s.next_run_at <= now() OR s.next_run_at = 'infinity')
+       AND (s.next_run_at IS NULL OR s.next_run_at <= now() OR s.next_run_at >= scrinalia.period_end())
        AND (s.arm_retry_at IS NULL OR s.arm_retry_at <= now())
      ORDER BY s.next_run_at NULLS FIRST, s.worker_name
      LIMIT p_limit
@@ -105,7 +107,10 @@ DECLARE
     -- $1, $2: the arrays; $3: p_due_at; %s: the INSERT's conflict clause
     stmt constant text := $stmt$
     WITH due AS (
-        SELECT s.worker_name, CASE WHEN isfinite(s.next_run_at) THEN s.next_run_at END AS was,
+        -- was NULL: not armed (or outside the periods' range): armed, no run
+        SELECT s.worker_name,
+               CASE WHEN s.next_run_at >= scrinalia.period_start() AND s.next_run_at < scrinalia.period_end()
+                    THEN s.next_run_at END AS was,
                s.request, i.next_at, a.run_id AS active_run_id, o.run_id AS owed_run_id
           FROM unnest($1, $2) AS i(worker_name, next_at)
           JOIN scrinalia.archive_worker_schedules s ON s.worker_name = i.worker_name
@@ -116,7 +121,7 @@ DECLARE
                       WHERE p.retry_pending GROUP BY p.worker_name) o ON o.worker_name = s.worker_name
          WHERE s.enabled
            AND (CASE WHEN $3 IS NULL
-                     THEN s.next_run_at IS NULL OR s.next_run_at <= now() OR s.next_run_at = 'infinity'
+                     THEN s.next_run_at IS NULL OR s.next_run_at <= now() OR s.next_run_at >= scrinalia.period_end()
                      ELSE s.next_run_at = $3 END)
            -- ahead of the instant only what enqueues: whether a busy slot is still busy
            -- at the instant is for the tick at the instant to see
@@ -170,13 +175,14 @@ BEGIN
         ARRAY[cardinality(p_workers), cardinality(p_next)]);
     -- one pass over the input: the first bad pair, and whether a worker is named twice
     SELECT min(format('%s -> %s', i.w, coalesce(i.n::text, 'NULL')))
-               FILTER (WHERE i.w IS NULL OR i.n IS NULL OR i.n <= now() OR NOT isfinite(i.n)),
+               FILTER (WHERE i.w IS NULL OR i.n IS NULL OR i.n <= now() OR i.n >= scrinalia.period_end()),
            count(DISTINCT i.w) <> count(*)
       INTO bad, twice
       FROM unnest(p_workers, p_next) AS i(w, n);
     IF bad IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'SW030',
-            MESSAGE = format('tick: every next occurrence must be after now() (%s), and finite: %s', now(), bad),
+            MESSAGE = format('tick: every next occurrence must be after now() (%s), finite and before %s: %s',
+                             now(), scrinalia.period_end(), bad),
             HINT = 'compute next occurrences after the transaction''s now(), as due_schedules() returns it';
     END IF;
     IF twice THEN
@@ -332,7 +338,8 @@ END $$;
 
 -- The earliest instant the scheduler has work: a due or unarmed schedule, a set-aside
 -- one's retry, an owed retry, or a lease to reap. NULL when there is nothing at all.
--- Only finite instants: a hand-written 'infinity' must not stop (or crash) the sleep.
+-- Only instants inside the periods' range: a hand-written 'infinity' or 4713 BC must
+-- not stop (or crash) the sleep; such a schedule is work now (the tick re-arms it).
 CREATE OR REPLACE FUNCTION scrinalia.next_wakeup()
 RETURNS timestamptz
 LANGUAGE sql STABLE SECURITY DEFINER
@@ -341,10 +348,11 @@ AS $$
     SELECT least(
         (SELECT min(s.next_run_at) FROM scrinalia.archive_worker_schedules s
           WHERE s.enabled AND s.arm_error IS NULL
-            AND s.next_run_at > '-infinity' AND s.next_run_at < 'infinity'),
+            AND s.next_run_at >= scrinalia.period_start() AND s.next_run_at < scrinalia.period_end()),
         (SELECT now() FROM scrinalia.archive_worker_schedules s
           WHERE s.enabled AND s.arm_error IS NULL
-            AND (s.next_run_at IS NULL OR s.next_run_at IN ('-infinity', 'infinity')) LIMIT 1),
+            AND (s.next_run_at IS NULL OR s.next_run_at < scrinalia.period_start()
+                 OR s.next_run_at >= scrinalia.period_end()) LIMIT 1),
         (SELECT min(s.arm_retry_at) FROM scrinalia.archive_worker_schedules s
           WHERE s.enabled AND s.arm_error IS NOT NULL),
         (SELECT min(r.lease_expires_at) FROM scrinalia.archive_worker_runs r

@@ -28,6 +28,7 @@ INTERNAL = {
     "heartbeat_interval", "scheduler_stale_after", "overdue_grace", "scheduler_lock_holder",
     "role_can_schedule", "latest_finished_periods", "setting_interval", "holder_last_seen", "overdue_schedules",
     "lease_problem", "check_run_arrays", "max_claim_batch", "tick_schedules", "write_schedules", "max_tick_ahead",
+    "period_start", "period_end",
     "outcome_error", "outcome_fingerprint", "check_outcome_status", "check_array_lengths",
 }
 

@@ -42,6 +42,34 @@ def test_due_query_skips_rows_locked_by_another_transaction(db, db_dsn):
         other.rollback()
 
 
+@pytest.mark.parametrize("instant", ["4713-01-01 00:00+00 BC", "0001-01-01 00:00+00", "1969-12-31 23:59+00",
+                                     "-infinity", "infinity", "10000-01-01 00:00+00", "20000-01-01 00:00+00"])
+def test_a_next_run_at_outside_the_periods_is_re_armed_never_run(db, instant):
+    """Hand-written instants no cron of ours produces (some the shim cannot even read):
+    due now, returned NULL, armed by the tick with no run, and next_wakeup() says now."""
+    armed(db, "odd")
+    db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = %s::timestamptz", (instant,))
+    assert db.execute("SELECT scrinalia.next_wakeup() <= now()").fetchone()[0]
+    due = db.execute("SELECT worker_name, next_run_at::text FROM scrinalia.due_schedules()").fetchall()
+    assert due == [("odd", None)]
+    due, decisions = tick(db)
+    assert [(d[0], d[1], d[2], d[3]) for d in decisions] == [("odd", "ARMED", None, None)]
+    assert runs(db) == []
+
+
+def test_the_edges_of_the_periods_are_periods(db):
+    """9999-12-31 is kept (not due, and readable); 1970-01-01 is a period like any other."""
+    armed(db, "early")
+    armed(db, "late")
+    db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = CASE worker_name"
+               " WHEN 'early' THEN timestamptz '1970-01-01 00:00+00' ELSE timestamptz '9999-12-31 23:59+00' END")
+    assert [r[0] for r in db.execute("SELECT * FROM scrinalia.due_schedules()").fetchall()] == ["early"]
+    due, decisions = tick(db)
+    assert [(d[0], d[1]) for d in decisions] == [("early", "ENQUEUED")]
+    assert db.execute("SELECT scheduled_for::text FROM scrinalia.archive_worker_runs").fetchone()[0] == \
+        "1970-01-01 00:00:00+00"
+
+
 def test_arming_computes_no_run(db):
     make_worker(db)
     put_schedule(db, "ocr")

@@ -172,6 +172,40 @@ def test_non_finite_instants_in_rows_neither_crash_nor_spin(db, db_dsn, procs):
     assert far.year == 9999
 
 
+def test_instants_the_shim_cannot_read_neither_stop_nor_slow_the_scheduler(db, db_dsn, procs):
+    """A hand-written next_run_at in 4713 BC (psycopg cannot load it), in year 1 (the
+    zone arithmetic overflows) or in year 20000: before, the BC row sorted first into
+    every pass's first chunk and failed it whole (DataError reading the tick's result),
+    and next_wakeup() handed it to the sleep, so no schedule ticked at all. Now such a
+    row is re-armed like 'infinity', with no run for it, and the others fire."""
+    for w in ("bc", "year1", "y20k", "ok1", "ok2"):
+        make_worker(db, w)
+    db.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at) VALUES"
+               " ('bc', '0 0 * * *', 'America/New_York', '4713-01-01 00:00+00 BC'),"
+               " ('year1', '0 0 * * *', 'America/New_York', '0001-01-01 00:00+00'),"
+               " ('y20k', '0 0 * * *', 'UTC', '20000-01-01 00:00+00'),"
+               " ('ok1', '* * * * *', 'UTC', now() - interval '1 minute'),"
+               " ('ok2', '* * * * *', 'America/New_York', now() - interval '1 minute')")
+    a = _start(procs, db_dsn, "--log-level", "debug", "--max-sleep", "0.5")
+    a.wait_event("lock acquired")
+    for w in ("ok1", "ok2"):
+        a.wait_event("enqueued", worker=w)
+    for w in ("bc", "year1", "y20k"):
+        a.wait_event("armed", worker=w)
+    mark = a.mark()
+    t0 = time.monotonic()
+    wait_for(lambda: time.monotonic() - t0 > 1.5, what="a second and a half")
+    assert a.popen.poll() is None, "".join(a.raw[-20:])
+    passes = sum(1 for e in a.events[mark:] if e.get("event") == "pass")
+    assert passes <= 1.5 / 0.5 + 3, passes  # sleeping on next_wakeup(), not spinning
+    assert a.count("pass error") == 0, [e for e in a.events if e.get("event") == "pass error"]
+    assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs"
+                      " WHERE worker_name IN ('bc', 'year1', 'y20k')").fetchone()[0] == 0
+    assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_schedules"
+                      " WHERE next_run_at > now() AND next_run_at < now() + interval '2 days'").fetchone()[0] == 5
+    assert a.stop() == 0
+
+
 def test_an_idle_scheduler_stays_healthy_past_the_alert_threshold(db, db_dsn, procs):
     _stale_after(db, 2)
     a = _start(procs, db_dsn, "--max-sleep", "0.5")
