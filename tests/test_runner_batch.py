@@ -150,3 +150,20 @@ def test_outcomes_wait_for_the_batch_at_most_briefly(db, db_dsn):
         second.set()
         t.join(10)
     assert run_row(db, ids[1])["status"] == "SUCCEEDED"
+
+
+def test_an_instant_python_cannot_hold_does_not_cost_its_batch(db, db_dsn):
+    """A run whose not_before was written by hand as -infinity (claimable) used to make
+    psycopg raise while it read the claimed batch: every run of the batch stayed RUNNING
+    with no handler until its lease ran out. Now the batch runs, that one included."""
+    workers = make_workers(db, 5)
+    ids = _enqueue_all(db, workers)
+    db.execute("UPDATE scrinalia.archive_worker_runs SET not_before = '-infinity', created_at = '4713-01-01 BC'"
+               " WHERE run_id = %s", (ids[2],))
+    seen = {}
+    r = Runner(db_dsn, {"*": lambda run: seen.update({run["run_id"]: run["not_before"]})},
+               log=EventLog(stream=io.StringIO()), batch=32)
+    claimed = r.run_batch(32)
+    assert sorted(x["run_id"] for x in claimed) == sorted(ids)
+    assert _statuses(db, ids) == {i: "SUCCEEDED" for i in ids}
+    assert seen[ids[2]].year == 1

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import os
+from datetime import datetime, timezone
 
 import psycopg
+from psycopg.adapt import Loader
+from psycopg.pq import Format
 
 from .errors import ConfigError, DatabaseUnavailable
 from .redact import redact
@@ -67,8 +71,56 @@ def connect(
         # before 1.21) they collide between clients. Every call is one function call
         # whose PL/pgSQL body caches its own plans, so nothing is lost.
         conn.prepare_threshold = None
+        for loader in _instant_loaders():
+            conn.adapters.register_loader("timestamptz", loader)
         return conn
     except psycopg.ProgrammingError as e:  # libpq could not parse the connection string
         raise ConfigError(redact(f"invalid connection string: {str(e).strip()}", dsn)) from None
     except psycopg.OperationalError as e:
         raise DatabaseUnavailable(redact(f"cannot connect to the database: {str(e).strip()}", dsn)) from None
+
+
+# --- instants Python cannot hold ----------------------------------------------------
+
+# A timestamptz that datetime cannot hold (+-infinity, 4713 BC, year 20000: only a hand
+# write puts one in a row) makes psycopg raise while it reads the row, and the rows
+# read with it are lost to the reader: a runner's whole claimed batch stayed RUNNING
+# with no handler until the leases ran out. Read it as the earliest or the latest
+# datetime instead, which keeps its order against every other instant.
+EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
+LATEST = datetime.max.replace(tzinfo=timezone.utc)
+
+
+def _beyond(data, binary: bool) -> datetime:
+    if binary:  # microseconds since 2000-01-01: only the sign matters here
+        return EARLIEST if int.from_bytes(data, "big", signed=True) < 0 else LATEST
+    text = bytes(data)
+    return EARLIEST if text.startswith(b"-") or text.endswith(b" BC") else LATEST
+
+
+@functools.cache
+def _instant_loaders() -> tuple[type[Loader], ...]:
+    """psycopg's own timestamptz loaders (the C ones when installed), wrapped: the
+    usual values cost one more call, and only an out-of-range one is caught."""
+    oid = psycopg.adapters.types["timestamptz"].oid
+    loaders = []
+    for fmt in (Format.TEXT, Format.BINARY):
+        fast = psycopg.adapters.get_loader(oid, fmt)
+
+        class AnyInstant(Loader):
+            format = fmt
+            _fast_class = fast
+            _binary = fmt == Format.BINARY
+
+            def __init__(self, oid, context=None):
+                super().__init__(oid, context)
+                self._fast = self._fast_class(oid, context)
+
+            def load(self, data):
+                try:
+                    return self._fast.load(data)
+                except psycopg.DataError:
+                    return _beyond(data, self._binary)
+
+        loaders.append(AnyInstant)
+    return tuple(loaders)
