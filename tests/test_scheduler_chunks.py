@@ -65,22 +65,28 @@ def test_the_lock_is_checked_between_chunks(db, holder, monkeypatch):
     assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 5
 
 
-def test_next_occurrences_are_shared_across_chunks_only_while_valid():
-    memo = {}
+def test_next_occurrences_are_shared_across_chunks_only_while_valid(monkeypatch):
+    occ = scheduler._Occurrences()
+    computed = []
+    real = scheduler.cron.try_next_occurrences
+    monkeypatch.setattr(scheduler.cron, "try_next_occurrences",
+                        lambda pairs, after: computed.append(sorted(pairs)) or real(pairs, after))
     t0 = datetime(2026, 3, 1, 10, 0, 30, tzinfo=timezone.utc)
     pairs = [("* * * * *", "UTC"), ("0 * * * *", "Europe/Berlin"), ("* * * * *", "UTC")]
-    first = scheduler._next_occurrences(pairs, t0, memo)
+    first = occ.after_each(pairs, t0)
     assert first == [datetime(2026, 3, 1, 10, 1, tzinfo=timezone.utc), datetime(2026, 3, 1, 11, 0, tzinfo=timezone.utc),
                      datetime(2026, 3, 1, 10, 1, tzinfo=timezone.utc)]
     # a later chunk past the minute: the minute cron moves on, the hourly one is reused
-    later = scheduler._next_occurrences(pairs, t0 + timedelta(seconds=45), memo)
+    later = occ.after_each(pairs, t0 + timedelta(seconds=45))
     assert later[0] == datetime(2026, 3, 1, 10, 2, tzinfo=timezone.utc) and later[1] == first[1]
+    assert computed[1] == [("* * * * *", "UTC")]
     # a clock that went back never reuses a value computed after a later instant
-    back = scheduler._next_occurrences(pairs, t0 - timedelta(minutes=5), memo)
+    back = occ.after_each(pairs, t0 - timedelta(minutes=5))
     assert back[0] == datetime(2026, 3, 1, 9, 56, tzinfo=timezone.utc)
     assert back[1] == datetime(2026, 3, 1, 10, 0, tzinfo=timezone.utc)
-    bad = scheduler._next_occurrences([("* * * * *", "Mars/Olympus")], t0, memo)
+    bad = occ.after_each([("* * * * *", "Mars/Olympus")], t0)
     assert isinstance(bad[0], Exception)
+    assert isinstance(occ.after_each([("* * * * *", "Mars/Olympus")], t0)[0], Exception)  # not kept
 
 
 def test_a_backlog_pass_evaluates_the_catch_up_once_per_pair_and_window(db, holder, monkeypatch):
@@ -115,7 +121,7 @@ def test_the_catch_up_windows_answer_as_the_cron_itself(zone):
     rng = random.Random(zone)
     db_now = datetime(2026, 10, 25, 4, 30, tzinfo=timezone.utc)  # after Berlin's fall-back
     pairs = [("*/20 * * * *", zone), ("30 2 * * *", zone), ("15 * * * *", zone), ("0 0 1 * *", zone)]
-    memo = scheduler._CatchUps()
+    memo = scheduler._Occurrences()
     for _ in range(400):
         pair = rng.choice(pairs)
         sched_for = db_now - timedelta(seconds=rng.randrange(0, 3 * 86400))
