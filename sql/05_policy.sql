@@ -134,12 +134,13 @@ LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ BEGIN RETURN interval '1 second'; END $$;
 
--- The instants a schedule's next_run_at can hold as a period: [period_start(),
--- period_end()). Every occurrence the shim computes is inside (its datetimes end with
--- year 9999, and this system has no period before 1970). A value outside, written by
+-- The instants the daemons work with: [period_start(), period_end()). Every
+-- occurrence the shim computes is inside (its datetimes end with year 9999, and this
+-- system has no period before 1970). A schedule's next_run_at outside, written by
 -- hand (4713 BC, year 1, year 20000), is treated like 'infinity': not armed, so the
 -- tick re-arms it from now() and enqueues nothing for it, and next_wakeup() never
--- hands it to the shim, which could not even read it.
+-- hands it to the shim, which could not even read it; next_claimable_at() keeps a
+-- runner's wait inside them too.
 CREATE OR REPLACE FUNCTION scrinalia.period_start()
 RETURNS timestamptz
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE

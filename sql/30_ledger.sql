@@ -488,13 +488,17 @@ BEGIN
 END $$;
 
 -- When the next QUEUED run among p_workers becomes claimable (NULL: none queued);
--- an idle runner sleeps until then unless a NOTIFY wakes it first.
+-- an idle runner sleeps until then unless a NOTIFY wakes it first. Only instants a
+-- runner can compute a wait from (it subtracts now()): a run held back until
+-- period_end() or later ('infinity', written by hand) is never claimable and left
+-- out; one from before period_start() ('-infinity', 4713 BC) counts as from then.
 CREATE OR REPLACE FUNCTION scrinalia.next_claimable_at(p_workers text[] DEFAULT NULL)
 RETURNS timestamptz
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
-    SELECT min(coalesce(r.not_before, r.created_at))
+    SELECT min(greatest(coalesce(r.not_before, r.created_at), scrinalia.period_start()))
       FROM scrinalia.archive_worker_runs r
      WHERE r.status = 'QUEUED' AND (p_workers IS NULL OR r.worker_name = ANY (p_workers))
+       AND coalesce(r.not_before, r.created_at) < scrinalia.period_end()
 $$;

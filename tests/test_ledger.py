@@ -293,3 +293,21 @@ def test_cancel_a_queued_run_only(db):
         db.execute("SELECT scrinalia.cancel_run(%s)", (run2,))
     with raises_sqlstate("SW011", "no such run"):
         db.execute("SELECT scrinalia.cancel_run(-1)")
+
+
+@pytest.mark.parametrize("instant, claimable_now", [
+    ("infinity", None), ("20000-01-01 00:00+00", None),
+    ("-infinity", True), ("4713-01-01 00:00+00 BC", True),
+])
+def test_next_claimable_at_is_always_a_wait_a_runner_can_compute(db, instant, claimable_now):
+    """A hand-written not_before no wait can be computed from: a run never claimable is
+    left out, one from before 1970 counts as claimable now; `- now()` never fails."""
+    make_worker(db)
+    enqueue(db)
+    db.execute("UPDATE scrinalia.archive_worker_runs SET not_before = %s::timestamptz", (instant,))
+    at, wait = db.execute("SELECT t::text, extract(epoch FROM t - now())"
+                          " FROM scrinalia.next_claimable_at() t").fetchone()
+    if claimable_now is None:
+        assert at is None and wait is None
+    else:
+        assert at.startswith("1970-01-01") and wait < 0

@@ -167,3 +167,32 @@ def test_an_instant_python_cannot_hold_does_not_cost_its_batch(db, db_dsn):
     assert sorted(x["run_id"] for x in claimed) == sorted(ids)
     assert _statuses(db, ids) == {i: "SUCCEEDED" for i in ids}
     assert seen[ids[2]].year == 1
+
+
+def test_a_run_queued_for_ever_neither_errs_nor_slows_an_idle_runner(db, db_dsn):
+    """A queued run whose not_before was written by hand as 'infinity' is never
+    claimable; next_claimable_at() used to return it, and the idle runner's wait
+    (infinity - now()) failed: a 'database error', a reconnect and a growing backoff at
+    every idle turn, and new runs waited out the backoff instead of being woken."""
+    parked, *workers = make_workers(db, 4)
+    _enqueue_all(db, [parked])
+    db.execute("UPDATE scrinalia.archive_worker_runs SET not_before = 'infinity'")
+    out = io.StringIO()
+    r = Runner(db_dsn, {"*": lambda run: None}, log=EventLog(json_lines=True, stream=out))
+    t = threading.Thread(target=r.run_forever)
+    t.start()
+    try:
+        wait_for(lambda: r.claim_attempts >= 1, 10, what="the runner's first claim")
+        for w in workers:  # each one enqueued while the runner idles, claimed at once
+            time.sleep(0.3)  # (lets it go idle again; not a wait for a condition)
+            run_id = _enqueue_all(db, [w])[0]
+            t0 = time.monotonic()
+            wait_for(lambda: _statuses(db, [run_id])[run_id] == "SUCCEEDED", 10, what="the new run")
+            assert time.monotonic() - t0 < 2.0
+    finally:
+        r.request_stop()
+        t.join(10)
+    events = _events(out)
+    assert [e for e in events if e["event"] in ("database error", "runner error")] == []
+    assert db.execute("SELECT status::text FROM scrinalia.archive_worker_runs WHERE worker_name = %s",
+                      (parked,)).fetchone()[0] == "QUEUED"
