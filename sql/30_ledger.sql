@@ -353,7 +353,10 @@ BEGIN
           LEFT JOIN unnest(p_error_fingerprints) WITH ORDINALITY AS f(fingerprint, k) ON f.k = i.k
     ), u AS (
         UPDATE scrinalia.archive_worker_runs r
-           SET status = i.status, finished_at = now(), duration = now() - r.started_at,
+           SET status = i.status, finished_at = now(),
+               -- (no duration from a hand-written infinite start: now() - it would fail
+               -- the whole statement, the other runs of the batch with it)
+               duration = CASE WHEN isfinite(r.started_at) THEN now() - r.started_at END,
                lease_token = NULL, lease_expires_at = NULL,
                error = scrinalia.outcome_error(i.status, i.error),
                error_fingerprint = scrinalia.outcome_fingerprint(i.status, i.error, i.fingerprint),
@@ -388,7 +391,8 @@ DECLARE run scrinalia.archive_worker_runs;
 BEGIN
     PERFORM scrinalia.check_outcome_status(p_status);
     UPDATE scrinalia.archive_worker_runs r
-       SET status = p_status, finished_at = now(), duration = now() - r.started_at,
+       SET status = p_status, finished_at = now(),
+           duration = CASE WHEN isfinite(r.started_at) THEN now() - r.started_at END,  -- (see finish_runs)
            lease_token = NULL, lease_expires_at = NULL,
            error = scrinalia.outcome_error(p_status, p_error),
            error_fingerprint = scrinalia.outcome_fingerprint(p_status, p_error, p_error_fingerprint),
@@ -472,7 +476,9 @@ BEGIN
          FOR UPDATE SKIP LOCKED
     )
     UPDATE scrinalia.archive_worker_runs r
-       SET status = 'INTERRUPTED', finished_at = now(), duration = now() - r.started_at,
+       SET status = 'INTERRUPTED', finished_at = now(),
+           -- (see finish_runs: one infinite start must not stop every reap, so every pass)
+           duration = CASE WHEN isfinite(r.started_at) THEN now() - r.started_at END,
            error = format('lease of runner %s expired at %s (last heartbeat %s)',
                           r.lease_owner, r.lease_expires_at, r.heartbeat_at),
            error_fingerprint = 'lease-expired',

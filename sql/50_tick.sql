@@ -338,8 +338,9 @@ END $$;
 
 -- The earliest instant the scheduler has work: a due or unarmed schedule, a set-aside
 -- one's retry, an owed retry, or a lease to reap. NULL when there is nothing at all.
--- Only instants inside the periods' range: a hand-written 'infinity' or 4713 BC must
--- not stop (or crash) the sleep; such a schedule is work now (the tick re-arms it).
+-- Only instants inside period_start()..period_end(): a hand-written 'infinity' or 4713
+-- BC must not stop (or crash) the sleep. Below the range is work now (a schedule the
+-- tick re-arms, a set-aside one to retry, a lease to reap); above it, never.
 CREATE OR REPLACE FUNCTION scrinalia.next_wakeup()
 RETURNS timestamptz
 LANGUAGE sql STABLE SECURITY DEFINER
@@ -353,11 +354,13 @@ AS $$
           WHERE s.enabled AND s.arm_error IS NULL
             AND (s.next_run_at IS NULL OR s.next_run_at < scrinalia.period_start()
                  OR s.next_run_at >= scrinalia.period_end()) LIMIT 1),
-        (SELECT min(s.arm_retry_at) FROM scrinalia.archive_worker_schedules s
-          WHERE s.enabled AND s.arm_error IS NOT NULL),
+        (SELECT greatest(min(s.arm_retry_at), scrinalia.period_start()) FROM scrinalia.archive_worker_schedules s
+          WHERE s.enabled AND s.arm_error IS NOT NULL AND s.arm_retry_at < scrinalia.period_end()
+         HAVING count(*) > 0),
         (SELECT min(r.lease_expires_at) FROM scrinalia.archive_worker_runs r
-          WHERE r.status = 'RUNNING' AND r.lease_expires_at > '-infinity' AND r.lease_expires_at < 'infinity'),
+          WHERE r.status = 'RUNNING'
+            AND r.lease_expires_at >= scrinalia.period_start() AND r.lease_expires_at < scrinalia.period_end()),
         (SELECT now() FROM scrinalia.archive_worker_runs r
-          WHERE r.status = 'RUNNING' AND r.lease_expires_at = '-infinity' LIMIT 1),
+          WHERE r.status = 'RUNNING' AND r.lease_expires_at < scrinalia.period_start() LIMIT 1),
         (SELECT now() FROM scrinalia.archive_worker_runs r WHERE r.retry_pending LIMIT 1))
 $$;

@@ -144,7 +144,7 @@ BEGIN
     holder_role := st.holder_role;
     holder_is_scheduler := st.holder_is_scheduler;
     heartbeat_at := st.heartbeat_at;
-    heartbeat_age := now() - st.heartbeat_at;
+    heartbeat_age := CASE WHEN isfinite(st.heartbeat_at) THEN now() - st.heartbeat_at END;
     checked_at := now();
 
     IF holder_pid IS NULL THEN

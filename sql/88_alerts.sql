@@ -66,7 +66,10 @@ AS $$
     SELECT 'SCHEDULE_OVERDUE', s.worker_name, coalesce(s.next_run_at, s.updated_at), NULL,
            format('the schedule of %s (%s, %s) was due at %s and has not been handled for %s: is a scheduler running?',
                   s.worker_name, s.cron, s.timezone, coalesce(s.next_run_at::text, 'arming'),
-                  date_trunc('second', now() - coalesce(s.next_run_at, s.updated_at)))
+                  -- (a hand-written -infinity: overdue for ever, not an error that hides every alert)
+                  coalesce(date_trunc('second', CASE WHEN isfinite(coalesce(s.next_run_at, s.updated_at))
+                                                THEN now() - coalesce(s.next_run_at, s.updated_at) END)::text,
+                           'ever'))
       FROM scrinalia.overdue_schedules() s
     UNION ALL
     SELECT 'SCHEDULE_SET_ASIDE', s.worker_name, s.arm_error_since, NULL,
@@ -102,10 +105,13 @@ AS $$
            (SELECT extract(epoch FROM r.created_at - r.scheduled_for)::float8
               FROM scrinalia.archive_worker_runs r WHERE r.run_id = s.last_run_id AND r.attempt = 1),
            q.pending, q.processed,
-           (SELECT extract(epoch FROM now() - min(coalesce(r.not_before, r.created_at)))::float8
+           -- (a hand-written -infinity counts from period_start(): old, and no error)
+           (SELECT extract(epoch FROM now() - greatest(min(coalesce(r.not_before, r.created_at)),
+                                                       scrinalia.period_start()))::float8
               FROM scrinalia.archive_worker_runs r
              WHERE r.worker_name = w.worker_name AND r.status = 'QUEUED'
-               AND (r.not_before IS NULL OR r.not_before <= now()))
+               AND (r.not_before IS NULL OR r.not_before <= now())
+            HAVING count(*) > 0)
       FROM scrinalia.archive_workers w
       LEFT JOIN scrinalia.archive_worker_schedules s ON s.worker_name = w.worker_name
       LEFT JOIN scrinalia.worker_queue_counters q ON q.worker_name = w.worker_name

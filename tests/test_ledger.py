@@ -311,3 +311,59 @@ def test_next_claimable_at_is_always_a_wait_a_runner_can_compute(db, instant, cl
         assert at is None and wait is None
     else:
         assert at.startswith("1970-01-01") and wait < 0
+
+
+def _running(db, workers, start, prefix="w"):
+    """Claims a run of each of n new workers, then writes `start` by hand into the
+    started_at of the first."""
+    from helpers import make_workers
+
+    names = make_workers(db, workers, prefix)
+    for w in names:
+        enqueue(db, w)
+    rows = db.execute("SELECT run_id, lease_token FROM scrinalia.claim_runs('r1', '5 minutes', NULL, 100)").fetchall()
+    db.execute("UPDATE scrinalia.archive_worker_runs SET started_at = %s::timestamptz WHERE run_id = %s",
+               (start, rows[0][0]))
+    return rows
+
+
+@pytest.mark.parametrize("start", ["-infinity", "infinity"])
+def test_an_infinite_start_fails_neither_the_batch_finish_nor_the_reaper(db, start):
+    """now() - started_at fails for a hand-written infinite start: it failed
+    finish_runs for every run of its batch, and reap_expired_leases(), the first call
+    of every scheduler pass, so nothing was ticked at all. Its duration is NULL now."""
+    rows = _running(db, 3, start)
+    db.execute("SELECT count(*) FROM scrinalia.finish_runs(%s, %s, %s, %s, %s)",
+               ([r[0] for r in rows], [r[1] for r in rows], ["SUCCEEDED"] * 3, [None] * 3, [None] * 3))
+    got = dict(db.execute("SELECT run_id, status::text || coalesce(' ' || duration::text, '')"
+                          " FROM scrinalia.archive_worker_runs WHERE run_id = ANY(%s)", ([r[0] for r in rows],)))
+    assert got[rows[0][0]] == "SUCCEEDED"  # and no duration
+    assert [got[r[0]].split()[0] for r in rows] == ["SUCCEEDED"] * 3
+    rows = _running(db, 2, start, "x")
+    db.execute("UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() - interval '1 second'"
+               " WHERE status = 'RUNNING'")
+    reaped = db.execute("SELECT run_id FROM scrinalia.reap_expired_leases()").fetchall()
+    assert sorted(r[0] for r in reaped) == sorted(r[0] for r in rows)
+
+
+@pytest.mark.parametrize("instant", ["-infinity", "4713-01-01 00:00+00 BC", "infinity", "20000-01-01 00:00+00"])
+def test_the_watchers_read_any_hand_written_instant(db, instant):
+    """next_wakeup(), the alerts, the metrics and the health check, with an instant no
+    daemon writes in every column they read: each answers, none raises."""
+    from helpers import make_workers
+
+    rows = _running(db, 2, instant)
+    make_workers(db, 1, "q")
+    enqueue(db, "q00000")
+    db.execute("UPDATE scrinalia.archive_worker_runs SET not_before = %s::timestamptz WHERE worker_name = 'q00000'",
+               (instant,))
+    db.execute("UPDATE scrinalia.archive_worker_runs SET lease_expires_at = %s::timestamptz WHERE run_id = %s",
+               (instant, rows[1][0]))
+    db.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at,"
+               " arm_error, arm_retry_at) VALUES ('q00000', '* * * * *', 'UTC', %s, 'x', %s)", (instant, instant))
+    db.execute("UPDATE scrinalia.scheduler_state SET heartbeat_at = %s::timestamptz", (instant,))
+    wait = db.execute("SELECT extract(epoch FROM w - now()) FROM scrinalia.next_wakeup() w").fetchone()[0]
+    assert wait is not None and wait < 3600  # the other lease (5 minutes) at the latest
+    # counted server-side: this test's own connection is a plain one, not db.connect()'s
+    for call in ("current_alerts()", "worker_metrics()", "scheduler_health()", "scheduler_metrics()"):
+        assert db.execute(f"SELECT count(*) FROM scrinalia.{call}").fetchone()[0] >= 1, call

@@ -142,7 +142,7 @@ def test_one_poisoned_schedule_never_stalls_or_spins_the_others(db, db_dsn, proc
 
 
 def test_non_finite_instants_in_rows_neither_crash_nor_spin(db, db_dsn, procs):
-    for w in ("inf", "neginf", "far", "ok", "nb", "lease_inf", "lease_neginf"):
+    for w in ("inf", "neginf", "far", "ok", "nb", "lease_inf", "lease_neginf", "start_neginf"):
         make_worker(db, w)
     db.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at) VALUES"
                " ('inf', '* * * * *', 'UTC', 'infinity'), ('neginf', '* * * * *', 'UTC', '-infinity'),"
@@ -151,7 +151,9 @@ def test_non_finite_instants_in_rows_neither_crash_nor_spin(db, db_dsn, procs):
     db.execute("INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, status, lease_owner, lease_token,"
                " lease_duration, lease_expires_at, started_at, heartbeat_at) VALUES"
                " ('lease_inf', 'MANUAL', 'RUNNING', 'r', gen_random_uuid(), '1 minute', 'infinity', now(), now()),"
-               " ('lease_neginf', 'MANUAL', 'RUNNING', 'r', gen_random_uuid(), '1 minute', '-infinity', now(), now())")
+               " ('lease_neginf', 'MANUAL', 'RUNNING', 'r', gen_random_uuid(), '1 minute', '-infinity', now(), now()),"
+               # an expired lease whose start is -infinity: its reap once failed every pass
+               " ('start_neginf', 'MANUAL', 'RUNNING', 'r', gen_random_uuid(), '1 minute', now(), '-infinity', now())")
     for attempt in range(2):  # and again after a restart
         a = _start(procs, db_dsn, "--log-level", "debug", "--max-sleep", "0.5")
         a.wait_event("lock acquired")
@@ -160,6 +162,7 @@ def test_non_finite_instants_in_rows_neither_crash_nor_spin(db, db_dsn, procs):
             a.wait_event("armed", worker="inf")
             a.wait_event("armed", worker="neginf")
             a.wait_event("lease reaped", worker="lease_neginf")
+            a.wait_event("lease reaped", worker="start_neginf")
         mark = a.mark()
         t0 = time.monotonic()
         wait_for(lambda: time.monotonic() - t0 > 1.5, what="a second and a half")
