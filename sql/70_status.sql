@@ -83,6 +83,7 @@ BEGIN
        SET heartbeat_at = now(), heartbeat_pid = pg_backend_pid(), heartbeat_work_pid = p_work_pid,
            heartbeat_by = scrinalia.check_actor('name', p_name)
      WHERE st.heartbeat_at IS NULL OR st.heartbeat_at <= now() - scrinalia.heartbeat_interval()
+        OR st.heartbeat_at > now()  -- from the future (a hand write): holder_last_seen() ignores it
         OR st.heartbeat_pid IS DISTINCT FROM pg_backend_pid()
         OR st.heartbeat_work_pid IS DISTINCT FROM p_work_pid;
     RETURN true;
@@ -97,7 +98,10 @@ RETURNS timestamptz
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
-    SELECT CASE WHEN st.heartbeat_pid = p_holder_pid THEN st.heartbeat_at ELSE a.backend_start END
+    -- (a heartbeat from the future is no sign of life: only a hand write makes one, and
+    -- it would keep a frozen holder from ever being stale)
+    SELECT CASE WHEN st.heartbeat_pid = p_holder_pid AND st.heartbeat_at <= clock_timestamp()
+                THEN st.heartbeat_at ELSE a.backend_start END
       FROM scrinalia.scheduler_state st
       LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = p_holder_pid
 $$;

@@ -367,3 +367,25 @@ def test_the_watchers_read_any_hand_written_instant(db, instant):
     # counted server-side: this test's own connection is a plain one, not db.connect()'s
     for call in ("current_alerts()", "worker_metrics()", "scheduler_health()", "scheduler_metrics()"):
         assert db.execute(f"SELECT count(*) FROM scrinalia.{call}").fetchone()[0] >= 1, call
+
+
+@pytest.mark.parametrize("instant", ["infinity", "2999-01-01 00:00+00"])
+def test_a_heartbeat_from_the_future_is_no_sign_of_life(db, instant):
+    """A hand-written future heartbeat_at would keep a frozen lock holder from ever
+    being stale (never evicted: nothing ticks). It counts for nothing: the holder's
+    session start is its last sign of life."""
+    db.execute("UPDATE scrinalia.scheduler_state SET heartbeat_pid = pg_backend_pid(), heartbeat_at = %s::timestamptz",
+               (instant,))
+    seen, start = db.execute("SELECT scrinalia.holder_last_seen(pg_backend_pid()) <= now(), backend_start"
+                             " = scrinalia.holder_last_seen(pg_backend_pid()) FROM pg_stat_activity"
+                             " WHERE pid = pg_backend_pid()").fetchone()
+    assert seen and start
+    # the live holder's next heartbeat replaces it
+    db.execute("SELECT pg_advisory_lock(scrinalia.scheduler_lock_key())")
+    try:
+        assert db.execute("SELECT scrinalia.scheduler_heartbeat('t', NULL)").fetchone()[0]
+        assert db.execute("SELECT heartbeat_at <= now() FROM scrinalia.scheduler_state").fetchone()[0]
+    finally:
+        db.execute("SELECT pg_advisory_unlock(scrinalia.scheduler_lock_key())")
+    db.execute("UPDATE scrinalia.scheduler_state SET heartbeat_at = '2026-01-01 00:00+00'")  # a past one counts
+    assert db.execute("SELECT scrinalia.holder_last_seen(pg_backend_pid()) = '2026-01-01 00:00+00'").fetchone()[0]
