@@ -8,7 +8,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from helpers import claim, finish, make_worker, raises_sqlstate, run_row
+from helpers import claim, finish, make_worker, make_workers, raises_sqlstate, run_row
 
 
 def enqueue(conn, worker="ocr", request=None, trigger="MANUAL", by="alice"):
@@ -316,8 +316,6 @@ def test_next_claimable_at_is_always_a_wait_a_runner_can_compute(db, instant, cl
 def _running(db, workers, start, prefix="w"):
     """Claims a run of each of n new workers, then writes `start` by hand into the
     started_at of the first."""
-    from helpers import make_workers
-
     names = make_workers(db, workers, prefix)
     for w in names:
         enqueue(db, w)
@@ -350,8 +348,6 @@ def test_an_infinite_start_fails_neither_the_batch_finish_nor_the_reaper(db, sta
 def test_the_watchers_read_any_hand_written_instant(db, instant):
     """next_wakeup(), the alerts, the metrics and the health check, with an instant no
     daemon writes in every column they read: each answers, none raises."""
-    from helpers import make_workers
-
     rows = _running(db, 2, instant)
     make_workers(db, 1, "q")
     enqueue(db, "q00000")

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import io
 import json
+import random
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from helpers import make_workers
-from scrinalia_workers import scheduler
+from scrinalia_workers import cron, scheduler
 from scrinalia_workers.logs import EventLog
 
 
@@ -114,10 +115,6 @@ def test_a_backlog_pass_evaluates_the_catch_up_once_per_pair_and_window(db, hold
 def test_the_catch_up_windows_answer_as_the_cron_itself(zone):
     """The memo answers exactly `next_occurrence(scheduled_for) <= now`, across DST
     transitions, whatever order the instants come in."""
-    import random
-
-    from scrinalia_workers import cron
-
     rng = random.Random(zone)
     db_now = datetime(2026, 10, 25, 4, 30, tzinfo=timezone.utc)  # after Berlin's fall-back
     pairs = [("*/20 * * * *", zone), ("30 2 * * *", zone), ("15 * * * *", zone), ("0 0 1 * *", zone)]
