@@ -102,12 +102,17 @@ AS $$
            coalesce((p.last_status IN ('FAILED', 'INTERRUPTED'))::int, 0),
            coalesce(rt.retries, 0),
            coalesce(s.skipped_count, 0),
+           -- (unknown when either instant is hand-written outside the periods' range:
+           -- an infinite one cannot be subtracted, and a lateness of millennia says nothing)
            (SELECT extract(epoch FROM r.created_at - r.scheduled_for)::float8
-              FROM scrinalia.archive_worker_runs r WHERE r.run_id = s.last_run_id AND r.attempt = 1),
+              FROM scrinalia.archive_worker_runs r WHERE r.run_id = s.last_run_id AND r.attempt = 1
+               AND r.created_at >= scrinalia.period_start() AND r.created_at < scrinalia.period_end()
+               AND r.scheduled_for >= scrinalia.period_start() AND r.scheduled_for < scrinalia.period_end()),
            q.pending, q.processed,
-           -- (a hand-written -infinity counts from period_start(): old, and no error)
-           (SELECT extract(epoch FROM now() - greatest(min(coalesce(r.not_before, r.created_at)),
-                                                       scrinalia.period_start()))::float8
+           -- (a hand-written -infinity counts from period_start(): old, and no error; a
+           -- future one, +infinity included, from now(): no wait yet)
+           (SELECT extract(epoch FROM now() - least(greatest(min(coalesce(r.not_before, r.created_at)),
+                                                             scrinalia.period_start()), now()))::float8
               FROM scrinalia.archive_worker_runs r
              WHERE r.worker_name = w.worker_name AND r.status = 'QUEUED'
                AND (r.not_before IS NULL OR r.not_before <= now())

@@ -385,3 +385,26 @@ def test_a_heartbeat_from_the_future_is_no_sign_of_life(db, instant):
         db.execute("SELECT pg_advisory_unlock(scrinalia.scheduler_lock_key())")
     db.execute("UPDATE scrinalia.scheduler_state SET heartbeat_at = '2026-01-01 00:00+00'")  # a past one counts
     assert db.execute("SELECT scrinalia.holder_last_seen(pg_backend_pid()) = '2026-01-01 00:00+00'").fetchone()[0]
+
+
+@pytest.mark.parametrize("instant", ["-infinity", "infinity", "4713-01-01 00:00+00 BC", "20000-01-01 00:00+00"])
+def test_the_lateness_gauge_reads_a_hand_written_created_at(db, instant):
+    """worker_metrics()'s last lateness is created_at - scheduled_for of the schedule's
+    last run, and the queue wait counts from created_at; with a created_at no daemon
+    writes, +infinity, they raised, and the metrics exporter's whole scrape with them.
+    The lateness is unknown (NULL) then, the wait bounded, and the other workers answer."""
+    make_workers(db, 2, "m")
+    for w in ("m00000", "m00001"):
+        db.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
+                   " VALUES (%s, '0 0 1 1 *', 'UTC', now() - interval '1 minute')", (w,))
+    nexts = [db.execute("SELECT now() + interval '1 day'").fetchone()[0]] * 2
+    db.execute("SELECT count(*) FROM scrinalia.tick(%s, %s, 'test')", (["m00000", "m00001"], nexts))
+    db.execute("UPDATE scrinalia.archive_worker_runs SET created_at = %s::timestamptz WHERE worker_name = 'm00000'",
+               (instant,))
+    got = {r[0]: r[1:] for r in db.execute(
+        "SELECT worker_name, last_lateness_seconds, oldest_claimable_wait_seconds FROM scrinalia.worker_metrics()"
+        " WHERE worker_name LIKE 'm%'").fetchall()}
+    assert got["m00000"][0] is None
+    assert got["m00001"][0] is not None and 0 <= got["m00001"][0] < 3600
+    # the run waits in the queue: counted from 1970 at the earliest, from now() at the latest
+    assert 0 <= got["m00000"][1] <= db.execute("SELECT extract(epoch FROM now())::float8").fetchone()[0]
