@@ -174,7 +174,11 @@ def floor_once(c: psycopg.Connection) -> dict:
         due = c.execute(FLOOR_DUE_SQL).fetchall()
         t1 = now()
         names = [r[0] for r in due]
-        at = [nexts[w] for w in names]  # Python, not timed (the tick's Python is not in its SQL time either)
+        # Python, not timed (the tick's Python is not in its SQL time either); computed
+        # again if an occurrence passed since the first transaction (a minute boundary)
+        at = [nexts[w] for w in names]
+        if due and min(at) <= due[0][4]:
+            at = cron.next_occurrences([(r[1], r[2]) for r in due], after=due[0][4])
         t2 = now()
         written = c.execute(FLOOR_WRITE_SQL, (names, at)).rowcount
         t3 = now()

@@ -7,6 +7,7 @@ rotting: the tick and claim benchmarks at smoke sizes on the test database.
 from __future__ import annotations
 
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,29 @@ def test_quick_tick_decides_every_schedule_once(db_dsn):
         # the scheduler's own pass ran in every round (and wrote the tick's rows: run() checks)
         assert len(f["passes"]) == f["reps"] and min(f["passes"]) > 0
     assert len(r.rows) == len(r.data["figures"])
+
+
+def test_the_floor_survives_an_occurrence_passing_before_its_timed_transaction(db_dsn, monkeypatch):
+    """The floor computes its next occurrences in a first, untimed transaction. A
+    minutely cron's next one can pass before the timed transaction's now() (a minute
+    boundary in between), and the floor then wrote an instant already due: its own
+    check failed the benchmark. Simulated here: the first computation answers 1 ms
+    after its instant."""
+    active = tick_bench.prepare(db_dsn, 50)
+    real = tick_bench.cron.next_occurrences
+    calls = []
+
+    def first_stale(pairs, after):
+        calls.append(after)
+        if len(calls) == 1:
+            return [after + timedelta(milliseconds=1)] * len(pairs)
+        return real(pairs, after)
+
+    monkeypatch.setattr(tick_bench.cron, "next_occurrences", first_stale)
+    with claim_bench.conn(db_dsn, autocommit=True) as c:
+        f = tick_bench.floor_once(c)
+    tick_bench.verify_floor(db_dsn, 50, active, f)
+    assert len(calls) == 2  # computed again, after the timed transaction's now()
 
 
 def test_quick_claim_has_no_double_claim_and_loses_nothing(db_dsn):
