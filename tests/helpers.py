@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from contextlib import contextmanager
 from datetime import timedelta
 
@@ -132,3 +133,15 @@ def scheduled_run(conn, worker: str) -> int:
     set_next_run(conn, worker, "1 minute")
     _, decisions = tick(conn)
     return [d[2] for d in decisions if d[1] == "ENQUEUED"][0]
+
+
+class FlushCountingStream(io.StringIO):
+    """A log stream that counts its flushes (each one a write to the pipe)."""
+
+    def __init__(self):
+        super().__init__()
+        self.flushes = 0
+
+    def flush(self):
+        self.flushes += 1
+        super().flush()

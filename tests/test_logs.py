@@ -3,18 +3,10 @@
 from __future__ import annotations
 
 import io
+import json
 
+from helpers import FlushCountingStream as Counted
 from scrinalia_workers.logs import EventLog
-
-
-class Counted(io.StringIO):
-    def __init__(self):
-        super().__init__()
-        self.flushes = 0
-
-    def flush(self):
-        self.flushes += 1
-        super().flush()
 
 
 def test_each_line_is_flushed_at_once_outside_a_batch():
@@ -46,3 +38,18 @@ def test_a_closed_stream_does_not_stop_a_batch():
         log("armed", worker="a")
         out.close()
         log("armed", worker="b")
+
+
+def test_a_json_line_writes_what_json_cannot_hold_as_text():
+    from datetime import datetime, timezone
+    from decimal import Decimal
+    from uuid import UUID
+
+    out = io.StringIO()
+    EventLog(json_lines=True, stream=out)("claimed", run_id=7, at=datetime(2026, 1, 2, tzinfo=timezone.utc),
+                                          token=UUID(int=1), share=Decimal("0.5"), note="é\n")
+    line = out.getvalue()
+    assert line.count("\n") == 1  # one line, whatever the fields hold
+    got = json.loads(line)
+    assert (got["run_id"], got["at"], got["token"], got["share"], got["note"]) == (
+        7, "2026-01-02 00:00:00+00:00", "00000000-0000-0000-0000-000000000001", "0.5", "é\n")

@@ -8,6 +8,8 @@ import sys
 from datetime import datetime, timezone
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+# json.dumps(default=...) builds an encoder per call; the daemons write a line per run
+_ENCODER = json.JSONEncoder(default=str)
 
 
 class EventLog:
@@ -22,7 +24,7 @@ class EventLog:
             return
         ts = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         if self.json_lines:
-            line = json.dumps({"ts": ts, "event": event, "level": level, **fields}, default=str)
+            line = _ENCODER.encode({"ts": ts, "event": event, "level": level, **fields})
         else:
             parts = " ".join(f"{k}={v}" for k, v in fields.items())
             line = f"{ts} {level.upper()} {event}" + (f" {parts}" if parts else "")

@@ -286,9 +286,10 @@ class Runner:
         if not runs:
             return []
         self._backoff.reset()
-        for run in runs:
-            self.log("claimed", run_id=run["run_id"], worker=run["worker_name"], trigger=run["trigger"],
-                     attempt=run["attempt"])
+        with self.log.batch():  # a batch's lines, one write
+            for run in runs:
+                self.log("claimed", run_id=run["run_id"], worker=run["worker_name"], trigger=run["trigger"],
+                         attempt=run["attempt"])
         self._handler_thread.submit([(handler_for(self.handlers, run["worker_name"]), run) for run in runs])
         self._see_through({run["run_id"]: run for run in runs})
         return runs
@@ -442,22 +443,23 @@ class Runner:
                      reason=reason)
             time.sleep(backoff.next_delay())
             retried = True
-        for run, done in items:
-            status, lost = rows[run["run_id"]]
-            o = done.outcome
-            if lost is not None and not (retried and lost == f"the run is {o.status}"):
-                # (after a retry, "the run is <our status>": the first call committed, only its answer was lost)
-                self.log("lease lost", level="warning", run_id=run["run_id"], reason=f"lease lost: {lost}")
-                run["outcome"] = "LEASE_LOST"
-                continue
-            fields = {}
-            if o.error:
-                fields = {"error": o.error.splitlines()[0][:500], "fingerprint": o.fingerprint}
-            elif o.summary:
-                fields = {"summary": o.summary}
-            self.log("interrupted" if o.status == "INTERRUPTED" else "finished", run_id=run["run_id"],
-                     worker=run["worker_name"], status=o.status, **fields)
-            run["outcome"] = o.status
+        with self.log.batch():  # the batch's lines, one write
+            for run, done in items:
+                status, lost = rows[run["run_id"]]
+                o = done.outcome
+                if lost is not None and not (retried and lost == f"the run is {o.status}"):
+                    # (after a retry, "the run is <our status>": the first call committed, only its answer was lost)
+                    self.log("lease lost", level="warning", run_id=run["run_id"], reason=f"lease lost: {lost}")
+                    run["outcome"] = "LEASE_LOST"
+                    continue
+                fields = {}
+                if o.error:
+                    fields = {"error": o.error.splitlines()[0][:500], "fingerprint": o.fingerprint}
+                elif o.summary:
+                    fields = {"summary": o.summary}
+                self.log("interrupted" if o.status == "INTERRUPTED" else "finished", run_id=run["run_id"],
+                         worker=run["worker_name"], status=o.status, **fields)
+                run["outcome"] = o.status
 
     def _finish(self, items: list[tuple[dict, _Done]]) -> dict[int, tuple[str | None, str | None]]:
         """One finish_runs() call; {run_id: (status, lost_reason)}."""
