@@ -493,22 +493,16 @@ class _Occurrences:
     kept: it is rare, and the schedule is set aside."""
 
     def __init__(self) -> None:
-        # per (cron, zone): window starts, sorted, and the first occurrence after each
-        self._starts: dict[tuple[str, str], list[datetime]] = {}
-        self._nexts: dict[tuple[str, str], list[datetime]] = {}
+        # per (cron, zone): its windows (start, first occurrence after it), by start
+        self._windows: dict[tuple[str, str], list[tuple[datetime, datetime]]] = {}
 
     def _known(self, pair: tuple[str, str], t: datetime) -> datetime | None:
-        starts = self._starts.get(pair, ())
-        i = bisect.bisect_right(starts, t) - 1
-        if i >= 0 and t < self._nexts[pair][i]:
-            return self._nexts[pair][i]
-        return None
+        windows = self._windows.get(pair, ())
+        i = bisect.bisect_right(windows, t, key=lambda w: w[0]) - 1
+        return windows[i][1] if i >= 0 and t < windows[i][1] else None
 
     def _keep(self, pair: tuple[str, str], t: datetime, nxt: datetime) -> None:
-        starts, nexts = self._starts.setdefault(pair, []), self._nexts.setdefault(pair, [])
-        i = bisect.bisect_right(starts, t)
-        starts.insert(i, t)
-        nexts.insert(i, nxt)
+        bisect.insort_right(self._windows.setdefault(pair, []), (t, nxt), key=lambda w: w[0])
 
     def after(self, pair: tuple[str, str], t: datetime) -> datetime:
         """cron.next_occurrence(cron, zone, t), raising as it does."""
