@@ -1,4 +1,4 @@
-"""Small helpers shared by the SQL tests: a catalogue, a worker, SQLSTATEs, a tick."""
+"""Small helpers shared by the tests: a catalogue, a worker, SQLSTATEs, a tick, a log stream."""
 
 from __future__ import annotations
 

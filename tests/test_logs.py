@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import io
 import json
+from datetime import datetime, timezone
+from decimal import Decimal
+from uuid import UUID
 
-from helpers import FlushCountingStream as Counted
+from helpers import FlushCountingStream
 from scrinalia_workers.logs import EventLog
 
 
 def test_each_line_is_flushed_at_once_outside_a_batch():
-    out = Counted()
+    out = FlushCountingStream()
     log = EventLog(stream=out)
     log("armed", worker="a")
     log("armed", worker="b")
@@ -18,7 +21,7 @@ def test_each_line_is_flushed_at_once_outside_a_batch():
 
 
 def test_a_batch_of_lines_is_flushed_once_at_its_end():
-    out = Counted()
+    out = FlushCountingStream()
     log = EventLog(json_lines=True, stream=out)
     with log.batch():
         for i in range(1000):
@@ -41,10 +44,6 @@ def test_a_closed_stream_does_not_stop_a_batch():
 
 
 def test_a_json_line_writes_what_json_cannot_hold_as_text():
-    from datetime import datetime, timezone
-    from decimal import Decimal
-    from uuid import UUID
-
     out = io.StringIO()
     EventLog(json_lines=True, stream=out)("claimed", run_id=7, at=datetime(2026, 1, 2, tzinfo=timezone.utc),
                                           token=UUID(int=1), share=Decimal("0.5"), note="é\n")
