@@ -45,12 +45,22 @@ def test_real_daemons_under_load_through_a_restart(own_cluster):
     migrate(dsn, create_groups=True)
     db = psycopg.connect(dsn, autocommit=True)
     _seed(db)
-    start = db.execute("SELECT now()").fetchone()[0]
-    boundary = (start.replace(second=0, microsecond=0) + timedelta(minutes=1))
+    seeded = db.execute("SELECT max(next_run_at) FROM scrinalia.archive_worker_schedules").fetchone()[0]
     schedulers = [start_scheduler(dsn, "--standby-retry", "0.5", "--name", f"s{i}") for i in (1, 2)]
     runners = [start_runner(dsn, "scrinalia_workers.load_handlers", "--lease", "5", "--runner-id", f"r{i}")
                for i in range(RUNNERS)]
     try:
+        wait_for(lambda: db.execute("SELECT count(*) = 0 FROM scrinalia.archive_worker_schedules "
+                                    "WHERE next_run_at <= %s", (seeded,)).fetchone()[0],
+                 timeout=60, what="the catch-up ticked")
+        # The first on-time boundary is the minute after the last catch-up: a schedule
+        # whose catch-up came before a minute that passed meanwhile is armed for that
+        # minute and then for this one; one ticked after it skipped to this one.
+        catch_ups, last_catch_up = db.execute(
+            "SELECT count(*), max(created_at) FROM scrinalia.archive_worker_runs "
+            "WHERE scheduled_for = %s", (seeded,)).fetchone()
+        assert catch_ups == SCHEDULES  # one catch-up each, not a replay
+        boundary = last_catch_up.replace(second=0, microsecond=0) + timedelta(minutes=1)
         wait_for(lambda: db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs "
                                     "WHERE status = 'SUCCEEDED'").fetchone()[0] > SCHEDULES // 4,
                  timeout=60, what="a quarter of the catch-up done")
