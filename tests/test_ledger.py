@@ -8,7 +8,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from helpers import claim, finish, make_worker, make_workers, raises_sqlstate, run_row
+from helpers import YEARLY, claim, finish, make_worker, make_workers, raises_sqlstate, run_row
 
 
 def enqueue(conn, worker="ocr", request=None, trigger="MANUAL", by="alice"):
@@ -396,7 +396,7 @@ def test_the_lateness_gauge_reads_a_hand_written_created_at(db, instant):
     make_workers(db, 2, "m")
     for w in ("m00000", "m00001"):
         db.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
-                   " VALUES (%s, '0 0 1 1 *', 'UTC', now() - interval '1 minute')", (w,))
+                   " VALUES (%s, %s, 'UTC', now() - interval '1 minute')", (w, YEARLY))
     nexts = [db.execute("SELECT now() + interval '1 day'").fetchone()[0]] * 2
     db.execute("SELECT count(*) FROM scrinalia.tick(%s, %s, 'test')", (["m00000", "m00001"], nexts))
     db.execute("UPDATE scrinalia.archive_worker_runs SET created_at = %s::timestamptz WHERE worker_name = 'm00000'",

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from helpers import make_workers
+from helpers import YEARLY, make_workers
 from scrinalia_workers import cron, scheduler
 from scrinalia_workers.logs import EventLog
 
@@ -26,9 +26,9 @@ def holder(db_dsn):
     s._close()
 
 
-def _due(db, names, cron="0 0 1 1 *"):  # yearly: no minute boundary re-dues one mid-test
+def _due(db, names):
     db.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
-               " SELECT w, %s, 'UTC', now() - interval '30 seconds' FROM unnest(%s::text[]) w", (cron, names))
+               " SELECT w, %s, 'UTC', now() - interval '30 seconds' FROM unnest(%s::text[]) w", (YEARLY, names))
 
 
 def test_a_spike_is_ticked_in_committed_chunks_each_once(db, holder, monkeypatch):

@@ -13,7 +13,7 @@ import time
 import psycopg
 import pytest
 
-from helpers import make_workers, put_schedule, raises_sqlstate
+from helpers import YEARLY, make_workers, put_schedule, raises_sqlstate
 from procs import wait_for
 from scrinalia_workers import cron, scheduler
 from scrinalia_workers.logs import EventLog
@@ -31,10 +31,7 @@ def holder(db_dsn):
 
 # The prepared tick leaves a schedule whose next occurrence may already have passed to
 # the ordinary pass; a minutely cron does that whenever the instant lands on second 59,
-# so the tests' schedules are yearly unless they say otherwise.
-YEARLY = "0 0 1 1 *"
-
-
+# so the tests' schedules are YEARLY unless they say otherwise.
 def _schedule(db, names, next_run_at_sql, cron_text=YEARLY):
     db.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
                f" SELECT w, %s, 'UTC', {next_run_at_sql} FROM unnest(%s::text[]) w", (cron_text, names))
