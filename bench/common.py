@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from scrinalia_workers.db import connect
+from scrinalia_workers.gateway.connection import connect
 
 now = time.perf_counter
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psycopg
 
-from scrinalia_workers.scheduler import PREPARED_LIMIT, TICK_CHUNK
+from scrinalia_workers.scheduler.daemon import PREPARED_LIMIT, TICK_CHUNK
 
 from . import pgcron, seed
 from .common import Result, check, conn, now, percentile

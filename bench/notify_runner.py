@@ -15,7 +15,7 @@ import signal
 import sys
 from datetime import datetime, timezone
 
-from scrinalia_workers.db import connect
+from scrinalia_workers.gateway.connection import connect
 
 CLAIM_SQL = "SELECT run_id, lease_token FROM scrinalia.claim_next(%s, '5 minutes'::interval)"
 FINISH_SQL = "SELECT status FROM scrinalia.finish(%s, %s, 'SUCCEEDED')"

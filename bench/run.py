@@ -1,6 +1,6 @@
 """Run the benchmarks: `python -m bench [--quick] [--only KEY,...] [--dsn DSN]`.
 
-Starts a throwaway PostgreSQL (scrinalia_workers.pgserver.start_cluster()) unless
+Starts a throwaway PostgreSQL (scrinalia_workers.testkit.cluster.start_cluster()) unless
 --dsn or SCRINALIA_BENCH_DSN names a server (a superuser DSN: a database is created
 and dropped per benchmark), migrates, runs each benchmark, prints its table and
 writes BENCHMARKS.md (a full run; a subset replaces only its own sections; --quick
@@ -83,7 +83,7 @@ class Databases:
         return psycopg.conninfo.make_conninfo(self.admin_dsn, dbname=name)
 
     def fresh(self, name: str, migrate: bool = True) -> str:
-        from scrinalia_workers.migrate import migrate as apply
+        from scrinalia_workers.admin.migrate import migrate as apply
 
         with psycopg.connect(self.admin_dsn, autocommit=True) as c:
             c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -128,10 +128,10 @@ def start_own_cluster(with_pgcron: bool, commit_timestamps: bool = False):
     """The throwaway cluster; with pg_cron preloaded when the lateness benchmark runs and
     the library is installed (it can only be loaded at server start), and with
     track_commit_timestamp (a restart-time setting too) for the lateness measure."""
-    from scrinalia_workers import pgserver
+    from scrinalia_workers.testkit import cluster as pgserver
     from bench import pgcron
 
-    note = ("a throwaway cluster from scrinalia_workers.pgserver "
+    note = ("a throwaway cluster from scrinalia_workers.testkit.cluster "
             "(fsync=off, synchronous_commit=off, full_page_writes=off")
     bin_dir = pgserver.find_bin_dir() if os.environ.get("SCRINALIA_PG") != "embedded" else None
     extra = {"track_commit_timestamp": "on"} if commit_timestamps and bin_dir else {}

@@ -25,7 +25,9 @@ import os
 
 import psycopg
 
-from scrinalia_workers import cron, scheduler
+from scrinalia_workers import cron
+
+from scrinalia_workers.scheduler import daemon as scheduler
 from scrinalia_workers.logs import EventLog
 
 from . import seed

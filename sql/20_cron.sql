@@ -1,7 +1,7 @@
 -- Cron validation in SQL, so that a schedule saved from psql is held to the same
 -- strict five-field language as one saved through the shim (docs/cron.md).
 -- This is the twin of scrinalia_workers/cron.py: same grammar, same order of checks,
--- same messages; tests/test_cron_sql_agreement.py pins that they agree.
+-- same messages; tests/cron/test_cron_sql_agreement.py pins that they agree.
 -- One self-contained function (no helpers), so that its EXECUTE grant is all a
 -- role needs. Error: SW003, the message names the field (1-based) when there is one.
 

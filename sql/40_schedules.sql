@@ -15,7 +15,7 @@
 --   * anything else (a zone a tzdata upgrade added, or removed, or any non-name): the
 --     live scan decides, as before.
 -- With the zone directory as it was at the last migrate the rule is the scan's, exactly
--- (tests/test_schedules_bulk.py compares the two for every listed name and tricky others).
+-- (tests/sql/test_schedules_bulk.py compares the two for every listed name and tricky others).
 -- One corner after a tzdata upgrade without a migrate: a listed zone whose file was
 -- removed and whose name also reads as a POSIX TZ string (EST5EDT, GMT0, Etc/GMT+3:
 -- AT TIME ZONE then parses the name itself, to the same offsets) is still accepted

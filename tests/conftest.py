@@ -14,9 +14,9 @@ import os
 import psycopg
 import pytest
 
-from scrinalia_workers.groups import create_at as create_groups
-from scrinalia_workers.migrate import migrate
-from scrinalia_workers.pgserver import start_cluster
+from scrinalia_workers.admin.groups import create_at as create_groups
+from scrinalia_workers.admin.migrate import migrate
+from scrinalia_workers.testkit.cluster import start_cluster
 
 _counter = itertools.count()
 
@@ -109,7 +109,7 @@ def db(db_dsn):
 @pytest.fixture
 def own_cluster():
     """A cluster of the test's own, for tests that restart PostgreSQL under load."""
-    from scrinalia_workers.pgserver import LocalCluster, find_bin_dir
+    from scrinalia_workers.testkit.cluster import LocalCluster, find_bin_dir
 
     if find_bin_dir() is None:
         pytest.skip("needs PostgreSQL server binaries (the embedded server cannot restart)")

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 
 import psycopg
@@ -151,3 +155,34 @@ class FlushCountingStream(io.StringIO):
     def flush(self):
         self.flushes += 1
         super().flush()
+
+
+# --- the scrinalia-workers command line as a subprocess ---
+
+ENV_DB_VARS = ("DATABASE_URL", "PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE")
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+def cli(*args: str, dsn: str | None = None, env: dict | None = None) -> Result:
+    argv = [sys.executable, "-m", "scrinalia_workers", *args]
+    if dsn is not None:
+        argv += ["--dsn", dsn]
+    base = {k: v for k, v in os.environ.items() if k not in ENV_DB_VARS}
+    p = subprocess.run(argv, capture_output=True, text=True, env={**base, **(env or {})}, timeout=60)
+    return Result(p.returncode, p.stdout, p.stderr)
+
+
+def assert_one_line_error(r: Result, code: int, *fragments: str) -> None:
+    assert r.code == code, (r.code, r.out, r.err)
+    assert "Traceback" not in r.err
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1, r.err
+    assert lines[0].startswith("scrinalia-workers: error: "), lines[0]
+    for f in fragments:
+        assert f in lines[0], (f, lines[0])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from .failure import printable
+from scrinalia_workers.text import printable
 
 
 class DaemonParser(argparse.ArgumentParser):

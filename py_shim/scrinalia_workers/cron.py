@@ -1,7 +1,7 @@
 """Strict five-field cron expressions and their next occurrence in a time zone.
 
 The language (see docs/cron.md) is validated here and, identically, by the SQL
-function scrinalia.validate_cron (sql/20_cron.sql); tests/test_cron_sql_agreement.py
+function scrinalia.validate_cron (sql/20_cron.sql); tests/cron/test_cron_sql_agreement.py
 pins that the two accept the same expressions and blame the same field.
 
 How occurrences are computed: croniter iterates the *wall-clock* candidates (naive
@@ -37,7 +37,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from croniter import croniter
 
-from .errors import INVALID_CRON, INVALID_TIMEZONE, ScrinaliaError
+from scrinalia_workers.errors import INVALID_CRON, INVALID_TIMEZONE, ScrinaliaError
 
 __all__ = [
     "CronError",

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from scrinalia_workers.pgserver import LocalCluster, find_bin_dir, free_port
+from scrinalia_workers.testkit.cluster import LocalCluster, find_bin_dir, free_port
 
 
 def pgbouncer_binary() -> str | None:

@@ -193,7 +193,7 @@ def test_runner_killed_mid_run_is_interrupted_and_retried(db, db_dsn):
     db.execute("SELECT scrinalia.put_schedule('slow', '* * * * *', 'UTC', %s)", (Jsonb({"options": {"seconds": 60}}),))
     sched = schedulers(db_dsn, 1)[0]
     runner = Daemon("runner", "--dsn", db_dsn, "--runner-id", "victim", "--lease", "5",
-                    "--handlers", "scrinalia_workers.load_handlers")
+                    "--handlers", "scrinalia_workers.demo.load_handlers")
     other = None
     try:
         _due_now(db)
@@ -225,7 +225,7 @@ def test_runner_killed_mid_run_is_interrupted_and_retried(db, db_dsn):
                    "not_before = now(), config = jsonb_set(config, '{options,seconds}', '0.1') "
                    "WHERE run_id = %s", (retry["run_id"],))
         other = Daemon("runner", "--dsn", db_dsn, "--runner-id", "survivor", "--lease", "5",
-                       "--handlers", "scrinalia_workers.load_handlers")
+                       "--handlers", "scrinalia_workers.demo.load_handlers")
         _poll(db, "SELECT status = 'SUCCEEDED' FROM scrinalia.archive_worker_runs WHERE run_id = %s",
               (retry["run_id"],))
         assert check_all(db) == []

@@ -19,8 +19,8 @@ from psycopg.types.json import Jsonb
 
 from invariants import busy_slots, check_all
 from procs import start_runner, start_scheduler, wait_for
-from scrinalia_workers.load_handlers import DEMO_OPTIONS
-from scrinalia_workers.migrate import migrate
+from scrinalia_workers.demo.load_handlers import DEMO_OPTIONS
+from scrinalia_workers.admin.migrate import migrate
 
 SCHEDULES = int(os.environ.get("RELIABILITY_DAEMON_SCHEDULES", "2000"))
 RUNNERS = 8
@@ -47,7 +47,7 @@ def test_real_daemons_under_load_through_a_restart(own_cluster):
     _seed(db)
     seeded = db.execute("SELECT max(next_run_at) FROM scrinalia.archive_worker_schedules").fetchone()[0]
     schedulers = [start_scheduler(dsn, "--standby-retry", "0.5", "--name", f"s{i}") for i in (1, 2)]
-    runners = [start_runner(dsn, "scrinalia_workers.load_handlers", "--lease", "5", "--runner-id", f"r{i}")
+    runners = [start_runner(dsn, "scrinalia_workers.demo.load_handlers", "--lease", "5", "--runner-id", f"r{i}")
                for i in range(RUNNERS)]
     try:
         wait_for(lambda: db.execute("SELECT count(*) = 0 FROM scrinalia.archive_worker_schedules "

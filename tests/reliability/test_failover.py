@@ -34,8 +34,8 @@ from psycopg.rows import dict_row
 from infra import multi_host_dsn, require_server_binaries, stop_all
 from invariants import check_all
 from procs import start_runner, start_scheduler, wait_for
-from scrinalia_workers.migrate import migrate
-from scrinalia_workers.pgserver import LocalCluster, free_port
+from scrinalia_workers.admin.migrate import migrate
+from scrinalia_workers.testkit.cluster import LocalCluster, free_port
 
 pytestmark = pytest.mark.slow
 

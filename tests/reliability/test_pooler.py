@@ -29,8 +29,8 @@ from psycopg.rows import dict_row
 
 from infra import PgBouncer, pgbouncer_version, require_pgbouncer, require_server_binaries, stop_all
 from procs import start_runner, start_scheduler, wait_for
-from scrinalia_workers.migrate import migrate
-from scrinalia_workers.pgserver import LocalCluster
+from scrinalia_workers.admin.migrate import migrate
+from scrinalia_workers.testkit.cluster import LocalCluster
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,8 @@ from psycopg.types.json import Jsonb
 
 from invariants import check_all
 from procs import start_runner, start_scheduler, wait_for
-from scrinalia_workers import migrate as m
-from scrinalia_workers.load_handlers import DEMO_OPTIONS
+from scrinalia_workers.admin import migrate as m
+from scrinalia_workers.demo.load_handlers import DEMO_OPTIONS
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ def test_migrate_while_the_daemons_and_clients_work(db, db_dsn, role_logins):
                (Jsonb({"options": {"seconds": 0.01, "fail_rate": 0.2}}),))
     scheds = [start_scheduler(db_dsn, "--standby-retry", "0.5", "--max-sleep", "0.3", "--name", f"sched{i}")
               for i in (1, 2)]
-    runners = [start_runner(db_dsn, "scrinalia_workers.load_handlers", "--lease", "5", "--runner-id", f"r{i}")
+    runners = [start_runner(db_dsn, "scrinalia_workers.demo.load_handlers", "--lease", "5", "--runner-id", f"r{i}")
                for i in range(4)]
     stop = threading.Event()
     client_errors: list[str] = []

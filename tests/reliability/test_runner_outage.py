@@ -10,7 +10,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from procs import start_runner, wait_for
-from scrinalia_workers.migrate import migrate
+from scrinalia_workers.admin.migrate import migrate
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +31,7 @@ def test_runner_through_an_outage(own_cluster):
                        (w, Jsonb({"seconds": {"type": "number"}})))
         enqueue = "SELECT run_id FROM scrinalia.enqueue(%s, %s)"
         report = db.execute(enqueue, ("report", Jsonb({"options": {"seconds": 2}}))).fetchone()[0]
-    p = start_runner(dsn, "scrinalia_workers.load_handlers", "--runner-id", "outage", "--lease", "9")
+    p = start_runner(dsn, "scrinalia_workers.demo.load_handlers", "--runner-id", "outage", "--lease", "9")
     try:
         # 1. the server goes down while a short handler runs: the report waits for it
         p.wait_event("claimed", run_id=report)

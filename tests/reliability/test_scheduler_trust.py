@@ -264,7 +264,7 @@ def test_a_notify_flood_costs_an_idle_runner_a_bounded_number_of_claims(db, db_d
     from procs import start_runner
 
     make_worker(db, "ocr")
-    r = start_runner(db_dsn, "scrinalia_workers.load_handlers", "--runner-id", "flooded")
+    r = start_runner(db_dsn, "scrinalia_workers.demo.load_handlers", "--runner-id", "flooded")
     procs.append(r)
     r.wait_event("runner started")
     sent = 0

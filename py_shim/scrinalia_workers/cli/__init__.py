@@ -1,0 +1,5 @@
+"""The `scrinalia-workers` command line."""
+
+from scrinalia_workers.cli.app import main
+
+__all__ = ["main"]

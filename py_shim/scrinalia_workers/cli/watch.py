@@ -1,0 +1,207 @@
+"""What an operator looks at: a live status screen and one worker's attempts as a timeline.
+
+    scrinalia-workers status --watch [--interval SECONDS]
+    scrinalia-workers runs WORKER --timeline
+
+Both read only what a login in scrinalia_reader may read (the views and
+scheduler_health()), fit an 80-column terminal, and print instants in UTC with a Z.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from datetime import datetime, timedelta
+from typing import Callable, TextIO
+
+import psycopg
+from psycopg.rows import dict_row
+
+from scrinalia_workers.cli import fmt as clifmt
+from scrinalia_workers.gateway.backoff import Backoff, is_transient
+from scrinalia_workers.logs import one_line
+
+CLEAR = "\x1b[H\x1b[2J"
+
+
+def utc(ts: datetime | None) -> str:
+    """An instant as the CLI prints it, '-' for none."""
+    return clifmt.utc(ts) or "-"
+
+
+def span(d: timedelta | float | None) -> str:
+    """A duration at a glance: 45s, 12m05s, 3h20m, 2d04h; negative as 'overdue 12s'."""
+    if d is None:
+        return "-"
+    s = d.total_seconds() if isinstance(d, timedelta) else float(d)
+    if s < 0:
+        return "overdue " + span(-s)
+    s = int(round(s))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def _row(cells: list[str], widths: list[int]) -> str:
+    return " ".join(_fit(c, w).ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+
+def render(conn: psycopg.Connection, width: int = 80, failures: int = 5) -> str:
+    """One screen: the scheduler's health, the agenda with the time to each next run,
+    the active runs with their lease, and the latest failures."""
+    cur = conn.cursor(row_factory=dict_row)
+    now = cur.execute("SELECT now() AS now").fetchone()["now"]
+    h = cur.execute("SELECT healthy, reason, holder_role, heartbeat_age FROM scrinalia.scheduler_health()").fetchone()
+    agenda = cur.execute(
+        "SELECT worker_name, cron, timezone, next_run_at, paused, awaiting_arm, scheduled, arm_error,"
+        " active_run_id, active_status, active_trigger, active_attempt, active_not_before"
+        " FROM scrinalia.worker_agenda ORDER BY next_run_at NULLS LAST, worker_name").fetchall()
+    active = cur.execute(
+        "SELECT run_id, worker_name, status, trigger, attempt_label, lease_owner, lease_expires_at, not_before,"
+        " created_at FROM scrinalia.worker_run_history WHERE status = ANY (scrinalia.active_statuses()) ORDER BY run_id").fetchall()
+    failed = cur.execute(
+        "SELECT run_id, worker_name, status, attempt_label, finished_at, error FROM scrinalia.worker_run_history"
+        " WHERE status IN ('FAILED', 'INTERRUPTED') ORDER BY finished_at DESC NULLS LAST, run_id DESC LIMIT %s",
+        (failures,)).fetchall()
+
+    out = [_fit(f"scrinalia-workers  {utc(now)}  (Ctrl-C to quit)", width)]
+    if h["healthy"]:
+        out.append(_fit(f"scheduler: healthy (holder {h['holder_role']}, heartbeat {span(h['heartbeat_age'])} ago)", width))
+    else:
+        out.append(_fit(f"scheduler: NOT HEALTHY: {one_line(h['reason'])}", width))
+    out.append("")
+    out.append("AGENDA")
+    widths = [16, 14, 20, max(width - 16 - 14 - 20 - 3, 10)]
+    out.append(_row(["worker", "next in", "next run (UTC)", "state"], widths))
+    for a in agenda:
+        if not a["scheduled"]:
+            nxt, when, state = "-", "-", "unscheduled"
+        elif a["paused"]:
+            nxt, when, state = "-", "-", "paused"
+        elif a["arm_error"]:
+            nxt, when, state = "-", "-", "SET ASIDE: " + one_line(a["arm_error"])
+        elif a["awaiting_arm"]:
+            nxt, when, state = "-", "-", "awaiting arm"
+        else:
+            nxt, when = span(a["next_run_at"] - now), utc(a["next_run_at"])
+            state = f"{a['cron']} {a['timezone']}"
+        if a["active_run_id"]:
+            state = f"#{a['active_run_id']} {a['active_status']} | " + state
+        out.append(_row([a["worker_name"], nxt, when, state], widths))
+    out.append("")
+    out.append("ACTIVE RUNS")
+    if not active:
+        out.append("  none")
+    widths = [8, 16, 8, 9, max(width - 8 - 16 - 8 - 9 - 4, 10)]
+    if active:
+        out.append(_row(["run", "worker", "status", "attempt", "lease / wait"], widths))
+    for r in active:
+        if r["status"] == "RUNNING":
+            lease = f"{r['lease_owner']}, lease {span(r['lease_expires_at'] - now) if r['lease_expires_at'] else '-'}"
+        elif r["not_before"] and r["not_before"] > now:
+            lease = f"retry in {span(r['not_before'] - now)}"
+        else:
+            lease = f"waiting {span(now - r['created_at'])} for a runner"
+        out.append(_row([f"#{r['run_id']}", r["worker_name"], r["status"], r["attempt_label"], lease], widths))
+    out.append("")
+    out.append("LATEST FAILURES")
+    if not failed:
+        out.append("  none")
+    widths = [7, 14, 11, 4, max(width - 7 - 14 - 11 - 4 - 4, 10)]
+    for r in failed:
+        ago = span(now - r["finished_at"]) + " ago" if r["finished_at"] else "-"
+        out.append(_row([f"#{r['run_id']}", r["worker_name"], r["status"], r["attempt_label"],
+                         f"{ago}: {one_line(r['error'] or '')}"], widths))
+    return "\n".join(_fit(line, width) for line in out)
+
+
+def watch(connect: Callable[[], psycopg.Connection], interval: float, out: TextIO = sys.stdout,
+          width: int | None = None) -> int:
+    """Refreshes render() in place every `interval` seconds until Ctrl-C; a lost
+    connection is shown on the screen and retried, never a traceback."""
+    conn = None
+    retry = Backoff(base=0.5, cap=max(interval, 5.0))
+    try:
+        while True:
+            cols = width or shutil.get_terminal_size((80, 24)).columns
+            try:
+                if conn is None or conn.closed:
+                    conn = connect()
+                screen = render(conn, width=cols)
+                retry.reset()
+                delay = interval
+            except Exception as e:  # noqa: BLE001 - shown on the screen, retried
+                if conn is not None:
+                    conn.close()
+                conn = None
+                if not is_transient(e) and not isinstance(e, psycopg.Error):
+                    raise
+                delay = retry.next_delay()
+                screen = _fit(f"scrinalia-workers: database unavailable ({one_line(e)}); retrying in {delay:.1f} s", cols)
+            out.write(CLEAR + screen + "\n")
+            out.flush()
+            time.sleep(delay)
+    except KeyboardInterrupt:
+        out.write("\n")
+        return 0
+    finally:
+        if conn is not None:
+            conn.close()
+
+
+# A worker's last scheduled periods with their attempts. A period's attempts are
+# consecutive among the worker's SCHEDULE runs (the tick skips while a retry is owed),
+# so its live run and its newest periods x max_attempts() finished ones hold them all;
+# the finished ones are read newest first through ix_worker_runs_finished.
+TIMELINE_SQL = """
+WITH recent AS (
+    SELECT * FROM scrinalia.worker_run_history
+     WHERE worker_name = %(w)s AND trigger = 'SCHEDULE' AND status IN ('QUEUED', 'RUNNING')
+    UNION ALL
+    (SELECT * FROM scrinalia.worker_run_history
+      WHERE worker_name = %(w)s AND trigger = 'SCHEDULE' AND status NOT IN ('QUEUED', 'RUNNING')
+      ORDER BY run_id DESC LIMIT %(periods)s * scrinalia.max_attempts())
+)
+SELECT run_id, trigger, status, attempt, attempt_label, retry_of, scheduled_for, not_before,
+       created_at, started_at, finished_at, duration, error
+  FROM recent
+ WHERE scheduled_for IN (SELECT DISTINCT scheduled_for FROM recent ORDER BY scheduled_for DESC LIMIT %(periods)s)
+ ORDER BY scheduled_for DESC, attempt"""
+
+
+def timeline(conn: psycopg.Connection, worker: str, periods: int = 10, width: int = 80) -> str:
+    """One worker's scheduled periods, newest first, each with its attempts: outcome,
+    when it started relative to the period, the backoff before it, and the error."""
+    cur = conn.cursor(row_factory=dict_row)
+    rows = cur.execute(TIMELINE_SQL, {"w": worker, "periods": periods}).fetchall()
+    if not rows:
+        return f"{worker}: no scheduled runs yet"
+    out = [f"{worker}: the last {periods} scheduled periods, newest first"]
+    current = None
+    prev_end = None
+    for r in rows:
+        if r["scheduled_for"] != current:
+            current = r["scheduled_for"]
+            prev_end = None
+            out.append("")
+            out.append(f"period {utc(current)}")
+        started = span(r["started_at"] - current) + " after the period" if r["started_at"] else "not started"
+        backoff = ""
+        if r["retry_of"] and prev_end and r["not_before"]:
+            backoff = f", backoff {span(r['not_before'] - prev_end)}"
+        line = (f"  {r['attempt_label']}  #{r['run_id']:<6} {r['status']:<11} {started}{backoff}"
+                + (f", took {span(r['duration'])}" if r["duration"] else ""))
+        out.append(_fit(line, width))
+        if r["error"]:
+            out.append(_fit("           " + one_line(r["error"]), width))
+        prev_end = r["finished_at"]
+    return "\n".join(out)

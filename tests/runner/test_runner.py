@@ -1,0 +1,204 @@
+"""The reference runner, in-process and as a real process, against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+
+import demo_handlers
+from helpers import make_worker, run_row, scheduled_run
+from procs import start_runner
+from scrinalia_workers.logs import EventLog
+from scrinalia_workers.runner.daemon import Runner
+
+
+@pytest.fixture
+def quiet():
+    return EventLog(stream=open(os.devnull, "w"))
+
+
+def _enqueue(db, worker):
+    return db.execute("SELECT run_id FROM scrinalia.enqueue(%s)", (worker,)).fetchone()[0]
+
+
+def test_claims_and_reports_succeeded(db, db_dsn, quiet):
+    make_worker(db, "ok")
+    run_id = _enqueue(db, "ok")
+    seen = []
+    r = Runner(db_dsn, {"ok": lambda run: seen.append(run["run_id"])}, runner_id="t1", log=quiet)
+    out = r.run_once()
+    r.close()
+    assert out["outcome"] == "SUCCEEDED" and seen == [run_id]
+    row = run_row(db, run_id)
+    assert row["status"] == "SUCCEEDED" and row["lease_owner"] == "t1"
+
+
+def test_failure_reported_and_retry_left_to_the_scheduler(db, db_dsn, quiet):
+    make_worker(db, "boom")
+    run_id = scheduled_run(db, "boom")
+    r = Runner(db_dsn, {"boom": demo_handlers.boom}, log=quiet)
+    assert r.run_once()["outcome"] == "FAILED"
+    r.close()
+    row = run_row(db, run_id)
+    assert row["status"] == "FAILED"
+    assert row["error"].startswith("RuntimeError: boom on attempt 1") and "demo_handlers.py" in row["error"]
+    assert len(row["error_fingerprint"]) == 16
+    # the runner created nothing: the retry comes from create_retries()
+    assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 1
+    retry = db.execute("SELECT run_id, retry_of, attempt FROM scrinalia.create_retries()").fetchone()
+    assert retry[1:] == (run_id, 2)
+
+
+def test_same_failure_same_fingerprint(db, db_dsn, quiet):
+    make_worker(db, "boom")
+    r = Runner(db_dsn, {"boom": demo_handlers.boom}, log=quiet)
+    fps = []
+    for _ in range(2):
+        run_id = _enqueue(db, "boom")
+        r.run_once()
+        fps.append(run_row(db, run_id)["error_fingerprint"])
+    r.close()
+    assert fps[0] == fps[1]
+
+
+def test_heartbeats_keep_a_slow_run(db, db_dsn, quiet, monkeypatch):
+    monkeypatch.setenv("SCRINALIA_TEST_SLOW", "2.5")
+    make_worker(db, "slow")
+    run_id = _enqueue(db, "slow")
+    r = Runner(db_dsn, {"slow": demo_handlers.slow}, lease=timedelta(seconds=1), log=quiet)
+    assert r.run_once()["outcome"] == "SUCCEEDED"
+    r.close()
+    row = run_row(db, run_id)
+    assert row["status"] == "SUCCEEDED" and row["heartbeat_at"] > row["started_at"]
+
+
+def test_lease_lost_mid_run_is_not_overwritten(db, db_dsn, quiet):
+    make_worker(db, "w")
+    run_id = _enqueue(db, "w")
+    started, release = threading.Event(), threading.Event()
+
+    def handler(run):
+        started.set()
+        release.wait(10)
+
+    r = Runner(db_dsn, {"w": handler}, lease=timedelta(seconds=3), log=quiet)
+    result = {}
+    t = threading.Thread(target=lambda: result.update(r.run_once()))
+    t.start()
+    assert started.wait(10)
+    db.execute("UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() - interval '1 second'"
+               " WHERE run_id = %s", (run_id,))
+    assert [x[0] for x in db.execute("SELECT run_id FROM scrinalia.reap_expired_leases()")] == [run_id]
+    release.set()
+    t.join(10)
+    r.close()
+    assert result["outcome"] == "LEASE_LOST"
+    row = run_row(db, run_id)
+    assert row["status"] == "INTERRUPTED" and row["error_fingerprint"] == "lease-expired"
+
+
+@pytest.mark.slow
+def test_killed_runner_interrupted_then_retry_succeeds(db, db_dsn):
+    make_worker(db, "hang")
+    run_id = scheduled_run(db, "hang")
+    p = start_runner(db_dsn, "demo_handlers", "--lease", "30", "--runner-id", "victim")
+    try:
+        p.wait_event("claimed", run_id=run_id)
+    finally:
+        p.kill(signal.SIGKILL)
+        p.popen.wait()
+    db.execute("UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() WHERE run_id = %s", (run_id,))
+    assert [x[0] for x in db.execute("SELECT run_id FROM scrinalia.reap_expired_leases()")] == [run_id]
+    retry_id, attempt = db.execute("SELECT run_id, attempt FROM scrinalia.create_retries()").fetchone()
+    assert attempt == 2
+    db.execute("UPDATE scrinalia.archive_worker_runs SET not_before = now() WHERE run_id = %s", (retry_id,))
+    r = Runner(db_dsn, {"hang": demo_handlers.ok}, runner_id="second", log=EventLog(stream=open(os.devnull, "w")))
+    assert r.run_once()["run_id"] == retry_id
+    r.close()
+    assert run_row(db, run_id)["status"] == "INTERRUPTED"
+    row = run_row(db, retry_id)
+    assert row["status"] == "SUCCEEDED" and row["lease_owner"] == "second" and row["retry_of"] == run_id
+
+
+@pytest.mark.slow
+def test_notify_wakes_an_idle_runner(db, db_dsn):
+    make_worker(db, "ok")
+    p = start_runner(db_dsn, "demo_handlers")
+    try:
+        p.wait_event("runner started")
+        time.sleep(0.3)  # let it go idle (its poll is 5 s)
+        t0 = time.monotonic()
+        run_id = _enqueue(db, "ok")
+        p.wait_event("finished", timeout=1.0, run_id=run_id)
+        assert time.monotonic() - t0 < 1.0
+        assert p.stop() == 0
+    finally:
+        if p.popen.poll() is None:
+            p.kill()
+
+
+@pytest.mark.slow
+def test_bad_handlers_module_is_one_line_exit_2(db_dsn):
+    import subprocess, sys
+    r = subprocess.run([sys.executable, "-m", "scrinalia_workers.runner", "--dsn", db_dsn,
+                        "--handlers", "no_such_module_xyz"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "no_such_module_xyz" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_notify_backlog_costs_one_claim_attempt(db, db_dsn, quiet):
+    # NOTIFYs that arrive while a handler runs pile up in the connection's backlog;
+    # the next idle drains them all at once instead of one claim attempt each
+    import psycopg
+    make_worker(db, "noisy")
+    _enqueue(db, "noisy")
+
+    def handler(run):
+        with psycopg.connect(db_dsn, autocommit=True) as c:
+            for _ in range(200):
+                c.execute("SELECT pg_notify('scrinalia_runs', 'noisy')")
+
+    r = Runner(db_dsn, {"noisy": handler}, log=quiet)
+    try:
+        assert r.run_once()["outcome"] == "SUCCEEDED"
+        r.conn.execute("SELECT 1")  # whatever is still in flight lands in the backlog
+        t0 = time.monotonic()
+        r._idle()  # returns at once: there was something to wake up for
+        assert time.monotonic() - t0 < 1
+        assert list(r.conn.notifies(timeout=0)) == []
+    finally:
+        r.close()
+
+
+def test_a_report_whose_answer_was_lost_is_not_called_a_lost_lease(db, db_dsn):
+    # finish_runs() committed, then the connection died before its answer arrived: the
+    # retry answers "the run is SUCCEEDED", which is this runner's own report
+    import io
+    import json
+
+    import psycopg
+    make_worker(db, "ok")
+    run_id = _enqueue(db, "ok")
+    out = io.StringIO()
+    r = Runner(db_dsn, {"ok": demo_handlers.ok}, log=EventLog(json_lines=True, stream=out))
+    real_finish, calls = r._finish, []
+
+    def finish_then_drop(*args):
+        rows = real_finish(*args)
+        calls.append(1)
+        if len(calls) == 1:
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return rows
+
+    r._finish = finish_then_drop
+    try:
+        assert r.run_once()["outcome"] == "SUCCEEDED"
+    finally:
+        r.close()
+    events = [json.loads(line)["event"] for line in out.getvalue().splitlines()]
+    assert "lease lost" not in events and events[-1] == "finished"
+    assert run_row(db, run_id)["status"] == "SUCCEEDED"

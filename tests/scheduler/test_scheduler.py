@@ -1,0 +1,198 @@
+"""The scheduler daemon as a real process against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import make_worker, put_schedule, set_next_run
+from procs import start_scheduler, wait_for
+from scrinalia_workers.gateway import connection as swdb
+from scrinalia_workers.gateway.checks import EXPECTED_HEAD
+
+
+def _start(procs, dsn, *args):
+    p = start_scheduler(dsn, *args)
+    procs.append(p)
+    return p
+
+
+def _runs(db, worker):
+    return db.execute("SELECT run_id, scheduled_for FROM scrinalia.archive_worker_runs"
+                      " WHERE worker_name = %s ORDER BY run_id", (worker,)).fetchall()
+
+
+def test_old_schema_refused_with_exit_2(db, db_dsn):
+    db.execute("CREATE OR REPLACE FUNCTION scrinalia.schema_head() RETURNS text"
+               " LANGUAGE sql AS $$ SELECT '0003_schedules_retries'::text $$")
+    r = subprocess.run([sys.executable, "-m", "scrinalia_workers.scheduler", "--dsn", db_dsn],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert "0003_schedules_retries" in r.stderr and "scrinalia-workers migrate" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["--max-sleep", "0"], "--max-sleep: 0 is out of range"),
+    (["--log-level", "loud"], "invalid choice: 'loud'"),
+])
+def test_a_bad_argument_is_one_line_exit_2(args, fragment):
+    r = subprocess.run([sys.executable, "-m", "scrinalia_workers.scheduler", *args],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.splitlines() == [r.stderr.strip()] and r.stderr.startswith("scrinalia-scheduler: ")
+    assert fragment in r.stderr, r.stderr
+
+
+def test_no_schema_refused_with_exit_2(empty_db_dsn):
+    r = subprocess.run([sys.executable, "-m", "scrinalia_workers.scheduler", "--dsn", empty_db_dsn],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and f"needs {EXPECTED_HEAD}" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_due_schedule_enqueued_within_a_second(db, db_dsn, procs):
+    make_worker(db, "ocr")
+    put_schedule(db, "ocr", "* * * * *", "UTC")
+    p = _start(procs, db_dsn, "--max-sleep", "30")
+    p.wait_event("armed", worker="ocr")
+    t0 = time.monotonic()
+    set_next_run(db, "ocr", "2 minutes")
+    db.execute("NOTIFY scrinalia_scheduler")
+    ev = p.wait_event("enqueued", timeout=1.0, worker="ocr")
+    assert time.monotonic() - t0 < 1.0
+    assert _runs(db, "ocr")[0][0] == ev["run_id"]
+
+
+def test_one_lock_holder_and_takeover_after_kill(db, db_dsn, procs):
+    a = _start(procs, db_dsn, "--standby-retry", "1", "--name", "a")
+    a.wait_event("lock acquired")
+    b = _start(procs, db_dsn, "--standby-retry", "1", "--name", "b")
+    b.wait_event("standby")
+    assert b.count("lock acquired") == 0
+    a.kill(signal.SIGKILL)
+    t0 = time.monotonic()
+    b.wait_event("lock acquired", timeout=1 + 3)
+    assert time.monotonic() - t0 < 4
+    st = db.execute("SELECT holder_application FROM scrinalia.scheduler_status()").fetchone()
+    assert st[0] == "scrinalia-scheduler lock"
+
+
+def test_terminated_lock_connection_stops_ticking(db, db_dsn, procs):
+    a = _start(procs, db_dsn, "--standby-retry", "1", "--name", "sched-a", "--max-sleep", "0.2")
+    a.wait_event("lock acquired")
+    make_worker(db, "early")
+    put_schedule(db, "early", "* * * * *", "UTC")
+    a.wait_event("armed", worker="early")
+    assert db.execute("SELECT last_tick_by FROM scrinalia.scheduler_state").fetchone()[0] == "sched-a"
+    # another holder takes the lock the moment A's backend dies
+    pid = db.execute("SELECT holder_pid FROM scrinalia.scheduler_status()").fetchone()[0]
+    other = swdb.connect(db_dsn)
+    try:
+        db.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        wait_for(lambda: other.execute("SELECT pg_try_advisory_lock(scrinalia.scheduler_lock_key())").fetchone()[0],
+                 what="lock free")
+        a.wait_event("lock lost", timeout=5)
+        make_worker(db, "ocr")
+        put_schedule(db, "ocr", "* * * * *", "UTC")
+        set_next_run(db, "ocr", "1 minute")
+        db.execute("UPDATE scrinalia.scheduler_state SET last_tick_by = 'nobody'")
+        a.wait_event("standby", timeout=5)
+        time.sleep(0.5)  # a window in which A must not tick (its max-sleep is 0.2 s)
+        assert db.execute("SELECT last_tick_by FROM scrinalia.scheduler_state").fetchone()[0] == "nobody"
+        assert _runs(db, "ocr") == []
+    finally:
+        other.close()
+    since = a.mark()
+    a.wait_event("lock acquired", timeout=5, since=since)
+    a.wait_event("enqueued", timeout=5, worker="ocr")
+
+
+def test_sigterm_exits_0_and_releases_lock(db, db_dsn, procs):
+    a = _start(procs, db_dsn)
+    a.wait_event("lock acquired")
+    assert db.execute("SELECT lock_held FROM scrinalia.scheduler_status()").fetchone()[0]
+    assert a.stop() == 0
+    assert a.count("stopping") == 1
+    assert not db.execute("SELECT lock_held FROM scrinalia.scheduler_status()").fetchone()[0]
+
+
+def test_put_schedule_from_sql_armed_by_notify(db, db_dsn, procs):
+    make_worker(db, "ocr")
+    a = _start(procs, db_dsn, "--max-sleep", "60")
+    a.wait_event("lock acquired")
+    time.sleep(0.3)  # let it fall into its (60 s) sleep
+    t0 = time.monotonic()
+    put_schedule(db, "ocr", "0 2 * * *", "Europe/Berlin")
+    a.wait_event("armed", timeout=2, worker="ocr")
+    assert time.monotonic() - t0 < 2
+    assert db.execute("SELECT next_run_at FROM scrinalia.archive_worker_schedules").fetchone()[0] is not None
+
+
+def test_unevaluable_zone_does_not_block_others(db, db_dsn, procs):
+    make_worker(db, "ocr")
+    make_worker(db, "bad")
+    put_schedule(db, "ocr", "* * * * *", "UTC")
+    put_schedule(db, "bad", "* * * * *", "UTC")
+    # a zone PostgreSQL knows but zoneinfo does not (as after a tzdata skew)
+    db.execute("ALTER TABLE scrinalia.archive_worker_schedules DISABLE TRIGGER ALL")
+    db.execute("UPDATE scrinalia.archive_worker_schedules SET timezone = 'Mars/Olympus' WHERE worker_name = 'bad'")
+    a = _start(procs, db_dsn)
+    a.wait_event("armed", worker="ocr")
+    err = a.wait_event("schedule set aside", worker="bad")
+    assert "Mars/Olympus" in err["reason"]
+    row = db.execute("SELECT arm_error, arm_retry_at > now() FROM scrinalia.worker_agenda"
+                     " WHERE worker_name = 'bad'").fetchone()
+    assert "Mars/Olympus" in row[0] and row[1]
+
+
+def test_restart_reconnects_and_never_enqueues_twice(own_cluster, procs):
+    import psycopg
+    from scrinalia_workers.admin.migrate import migrate
+    dsn = own_cluster.dsn("postgres")
+    migrate(dsn, create_groups=True)
+    with psycopg.connect(dsn, autocommit=True) as db:
+        make_worker(db, "ocr")
+        put_schedule(db, "ocr", "* * * * *", "UTC")
+        set_next_run(db, "ocr", "1 minute")
+    a = _start(procs, dsn, "--standby-retry", "0.5")
+    a.wait_event("enqueued", worker="ocr")
+    since = a.mark()
+    own_cluster.restart()
+    a.wait_event("lock acquired", timeout=15, since=since)
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute("UPDATE scrinalia.archive_worker_runs SET status = 'SUCCEEDED', finished_at = now()")
+        set_next_run(db, "ocr", "30 seconds")
+        db.execute("NOTIFY scrinalia_scheduler")
+        a.wait_event("enqueued", since=since, worker="ocr")
+        periods = [r[1] for r in _runs(db, "ocr")]
+        assert len(periods) == len(set(periods)) == 2
+    assert a.stop() == 0
+
+
+def test_runs_as_the_least_privileged_scheduler_role(db, db_dsn, role_logins, procs):
+    import psycopg
+    make_worker(db, "ocr")
+    put_schedule(db, "ocr", "* * * * *", "UTC")
+    set_next_run(db, "ocr", "1 minute")
+    dsn = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["scheduler"])
+    a = _start(procs, dsn)
+    a.wait_event("lock acquired")
+    a.wait_event("enqueued", worker="ocr")
+    assert a.stop() == 0
+
+
+def test_the_lock_connection_asks_the_server_for_keepalives_too(db_dsn):
+    from scrinalia_workers.gateway import connection as dbmod
+
+    with dbmod.connect(db_dsn, server_keepalives=True) as conn:
+        got = dict(conn.execute(
+            "SELECT name, setting FROM pg_settings WHERE name IN "
+            "('tcp_keepalives_idle', 'tcp_keepalives_interval', 'tcp_keepalives_count', 'tcp_user_timeout')"
+        ).fetchall())
+    assert got == {"tcp_keepalives_idle": "5", "tcp_keepalives_interval": "2",
+                   "tcp_keepalives_count": "3", "tcp_user_timeout": "10000"}
