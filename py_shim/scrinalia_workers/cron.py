@@ -37,7 +37,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from croniter import croniter
 
-from scrinalia_workers.errors import INVALID_CRON, INVALID_TIMEZONE, ScrinaliaError
+from scrinalia_workers.errors import InvalidCron as CronError
+from scrinalia_workers.errors import InvalidTimezone as ZoneError
 
 __all__ = [
     "CronError",
@@ -52,7 +53,7 @@ __all__ = [
 
 MAX_LENGTH = 200
 
-FIELD_NAMES = ("minute", "hour", "day-of-month", "month", "day-of-week")
+FIELD_NAMES = CronError.FIELD_NAMES
 _LOW = (0, 0, 1, 1, 0)
 _HIGH = (59, 23, 31, 12, 7)
 _MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
@@ -65,23 +66,6 @@ _SPLIT = re.compile(r"[ \t]+")
 _ITEM = re.compile(
     r"(?:(\*)|([0-9]{1,2}|[A-Za-z]{3})(?:-([0-9]{1,2}|[A-Za-z]{3}))?)(?:/([0-9]{1,2}))?"
 )
-
-
-class CronError(ScrinaliaError, ValueError):
-    """An invalid cron expression; `field` is 1-based, None for the whole expression."""
-
-    sqlstate = INVALID_CRON
-
-    def __init__(self, message: str, field: int | None = None):
-        super().__init__(message)
-        self.field = field
-        self.field_name = FIELD_NAMES[field - 1] if field else None
-
-
-class ZoneError(ScrinaliaError, ValueError):
-    """A time zone name that is not a loadable IANA zone."""
-
-    sqlstate = INVALID_TIMEZONE
 
 
 @dataclass(frozen=True)

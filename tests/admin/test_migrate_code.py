@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from scrinalia_workers.admin import migrate as m
-from scrinalia_workers.admin import paths
+from scrinalia_workers import sqlfiles as paths
 
 
 def _oids(conn) -> dict[str, int]:

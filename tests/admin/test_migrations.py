@@ -8,7 +8,7 @@ import psycopg
 from yoyo import read_migrations
 
 from scrinalia_workers.admin import migrate as m
-from scrinalia_workers.admin import paths
+from scrinalia_workers import sqlfiles as paths
 
 HEAD = ["0001_ledger", "0002_trigger_schedule", "0003_schedules_retries", "0004_roles", "0005_health",
         "0006_ledger_indexes"]
@@ -29,7 +29,7 @@ def test_applies_every_migration_to_an_empty_database(empty_db_dsn):
     assert m.applied_migrations(empty_db_dsn) == HEAD
     assert _functions(empty_db_dsn) > 30
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-        assert conn.execute("SELECT scrinalia.schema_head()").fetchone()[0] == HEAD[-1]
+        assert conn.execute("SELECT scrinalia.schema_head()").fetchone()[0] == paths.head() == HEAD[-1]
 
 
 def test_migrate_is_idempotent_and_reinstalls_the_code(empty_db_dsn):

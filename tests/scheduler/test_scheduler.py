@@ -12,7 +12,7 @@ import pytest
 from helpers import make_worker, put_schedule, set_next_run
 from procs import start_scheduler, wait_for
 from scrinalia_workers.gateway import connection as swdb
-from scrinalia_workers.gateway.checks import EXPECTED_HEAD
+from scrinalia_workers.sqlfiles import head
 
 
 def _start(procs, dsn, *args):
@@ -52,7 +52,7 @@ def test_a_bad_argument_is_one_line_exit_2(args, fragment):
 def test_no_schema_refused_with_exit_2(empty_db_dsn):
     r = subprocess.run([sys.executable, "-m", "scrinalia_workers.scheduler", "--dsn", empty_db_dsn],
                        capture_output=True, text=True, timeout=30)
-    assert r.returncode == 2 and f"needs {EXPECTED_HEAD}" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and f"needs {head()}" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_due_schedule_enqueued_within_a_second(db, db_dsn, procs):

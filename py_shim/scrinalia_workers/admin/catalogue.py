@@ -29,7 +29,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from scrinalia_workers.errors import ScrinaliaError
+from scrinalia_workers.errors import CatalogueError
 
 NAME = re.compile(r"[a-z][a-z0-9_.-]{0,62}")  # as scrinalia.register_worker and the table's CHECK
 WORKER_KEYS = ("name", "description", "engines", "presets", "options", "default_config")
@@ -41,9 +41,6 @@ MAX_FILE_BYTES = 10 * 1024 * 1024
 # only when all of its workers carry it (demo/setup.py), so a file may not claim it.
 DEMO_TAG = "[scrinalia demo]"
 
-
-class CatalogueError(ScrinaliaError):
-    """A catalogue file that cannot be registered: names the file and the part."""
 
 
 class _Bad(Exception):

@@ -26,9 +26,10 @@ from yoyo.connections import default_migration_table, parse_uri
 
 from scrinalia_workers.admin import groups
 
-from scrinalia_workers.admin import paths
+from scrinalia_workers import sqlfiles as paths
 from scrinalia_workers.gateway.connection import connect
-from scrinalia_workers.errors import ConfigError, MissingPrivilege, ScrinaliaError
+from scrinalia_workers.errors import ConfigError, MissingPrivilege
+from scrinalia_workers.errors import MigrateLockBusy, RollbackRefused
 
 log = logging.getLogger("scrinalia_workers.migrate")
 
@@ -45,12 +46,6 @@ YOYO_SEARCH_PATH = f"pg_catalog, {BOOKKEEPING_SCHEMA}, pg_temp"
 SCHEDULES_MIGRATION = "0003_schedules_retries"
 
 
-class MigrateLockBusy(ScrinaliaError):
-    """Another session holds the migrate lock for longer than --lock-timeout."""
-
-
-class RollbackRefused(ScrinaliaError):
-    """A rollback would destroy data: nothing was rolled back."""
 
 
 # --- connections ------------------------------------------------------------------

@@ -31,6 +31,7 @@ from scrinalia_workers.cli.fmt import print_fields, print_json, print_table
 from scrinalia_workers.cli.fmt import utc as _utc
 from scrinalia_workers.gateway.connection import connect, require_dsn
 from scrinalia_workers.gateway.redact import redact
+from scrinalia_workers.errors import UsageError
 
 PROG = "scrinalia-workers"
 
@@ -41,9 +42,6 @@ EXIT_SLOT_BUSY = 3
 
 ERROR_WIDTH = 60  # how much of a run's error the runs table shows
 
-
-class UsageError(errors.ScrinaliaError):
-    """Bad command-line input (argparse's own errors included)."""
 
 
 class _Parser(argparse.ArgumentParser):

@@ -15,13 +15,10 @@ from psycopg.types.json import Jsonb
 
 from scrinalia_workers.admin.catalogue import DEMO_TAG
 from scrinalia_workers.demo.handlers import DEMO_OPTIONS, WORKERS
-from scrinalia_workers.errors import ConfigError
+from scrinalia_workers.errors import NotADemoDatabase
 
 WHO = "demo"
 
-
-class NotADemoDatabase(ConfigError):
-    """The database holds data the demo did not create."""
 
 
 def _has_catalogue(conn: psycopg.Connection) -> bool:

@@ -12,14 +12,15 @@ from psycopg.rows import dict_row
 from scrinalia_workers.errors import ConfigError, DatabaseUnavailable, MissingPrivilege, SchemaMismatch
 from scrinalia_workers.text import printable
 from scrinalia_workers.logs import one_line
+from scrinalia_workers.sqlfiles import head as expected_head
 
-EXPECTED_HEAD = "0006_ledger_indexes"
 REQUIRED_COLUMNS = ("attempt", "retry_of", "not_before", "scheduled_for")
 _FIX = "run `scrinalia-workers migrate`"
 
 
 def check_schema(conn: psycopg.Connection) -> str:
     """Returns the head, or raises SchemaMismatch with a one-line message."""
+    EXPECTED_HEAD = expected_head()
     try:
         with conn.transaction():
             head = conn.execute("SELECT scrinalia.schema_head()").fetchone()[0]

@@ -51,9 +51,10 @@ from scrinalia_workers.gateway.backoff import Backoff, is_transient
 from scrinalia_workers.errors import ConfigError
 from scrinalia_workers.logs import EventLog, one_line, startup_error
 from scrinalia_workers.gateway.checks import check_schema, preflight
+from scrinalia_workers.errors import NOT_LOCK_HOLDER, LockLost, UnsafeConnection
 
 EXIT_CONFIG = 2
-NOT_LOCK_HOLDER = "SW031"
+
 
 # Every function the scheduler calls: checked at start-up, so that a login without
 # them gets one line and exit 2 instead of a crash loop.
@@ -132,12 +133,6 @@ def ahead_of(schedules: int) -> float:
     return TICK_AHEAD + AHEAD_PER_SCHEDULE * min(schedules, PREPARED_LIMIT)
 
 
-class LockLost(Exception):
-    """This process no longer holds the scheduler lock: stop ticking at once."""
-
-
-class UnsafeConnection(ConfigError):
-    """The lock connection cannot hold a session lock (a transaction-mode pooler)."""
 
 
 class Scheduler:

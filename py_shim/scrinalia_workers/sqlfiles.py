@@ -13,7 +13,7 @@ def project_root() -> Path:
     (the package is installed editable from the repository, see the README).
     """
     env = os.environ.get("SCRINALIA_ROOT")
-    root = Path(env) if env else Path(__file__).resolve().parents[3]
+    root = Path(env) if env else Path(__file__).resolve().parents[2]
     if not (root / "migrations").is_dir() or not (root / "sql").is_dir():
         from scrinalia_workers.errors import ConfigError
 
@@ -30,3 +30,12 @@ def migrations_dir() -> Path:
 
 def sql_files() -> list[Path]:
     return sorted((project_root() / "sql").glob("*.sql"))
+
+
+def head() -> str:
+    """The id of this release's last migration: the schema head its code needs.
+
+    Written nowhere else in the shim; scrinalia.schema_head() (sql/70_status.sql) says
+    the same in SQL, and tests/admin/test_migrations.py checks that the two agree."""
+    return sorted(p.name.removesuffix(".sql") for p in migrations_dir().glob("*.sql")
+                  if not p.name.endswith(".rollback.sql"))[-1]
