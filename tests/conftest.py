@@ -13,10 +13,14 @@ import os
 
 import psycopg
 import pytest
-
 from scrinalia_workers.admin.groups import create_at as create_groups
 from scrinalia_workers.admin.migrate import migrate
 from scrinalia_workers.testkit.cluster import start_cluster
+from scrinalia_workers.testkit.procs import Procs
+
+# The daemons a test starts import the tests' own handler modules (demo_handlers.py).
+TESTS = os.path.dirname(os.path.abspath(__file__))
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)
 
 _counter = itertools.count()
 
@@ -157,14 +161,8 @@ def connect_as(db_dsn, role_logins, template_db):
 
 @pytest.fixture
 def procs():
-    """A list to append started Procs (tests/procs.py) to; whatever still runs at the end
-    is killed (resumed first, in case a test froze it with SIGSTOP)."""
-    import signal
-
-    started = []
+    """Start daemons through this (procs.scheduler(dsn, ...), procs.runner(dsn, ...)):
+    whatever still runs when the test ends is stopped (scrinalia_workers.testkit.procs)."""
+    started = Procs()
     yield started
-    for p in started:
-        if p.popen.poll() is None:
-            os.kill(p.pid, signal.SIGCONT)
-            p.popen.kill()
-            p.popen.wait()
+    started.end()

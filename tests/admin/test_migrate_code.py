@@ -7,9 +7,8 @@ import shutil
 
 import psycopg
 import pytest
-
-from scrinalia_workers.admin import migrate as m
 from scrinalia_workers import sqlfiles as paths
+from scrinalia_workers.admin import migrate as m
 
 
 def _oids(conn) -> dict[str, int]:

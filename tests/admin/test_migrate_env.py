@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-
-from scrinalia_workers.admin import migrate as m
 from helpers import cli
+from scrinalia_workers.admin import migrate as m
 
 USER = "sw_env_admin"  # a database of the same name is the decoy the bug migrated
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-
 from scrinalia_workers.admin import migrate as m
 
 ATTACKER = "sw_attacker"

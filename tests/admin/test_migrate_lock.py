@@ -7,9 +7,8 @@ import time
 
 import psycopg
 import pytest
-
-from scrinalia_workers.admin import migrate as m
 from helpers import assert_one_line_error, cli
+from scrinalia_workers.admin import migrate as m
 
 
 @pytest.fixture

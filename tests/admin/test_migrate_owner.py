@@ -13,10 +13,9 @@ import subprocess
 
 import psycopg
 import pytest
-
+from helpers import assert_one_line_error, cli
 from scrinalia_workers.admin import groups
 from scrinalia_workers.admin import migrate as m
-from helpers import assert_one_line_error, cli
 
 pytestmark = pytest.mark.slow  # a PostgreSQL of its own per test (a few seconds)
 

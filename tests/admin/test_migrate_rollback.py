@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-
-from helpers import make_worker
+from helpers import assert_one_line_error, cli, make_worker
 from scrinalia_workers.admin import migrate as m
-from helpers import assert_one_line_error, cli
 
 
 def _schedule_runs(conn, n: int) -> None:

@@ -11,7 +11,6 @@ import time
 
 import psycopg
 import pytest
-
 from helpers import make_worker
 from scrinalia_workers.admin import migrate as m
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-
 from scrinalia_workers.admin.migrate import migrate
 
 ROOT = Path(__file__).resolve().parents[2]

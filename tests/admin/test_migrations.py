@@ -5,10 +5,9 @@ from __future__ import annotations
 import threading
 
 import psycopg
-from yoyo import read_migrations
-
-from scrinalia_workers.admin import migrate as m
 from scrinalia_workers import sqlfiles as paths
+from scrinalia_workers.admin import migrate as m
+from yoyo import read_migrations
 
 HEAD = ["0001_ledger", "0002_trigger_schedule", "0003_schedules_retries", "0004_roles", "0005_health",
         "0006_ledger_indexes"]

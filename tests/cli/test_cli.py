@@ -10,10 +10,19 @@ from pathlib import Path
 
 import psycopg
 import pytest
-
-from helpers import ENV_DB_VARS, assert_one_line_error, claim, cli, finish, make_worker, put_schedule, set_next_run, tick
-
+from helpers import (
+    ENV_DB_VARS,
+    assert_one_line_error,
+    claim,
+    cli,
+    finish,
+    make_worker,
+    put_schedule,
+    set_next_run,
+    tick,
+)
 from scrinalia_workers.testkit.cluster import free_port
+
 
 @pytest.fixture
 def ocr(db):

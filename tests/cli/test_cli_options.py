@@ -11,11 +11,8 @@ import sys
 
 import psycopg
 import pytest
-
-from helpers import make_worker
+from helpers import assert_one_line_error, cli, make_worker
 from scrinalia_workers.testkit.cluster import free_port
-from helpers import assert_one_line_error, cli
-
 
 # --- global options before or after the command ----------------------------------------
 

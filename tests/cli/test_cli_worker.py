@@ -8,7 +8,6 @@ from pathlib import Path
 import psycopg
 import pytest
 import yaml
-
 from helpers import assert_one_line_error, cli
 
 OCR = {

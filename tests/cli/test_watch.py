@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 
 import pytest
-
 from helpers import claim, finish, make_worker, put_schedule, set_next_run, tick
 from scrinalia_workers.cli import watch
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from cron_corpus import generated, hand_written
-
 from scrinalia_workers.cron import CronError, validate
 
 CHECK_FN = """

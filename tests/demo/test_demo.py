@@ -14,14 +14,13 @@ from datetime import datetime, timedelta
 
 import psycopg
 import pytest
-from psycopg.types.json import Jsonb
-
 from helpers import make_worker
-from scrinalia_workers.demo import narrate as demo
+from psycopg.types.json import Jsonb
 from scrinalia_workers.demo import handlers as demo_handlers
+from scrinalia_workers.demo import narrate as demo
 from scrinalia_workers.demo.setup import DEMO_TAG, NotADemoDatabase, disable, seed
-from scrinalia_workers.runner.daemon import Runner
 from scrinalia_workers.logs import EventLog
+from scrinalia_workers.runner.daemon import Runner
 
 DEMO_WORKERS = sorted(demo_handlers.WORKERS)
 ENV_DB_VARS = ("DATABASE_URL", "PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE")

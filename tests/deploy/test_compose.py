@@ -27,7 +27,6 @@ from pathlib import Path
 import psycopg
 import pytest
 import yaml
-
 from scrinalia_workers.demo import handlers as demo_handlers
 
 ROOT = Path(__file__).resolve().parents[2]

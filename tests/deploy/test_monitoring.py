@@ -13,7 +13,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-
 from helpers import claim, finish, make_worker, put_schedule, set_next_run, tick
 from scrinalia_workers.testkit.cluster import free_port
 

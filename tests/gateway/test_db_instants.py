@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pytest
-
 from scrinalia_workers.gateway import connection as dbmod
 
 CASES = [

@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from scrinalia_workers.testkit.cluster import LocalCluster, find_bin_dir, free_port
 
 

@@ -15,7 +15,6 @@ from datetime import datetime, timedelta
 from typing import Iterable
 
 import psycopg
-
 from scrinalia_workers import cron
 
 # ADR 0015: the delay after attempt n is min(60 * 2^(n-1), 1800) s, jittered by

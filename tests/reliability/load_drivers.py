@@ -12,7 +12,6 @@ import random
 import time
 
 import psycopg
-
 from scrinalia_workers import cron
 
 DECISIONS_DDL = """

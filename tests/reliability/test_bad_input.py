@@ -14,10 +14,9 @@ import sys
 
 import psycopg
 import pytest
-from psycopg.types.json import Jsonb
-
 from bad_input_corpus import INVALID_ZONES, bad_requests, hostile_strings, invalid_crons
 from helpers import claim, make_worker, put_schedule
+from psycopg.types.json import Jsonb
 from scrinalia_workers import cron
 
 

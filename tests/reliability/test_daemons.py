@@ -15,7 +15,6 @@ import threading
 import time
 
 import pytest
-
 from helpers import make_workers
 from invariants import check_all
 

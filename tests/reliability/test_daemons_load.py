@@ -15,12 +15,12 @@ import time
 from datetime import datetime, timedelta
 
 import psycopg
-from psycopg.types.json import Jsonb
-
 from invariants import busy_slots, check_all
-from procs import start_runner, start_scheduler, wait_for
-from scrinalia_workers.demo.load_handlers import DEMO_OPTIONS
+from psycopg.types.json import Jsonb
 from scrinalia_workers.admin.migrate import migrate
+from scrinalia_workers.demo.load_handlers import DEMO_OPTIONS
+from scrinalia_workers.testkit.procs import start_runner, start_scheduler
+from scrinalia_workers.testkit.waiting import wait_for
 
 SCHEDULES = int(os.environ.get("RELIABILITY_DAEMON_SCHEDULES", "2000"))
 RUNNERS = 8

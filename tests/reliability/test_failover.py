@@ -29,13 +29,13 @@ from datetime import datetime, timedelta, timezone
 
 import psycopg
 import pytest
-from psycopg.rows import dict_row
-
 from infra import multi_host_dsn, require_server_binaries, stop_all
 from invariants import check_all
-from procs import start_runner, start_scheduler, wait_for
+from psycopg.rows import dict_row
 from scrinalia_workers.admin.migrate import migrate
 from scrinalia_workers.testkit.cluster import LocalCluster, free_port
+from scrinalia_workers.testkit.procs import start_runner, start_scheduler
+from scrinalia_workers.testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

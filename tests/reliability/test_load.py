@@ -14,7 +14,6 @@ import os
 import random
 import time
 
-
 from helpers import make_workers
 from invariants import Decision, busy_slots, check_all, lost_periods
 from load_drivers import DECISIONS_DDL, runner_loop, scheduler_loop, scheduler_pass

@@ -20,9 +20,9 @@ from datetime import datetime, timedelta, timezone
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from helpers import make_worker
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from invariants import check_all, retry_window
 from scrinalia_workers import cron
 

@@ -25,12 +25,18 @@ import time
 
 import psycopg
 import pytest
+from infra import (
+    PgBouncer,
+    pgbouncer_version,
+    require_pgbouncer,
+    require_server_binaries,
+    stop_all,
+)
 from psycopg.rows import dict_row
-
-from infra import PgBouncer, pgbouncer_version, require_pgbouncer, require_server_binaries, stop_all
-from procs import start_runner, start_scheduler, wait_for
 from scrinalia_workers.admin.migrate import migrate
 from scrinalia_workers.testkit.cluster import LocalCluster
+from scrinalia_workers.testkit.procs import start_runner, start_scheduler
+from scrinalia_workers.testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -8,8 +8,14 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-
-from helpers import claim, make_worker, put_schedule, raises_sqlstate, set_next_run, tick
+from helpers import (
+    claim,
+    make_worker,
+    put_schedule,
+    raises_sqlstate,
+    set_next_run,
+    tick,
+)
 from invariants import check_all
 
 DENIED = "42501"

@@ -14,12 +14,11 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-
 from helpers import make_workers
 from invariants import Decision, busy_slots, check_all, double_periods, lost_periods
 from scrinalia_workers import cron
-from scrinalia_workers.testkit.cluster import start_cluster
 from scrinalia_workers.admin.migrate import migrate
+from scrinalia_workers.testkit.cluster import start_cluster
 
 N_WORKERS = 300
 ROUNDS = 12

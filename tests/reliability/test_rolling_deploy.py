@@ -11,12 +11,12 @@ import time
 
 import psycopg
 import pytest
-from psycopg.types.json import Jsonb
-
 from invariants import check_all
-from procs import start_runner, start_scheduler, wait_for
+from psycopg.types.json import Jsonb
 from scrinalia_workers.admin import migrate as m
 from scrinalia_workers.demo.load_handlers import DEMO_OPTIONS
+from scrinalia_workers.testkit.procs import start_runner, start_scheduler
+from scrinalia_workers.testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

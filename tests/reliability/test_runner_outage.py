@@ -8,9 +8,9 @@ from __future__ import annotations
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
-
-from procs import start_runner, wait_for
 from scrinalia_workers.admin.migrate import migrate
+from scrinalia_workers.testkit.procs import start_runner
+from scrinalia_workers.testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import signal
 
 import pytest
-
 from helpers import make_worker, put_schedule, run_row
-from procs import start_runner, start_scheduler, wait_for
+from scrinalia_workers.testkit.procs import start_runner, start_scheduler
+from scrinalia_workers.testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -10,9 +10,9 @@ import time
 
 import psycopg
 import pytest
-
 from helpers import make_worker, make_workers, put_schedule
-from procs import start_scheduler, wait_for
+from scrinalia_workers.testkit.procs import start_scheduler
+from scrinalia_workers.testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -261,7 +261,7 @@ def test_a_frozen_holder_is_replaced_and_does_not_tick_when_it_resumes(db, db_ds
 
 
 def test_a_notify_flood_costs_an_idle_runner_a_bounded_number_of_claims(db, db_dsn, role_logins, procs):
-    from procs import start_runner
+    from scrinalia_workers.testkit.procs import start_runner
 
     make_worker(db, "ocr")
     r = start_runner(db_dsn, "scrinalia_workers.demo.load_handlers", "--runner-id", "flooded")

@@ -8,13 +8,12 @@ import threading
 import time
 from datetime import timedelta
 
-import pytest
-
 import demo_handlers
+import pytest
 from helpers import make_worker, run_row, scheduled_run
-from procs import start_runner
 from scrinalia_workers.logs import EventLog
 from scrinalia_workers.runner.daemon import Runner
+from scrinalia_workers.testkit.procs import start_runner
 
 
 @pytest.fixture
@@ -144,7 +143,8 @@ def test_notify_wakes_an_idle_runner(db, db_dsn):
 
 @pytest.mark.slow
 def test_bad_handlers_module_is_one_line_exit_2(db_dsn):
-    import subprocess, sys
+    import subprocess
+    import sys
     r = subprocess.run([sys.executable, "-m", "scrinalia_workers.runner", "--dsn", db_dsn,
                         "--handlers", "no_such_module_xyz"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "no_such_module_xyz" in r.stderr and "Traceback" not in r.stderr

@@ -10,12 +10,11 @@ import threading
 import time
 
 import psycopg
-
 from helpers import FlushCountingStream, make_workers, run_row
-from procs import wait_for
-from scrinalia_workers.runner import daemon as runner_mod
 from scrinalia_workers.logs import EventLog
+from scrinalia_workers.runner import daemon as runner_mod
 from scrinalia_workers.runner.daemon import Runner
+from scrinalia_workers.testkit.waiting import wait_for
 
 
 def _enqueue_all(db, workers):

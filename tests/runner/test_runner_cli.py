@@ -13,9 +13,8 @@ import sys
 
 import psycopg
 import pytest
-
 from helpers import make_worker, raises_sqlstate, run_row
-from procs import start_runner
+from scrinalia_workers.testkit.procs import start_runner
 
 pytestmark = pytest.mark.slow  # each test starts the real process
 
@@ -148,6 +147,7 @@ def test_sql_and_the_parser_agree_on_runner_ids(db):
 
 def test_default_runner_id_is_valid(monkeypatch):
     import socket
+
     from scrinalia_workers.runner import daemon as runner
     monkeypatch.setattr(socket, "gethostname", lambda: "h\u00f4te d'\u00e9t\u00e9" + "x" * 300)
     assert runner.RUNNER_ID.fullmatch(runner.default_runner_id())

@@ -6,9 +6,12 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from helpers import make_worker
-from scrinalia_workers.runner.failure import MAX_ERROR_CHARS, describe_failure, printable
+from scrinalia_workers.runner.failure import (
+    MAX_ERROR_CHARS,
+    describe_failure,
+    printable,
+)
 from scrinalia_workers.runner.handlers import call
 
 

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-
 from helpers import run_row
-from procs import start_runner
+from scrinalia_workers.testkit.procs import start_runner
 
 pytestmark = pytest.mark.slow
 

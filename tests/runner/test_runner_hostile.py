@@ -11,9 +11,9 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-
 from helpers import make_worker, run_row
-from procs import start_runner, wait_for
+from scrinalia_workers.testkit.procs import start_runner
+from scrinalia_workers.testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

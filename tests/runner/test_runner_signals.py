@@ -8,9 +8,8 @@ import signal
 import time
 
 import pytest
-
 from helpers import make_worker, run_row, scheduled_run
-from procs import start_runner
+from scrinalia_workers.testkit.procs import start_runner
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,6 @@ holder (a runner shutting down) with the reaper's retry rule; the fence still ho
 from __future__ import annotations
 
 import pytest
-
 from helpers import claim, finish, make_worker, raises_sqlstate, run_row, scheduled_run
 
 

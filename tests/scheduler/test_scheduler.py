@@ -8,11 +8,11 @@ import sys
 import time
 
 import pytest
-
 from helpers import make_worker, put_schedule, set_next_run
-from procs import start_scheduler, wait_for
 from scrinalia_workers.gateway import connection as swdb
 from scrinalia_workers.sqlfiles import head
+from scrinalia_workers.testkit.procs import start_scheduler
+from scrinalia_workers.testkit.waiting import wait_for
 
 
 def _start(procs, dsn, *args):

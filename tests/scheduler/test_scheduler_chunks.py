@@ -9,11 +9,10 @@ import random
 from datetime import datetime, timedelta, timezone
 
 import pytest
-
 from helpers import YEARLY, make_workers
 from scrinalia_workers import cron
-from scrinalia_workers.scheduler import daemon as scheduler
 from scrinalia_workers.logs import EventLog
+from scrinalia_workers.scheduler import daemon as scheduler
 
 
 @pytest.fixture

@@ -12,12 +12,11 @@ import time
 
 import psycopg
 import pytest
-
 from helpers import YEARLY, make_workers, put_schedule, raises_sqlstate
-from procs import wait_for
 from scrinalia_workers import cron
-from scrinalia_workers.scheduler import daemon as scheduler
 from scrinalia_workers.logs import EventLog
+from scrinalia_workers.scheduler import daemon as scheduler
+from scrinalia_workers.testkit.waiting import wait_for
 
 
 @pytest.fixture

@@ -6,9 +6,16 @@ import threading
 
 import psycopg
 import pytest
+from helpers import (
+    YEARLY,
+    claim,
+    finish,
+    make_worker,
+    make_workers,
+    raises_sqlstate,
+    run_row,
+)
 from psycopg.types.json import Jsonb
-
-from helpers import YEARLY, claim, finish, make_worker, make_workers, raises_sqlstate, run_row
 
 
 def enqueue(conn, worker="ocr", request=None, trigger="MANUAL", by="alice"):

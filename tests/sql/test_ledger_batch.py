@@ -9,7 +9,6 @@ import uuid
 
 import psycopg
 import pytest
-
 from helpers import make_workers, raises_sqlstate, run_row, scheduled_run
 
 CLAIM = "SELECT run_id, lease_token, worker_name FROM scrinalia.claim_runs(%s, %s::interval, %s, %s)"

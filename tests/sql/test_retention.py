@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-
-from helpers import claim, finish, make_worker, put_schedule, raises_sqlstate, set_next_run, tick
-
+from helpers import (
+    claim,
+    finish,
+    make_worker,
+    put_schedule,
+    raises_sqlstate,
+    set_next_run,
+    tick,
+)
 from scrinalia_workers.admin.migrate import migrate
 
 

@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import pytest
-
-from helpers import claim, finish, make_worker, make_workers, put_schedule, raises_sqlstate, run_row, set_next_run, tick
+from helpers import (
+    claim,
+    finish,
+    make_worker,
+    make_workers,
+    put_schedule,
+    raises_sqlstate,
+    run_row,
+    set_next_run,
+    tick,
+)
 
 
 def scheduled_run(db, worker="ocr"):

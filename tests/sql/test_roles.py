@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from helpers import make_worker, put_schedule, raises_sqlstate, tick
 
 DENIED = "42501"

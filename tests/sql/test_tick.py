@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-
-from helpers import claim, finish, make_worker, make_workers, put_schedule, raises_sqlstate, run_row, set_next_run, tick
+from helpers import (
+    claim,
+    finish,
+    make_worker,
+    make_workers,
+    put_schedule,
+    raises_sqlstate,
+    run_row,
+    set_next_run,
+    tick,
+)
 
 
 def armed(db, worker="ocr", cron="0 2 * * *", request=None):

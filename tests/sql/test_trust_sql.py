@@ -5,10 +5,17 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from helpers import (
+    claim,
+    finish,
+    make_worker,
+    put_schedule,
+    raises_sqlstate,
+    set_next_run,
+    table_fingerprints,
+    tick,
+)
 from psycopg.types.json import Jsonb
-
-from helpers import (claim, finish, make_worker, put_schedule, raises_sqlstate, set_next_run,
-                     table_fingerprints, tick)
 
 BIG = "x" * 10_000_000
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import psycopg
-
 from helpers import claim, finish, make_worker, put_schedule, set_next_run, tick
 
 

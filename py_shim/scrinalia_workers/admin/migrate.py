@@ -24,12 +24,15 @@ from yoyo import read_migrations
 from yoyo.backends.core.postgresql import PostgresqlPsycopgBackend
 from yoyo.connections import default_migration_table, parse_uri
 
-from scrinalia_workers.admin import groups
-
 from scrinalia_workers import sqlfiles as paths
+from scrinalia_workers.admin import groups
+from scrinalia_workers.errors import (
+    ConfigError,
+    MigrateLockBusy,
+    MissingPrivilege,
+    RollbackRefused,
+)
 from scrinalia_workers.gateway.connection import connect
-from scrinalia_workers.errors import ConfigError, MissingPrivilege
-from scrinalia_workers.errors import MigrateLockBusy, RollbackRefused
 
 log = logging.getLogger("scrinalia_workers.migrate")
 

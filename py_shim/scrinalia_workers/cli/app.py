@@ -21,17 +21,15 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from scrinalia_workers import argtypes
-
-from scrinalia_workers import errors
+from scrinalia_workers import argtypes, errors
 from scrinalia_workers.cli.fmt import duration as _duration
 from scrinalia_workers.cli.fmt import in_zone as _in_zone
-from scrinalia_workers.logs import one_line as _one_line
 from scrinalia_workers.cli.fmt import print_fields, print_json, print_table
 from scrinalia_workers.cli.fmt import utc as _utc
+from scrinalia_workers.errors import UsageError
 from scrinalia_workers.gateway.connection import connect, require_dsn
 from scrinalia_workers.gateway.redact import redact
-from scrinalia_workers.errors import UsageError
+from scrinalia_workers.logs import one_line as _one_line
 
 PROG = "scrinalia-workers"
 

@@ -26,10 +26,10 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 from psycopg.rows import dict_row
 
-from scrinalia_workers.gateway import connection as db
+from scrinalia_workers.admin.migrate import migrate
 from scrinalia_workers.demo.handlers import WORKERS
 from scrinalia_workers.demo.setup import disable, refuse_unless_demo_only, seed
-from scrinalia_workers.admin.migrate import migrate
+from scrinalia_workers.gateway import connection as db
 
 MAX_SECONDS = 240.0  # the natural end comes after about a minute; this is the cap
 QUIET = 10.0  # after this long without a line, say what the demo is waiting for

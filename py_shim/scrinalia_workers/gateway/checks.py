@@ -9,10 +9,15 @@ from __future__ import annotations
 import psycopg
 from psycopg.rows import dict_row
 
-from scrinalia_workers.errors import ConfigError, DatabaseUnavailable, MissingPrivilege, SchemaMismatch
-from scrinalia_workers.text import printable
+from scrinalia_workers.errors import (
+    ConfigError,
+    DatabaseUnavailable,
+    MissingPrivilege,
+    SchemaMismatch,
+)
 from scrinalia_workers.logs import one_line
 from scrinalia_workers.sqlfiles import head as expected_head
+from scrinalia_workers.text import printable
 
 REQUIRED_COLUMNS = ("attempt", "retry_of", "not_before", "scheduled_for")
 _FIX = "run `scrinalia-workers migrate`"

@@ -44,14 +44,20 @@ import psycopg
 from psycopg.rows import dict_row
 
 from scrinalia_workers import argtypes
-
+from scrinalia_workers.errors import ConfigError, DatabaseUnavailable, MissingPrivilege
 from scrinalia_workers.gateway import connection as db
 from scrinalia_workers.gateway.backoff import Backoff, is_transient
-from scrinalia_workers.errors import ConfigError, DatabaseUnavailable, MissingPrivilege
-from scrinalia_workers.text import printable
-from scrinalia_workers.runner.handlers import ANY_WORKER, Handler, Outcome, call, handler_for, load_handlers
-from scrinalia_workers.logs import EventLog, one_line, startup_error
 from scrinalia_workers.gateway.checks import preflight
+from scrinalia_workers.logs import EventLog, one_line, startup_error
+from scrinalia_workers.runner.handlers import (
+    ANY_WORKER,
+    Handler,
+    Outcome,
+    call,
+    handler_for,
+    load_handlers,
+)
+from scrinalia_workers.text import printable
 
 MAX_IDLE = 5.0           # an idle runner re-checks next_claimable_at at least this often
 # Any login can NOTIFY scrinalia_runs: an idle runner woken by a NOTIFY claims at most

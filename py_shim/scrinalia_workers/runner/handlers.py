@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from scrinalia_workers.errors import ConfigError
-from scrinalia_workers.runner.failure import check_return, describe_failure, summary
 from scrinalia_workers.logs import one_line
+from scrinalia_workers.runner.failure import check_return, describe_failure, summary
 
 Handler = Callable[[dict], Any]
 ANY_WORKER = "*"  # a handler registered under "*" takes the runs of every worker

@@ -42,16 +42,17 @@ from typing import NamedTuple
 import psycopg
 from psycopg.rows import dict_row
 
-from scrinalia_workers import argtypes
-
-from scrinalia_workers import cron
-
+from scrinalia_workers import argtypes, cron
+from scrinalia_workers.errors import (
+    NOT_LOCK_HOLDER,
+    ConfigError,
+    LockLost,
+    UnsafeConnection,
+)
 from scrinalia_workers.gateway import connection as db
 from scrinalia_workers.gateway.backoff import Backoff, is_transient
-from scrinalia_workers.errors import ConfigError
-from scrinalia_workers.logs import EventLog, one_line, startup_error
 from scrinalia_workers.gateway.checks import check_schema, preflight
-from scrinalia_workers.errors import NOT_LOCK_HOLDER, LockLost, UnsafeConnection
+from scrinalia_workers.logs import EventLog, one_line, startup_error
 
 EXIT_CONFIG = 2
 

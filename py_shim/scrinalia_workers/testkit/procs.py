@@ -2,7 +2,12 @@
 
     p = start_scheduler(dsn, "--standby-retry", "1")
     p.wait_event("lock acquired", timeout=10)
-    stop(p)   # SIGTERM, then returns the exit code
+    p.stop()   # SIGTERM, then returns the exit code
+
+`Procs` keeps every process a test started and ends those still running when the
+test ends (the `procs` fixture of tests/conftest.py): no test writes kill-in-finally.
+Children inherit this process's environment, PYTHONPATH included (the tests put
+their own handler modules on it).
 """
 
 from __future__ import annotations
@@ -14,18 +19,14 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
-
-TESTS = Path(__file__).resolve().parent
 
 
 class Proc:
     """A child process whose JSON log lines (stderr) are collected by a thread."""
 
-    def __init__(self, args: list[str]):
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    def __init__(self, args: list[str], env: dict[str, str] | None = None):
         self.popen = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      text=True, env=env)
+                                      text=True, env=dict(os.environ, **(env or {})))
         self.pid = self.popen.pid
         self.events: list[dict] = []
         self.raw: list[str] = []
@@ -93,13 +94,32 @@ def start_runner(dsn: str, handlers_module: str = "demo_handlers", *args: str) -
                  "--handlers", handlers_module, *args])
 
 
-def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
-    """Polls predicate() until it returns a truthy value; returns it, or AssertionError."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not met within {timeout}s")
-        time.sleep(interval)
+class Procs:
+    """The processes one test started; end() stops whatever still runs (resumed first, in
+    case the test froze it with SIGSTOP), so a failing test leaves no daemon behind."""
+
+    def __init__(self) -> None:
+        self.started: list[Proc] = []
+
+    def append(self, p: Proc) -> Proc:
+        self.started.append(p)
+        return p
+
+    def start(self, args: list[str], env: dict[str, str] | None = None) -> Proc:
+        return self.append(Proc(args, env))
+
+    def scheduler(self, dsn: str, *args: str) -> Proc:
+        return self.append(start_scheduler(dsn, *args))
+
+    def runner(self, dsn: str, handlers_module: str = "demo_handlers", *args: str) -> Proc:
+        return self.append(start_runner(dsn, handlers_module, *args))
+
+    def end(self) -> None:
+        for p in self.started:
+            if p.popen.poll() is None:
+                try:
+                    os.kill(p.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+                p.popen.kill()
+            p.popen.wait()
