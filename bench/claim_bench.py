@@ -79,6 +79,7 @@ def run_once(dsn: str, n: int, k: int, mode: str) -> dict:
         spawn = lambda i: ctx.Process(target=runner_loop, args=(rdsn, f"bench-p{i}", start, results))  # noqa: E731
     else:
         import queue
+
         start, results = threading.Barrier(k + 1), queue.Queue()
         spawn = lambda i: threading.Thread(target=runner_loop, args=(rdsn, f"bench-t{i}", start, results))  # noqa: E731
     workers = [spawn(i) for i in range(k)]
@@ -97,8 +98,9 @@ def run_once(dsn: str, n: int, k: int, mode: str) -> dict:
     owner = {run_id: r for r, claimed, _ in reports for run_id in claimed}
     twice = sum(1 for c in claims.values() if c > 1)
     with conn(dsn) as c:
-        states = dict(c.execute(
-            "SELECT status::text, count(*) FROM scrinalia.archive_worker_runs GROUP BY 1").fetchall())
+        states = dict(
+            c.execute("SELECT status::text, count(*) FROM scrinalia.archive_worker_runs GROUP BY 1").fetchall()
+        )
         owners = dict(c.execute("SELECT run_id, lease_owner FROM scrinalia.archive_worker_runs").fetchall())
         span = c.execute(
             "SELECT extract(epoch FROM max(finished_at) - min(started_at)) FROM scrinalia.archive_worker_runs"
@@ -110,15 +112,23 @@ def run_once(dsn: str, n: int, k: int, mode: str) -> dict:
     check(states == {"SUCCEEDED": n}, f"ledger is {states}, expected {n} SUCCEEDED only")
     check(wrong_owner == 0, f"{wrong_owner} runs name another runner as their lease owner")
     return {
-        "mode": mode, "n": n, "runners": k, "elapsed": elapsed, "rate": n / elapsed,
-        "db_span": float(span), "per_runner": sorted(len(cl) for _, cl, _ in reports),
-        "twice": twice, "lost": lost, "login": who,
+        "mode": mode,
+        "n": n,
+        "runners": k,
+        "elapsed": elapsed,
+        "rate": n / elapsed,
+        "db_span": float(span),
+        "per_runner": sorted(len(cl) for _, cl, _ in reports),
+        "twice": twice,
+        "lost": lost,
+        "login": who,
     }
 
 
 def data_disk() -> str:
     """What the throwaway cluster's directory (under the temp dir) is mounted on."""
     import tempfile
+
     try:
         best = ("", "?", "?")
         with open("/proc/mounts") as f:
@@ -172,25 +182,38 @@ def run(dsn: str, quick: bool = False, admin_dsn: str | None = None, durable: bo
         ok = f["rate"] >= 2000
         if not f["durable"] and f["mode"] == "processes":
             met = ok
-        rows.append([
-            f"{f['runners']} {f['mode']}", "fsync=on, synchronous_commit=on, full_page_writes=on" if f["durable"]
-            else "fsync=off, synchronous_commit=off (throwaway cluster)",
-            f"{f['n']:,}", f"{f['elapsed']:.2f} s", f"{f['rate']:,.0f}", f"{f['n'] / f['db_span']:,.0f}",
-            "/".join(map(str, f["per_runner"])), str(f["twice"]), str(f["lost"]),
-            ">= 2,000 runs/s" if not f["durable"] else "(for comparison)",
-            ("met" if ok else "NOT met") if not f["durable"] else ("would meet" if ok else "below"),
-        ])
+        rows.append(
+            [
+                f"{f['runners']} {f['mode']}",
+                "fsync=on, synchronous_commit=on, full_page_writes=on"
+                if f["durable"]
+                else "fsync=off, synchronous_commit=off (throwaway cluster)",
+                f"{f['n']:,}",
+                f"{f['elapsed']:.2f} s",
+                f"{f['rate']:,.0f}",
+                f"{f['n'] / f['db_span']:,.0f}",
+                "/".join(map(str, f["per_runner"])),
+                str(f["twice"]),
+                str(f["lost"]),
+                ">= 2,000 runs/s" if not f["durable"] else "(for comparison)",
+                ("met" if ok else "NOT met") if not f["durable"] else ("would meet" if ok else "below"),
+            ]
+        )
     by = {(f["mode"], f["durable"]): f for f in figures}
     notes = []
     if ("threads", False) in by:
         p, t = by[("processes", False)], by[("threads", False)]
-        notes.append(f"Threads reach {t['rate'] / p['rate']:.0%} of processes: psycopg releases the GIL while it "
-                     "waits on the server, and on 2 cores the server's backends need the CPU as much as the runners.")
+        notes.append(
+            f"Threads reach {t['rate'] / p['rate']:.0%} of processes: psycopg releases the GIL while it "
+            "waits on the server, and on 2 cores the server's backends need the CPU as much as the runners."
+        )
     if ("processes", True) in by:
         p, d = by[("processes", False)], by[("processes", True)]
-        notes.append(f"Durable commits (fsync, synchronous_commit, full_page_writes on, switched on with ALTER SYSTEM "
-                     f"and reloaded for this run only; data directory on {data_disk()}) cost "
-                     f"{1 - d['rate'] / p['rate']:.0%} of the throughput: each run is two commits (claim, finish).")
+        notes.append(
+            f"Durable commits (fsync, synchronous_commit, full_page_writes on, switched on with ALTER SYSTEM "
+            f"and reloaded for this run only; data directory on {data_disk()}) cost "
+            f"{1 - d['rate'] / p['rate']:.0%} of the throughput: each run is two commits (claim, finish)."
+        )
     return Result(
         key="claim",
         notes=notes,
@@ -206,13 +229,26 @@ def run(dsn: str, quick: bool = False, admin_dsn: str | None = None, durable: bo
             "Checked at the end: each run claimed by exactly one runner (the one its lease_owner names), "
             "all N SUCCEEDED, no QUEUED or RUNNING row left.",
         ],
-        headers=["runners", "durability", "runs", "wall", "runs/s", "runs/s (ledger)", "per runner",
-                 "claimed twice", "lost", "target", "verdict"],
+        headers=[
+            "runners",
+            "durability",
+            "runs",
+            "wall",
+            "runs/s",
+            "runs/s (ledger)",
+            "per runner",
+            "claimed twice",
+            "lost",
+            "target",
+            "verdict",
+        ],
         rows=rows,
         target=">= 2,000 runs/s with 4 runner connections, zero double claims, zero lost",
         met=met,
-        headline="; ".join(f"{f['rate']:,.0f} runs/s ({f['mode']}{', durable' if f['durable'] else ''})"
-                           for f in figures) + f"; double claims {sum(f['twice'] for f in figures)}, "
-                           f"lost {sum(f['lost'] for f in figures)}",
+        headline="; ".join(
+            f"{f['rate']:,.0f} runs/s ({f['mode']}{', durable' if f['durable'] else ''})" for f in figures
+        )
+        + f"; double claims {sum(f['twice'] for f in figures)}, "
+        f"lost {sum(f['lost'] for f in figures)}",
         data={"figures": figures},
     )

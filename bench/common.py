@@ -78,6 +78,9 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
 
 def vacuum_analyze(dsn: str, *tables: str) -> None:
     with conn(dsn) as c:
-        for t in tables or ("scrinalia.archive_worker_runs", "scrinalia.archive_worker_schedules",
-                            "scrinalia.archive_workers"):
+        for t in tables or (
+            "scrinalia.archive_worker_runs",
+            "scrinalia.archive_worker_schedules",
+            "scrinalia.archive_workers",
+        ):
             c.execute(f"VACUUM ANALYZE {t}")

@@ -30,6 +30,7 @@ BATCH = 1_000
 
 def versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
+
     out = {}
     for name in ("procrastinate", "pgqueuer", "psycopg"):
         try:
@@ -59,10 +60,10 @@ def ours_enqueue(dsn: str, n: int) -> dict:
         # the same calls, pipelined (psycopg pipeline mode, one sync per BATCH): we have
         # no batch enqueue, since the queue is one slot per worker
         t0 = now()
-        rest = names[n // 2:]
+        rest = names[n // 2 :]
         for i in range(0, len(rest), BATCH):
             with c.pipeline():
-                for w in rest[i:i + BATCH]:
+                for w in rest[i : i + BATCH]:
                     c.execute(ENQUEUE_SQL, (w,))
         batched = now() - t0
         count = c.execute("SELECT count(*) FROM scrinalia.archive_worker_runs WHERE status = 'QUEUED'").fetchone()[0]
@@ -71,6 +72,7 @@ def ours_enqueue(dsn: str, n: int) -> dict:
 
 
 # --- procrastinate --------------------------------------------------------------
+
 
 def _procrastinate_app(dsn: str):
     import procrastinate
@@ -110,6 +112,7 @@ def procrastinate_enqueue(dsn: str, n: int) -> dict:
 
 
 # --- pgqueuer -------------------------------------------------------------------
+
 
 async def _pgq_queries(dsn: str):
     from pgqueuer import PsycopgDriver, Queries
@@ -177,19 +180,25 @@ def pgqueuer_drain(dsn: str, n: int) -> dict:
         c.execute("TRUNCATE pgqueuer, pgqueuer_log RESTART IDENTITY")
     asyncio.run(fill())
     vacuum_analyze(dsn, "pgqueuer", "pgqueuer_log")
-    elapsed = _drain_with(_pgqueuer_worker, dsn, f"SELECT NOT EXISTS (SELECT FROM pgqueuer) AND (SELECT count(*) FROM pgqueuer_log WHERE status = 'successful') = {int(n)}")
+    elapsed = _drain_with(
+        _pgqueuer_worker,
+        dsn,
+        "SELECT NOT EXISTS (SELECT FROM pgqueuer)"
+        f" AND (SELECT count(*) FROM pgqueuer_log WHERE status = 'successful') = {int(n)}",
+    )
     with conn(dsn) as c:
         left = c.execute("SELECT count(*) FROM pgqueuer").fetchone()[0]
         done, distinct = c.execute(
-            "SELECT count(*), count(DISTINCT job_id) FROM pgqueuer_log WHERE status = 'successful'").fetchone()
-        span = c.execute(
-            "SELECT extract(epoch FROM max(created) - min(created)) FROM pgqueuer_log").fetchone()[0]
+            "SELECT count(*), count(DISTINCT job_id) FROM pgqueuer_log WHERE status = 'successful'"
+        ).fetchone()
+        span = c.execute("SELECT extract(epoch FROM max(created) - min(created)) FROM pgqueuer_log").fetchone()[0]
     check(left == 0, f"pgqueuer: {left} jobs left in the queue")
     check(done == n == distinct, f"pgqueuer: {done} successes for {distinct} jobs, expected {n}")
     return {"rate": n / elapsed, "ledger_rate": n / float(span) if span else None}
 
 
 # --- the common drain harness ---------------------------------------------------
+
 
 def _drain_with(target, dsn: str, done_sql: str) -> float:
     """Starts N_RUNNERS worker processes, releases them together, and times until
@@ -249,24 +258,31 @@ def run(dsn_for, quick: bool = False) -> Result:
     def fmt_ratio(rs: list[float]) -> str:
         return f"{median(rs):.2f}x" + (f" ({min(rs):.2f}-{max(rs):.2f})" if len(rs) > 1 else "")
 
-    labels = {"ours": "scrinalia-runner (ours, --batch 32)",
-              hist_key: f"the same, {history:,} finished runs in the ledger",
-              dense_key: f"the same, {history:,} finished runs packed (as after a restore)",
-              "ours --batch 1": "scrinalia-runner --batch 1",
-              "bare statements": "the claim and finish statements, bare",
-              "bare statements, batched": "the same, bare, 32 runs a claim",
-              "pgqueuer": f"pgqueuer {v['pgqueuer']}", "pgqueuer, drain mode": f"pgqueuer {v['pgqueuer']}, drain mode",
-              "procrastinate": f"procrastinate {v['procrastinate']}"}
+    labels = {
+        "ours": "scrinalia-runner (ours, --batch 32)",
+        hist_key: f"the same, {history:,} finished runs in the ledger",
+        dense_key: f"the same, {history:,} finished runs packed (as after a restore)",
+        "ours --batch 1": "scrinalia-runner --batch 1",
+        "bare statements": "the claim and finish statements, bare",
+        "bare statements, batched": "the same, bare, 32 runs a claim",
+        "pgqueuer": f"pgqueuer {v['pgqueuer']}",
+        "pgqueuer, drain mode": f"pgqueuer {v['pgqueuer']}, drain mode",
+        "procrastinate": f"procrastinate {v['procrastinate']}",
+    }
     rows = []
     for name, f in drains.items():
         enq = enqueue.get(name.split(",")[0]) if name in ("ours", "pgqueuer", "procrastinate") else None
-        rows.append([
-            labels[name],
-            f"{f['median']:,.0f}", f"{f['min']:,.0f}-{f['max']:,.0f}",
-            "1.00x" if name == "ours" else fmt_ratio(ratios("ours", name)),
-            f"{enq['single']:,.0f}" if enq else "-", f"{enq['batch']:,.0f}" if enq else "-",
-            f"{median(f['pages']):,.0f}" if f.get("pages") else "-",
-        ])
+        rows.append(
+            [
+                labels[name],
+                f"{f['median']:,.0f}",
+                f"{f['min']:,.0f}-{f['max']:,.0f}",
+                "1.00x" if name == "ours" else fmt_ratio(ratios("ours", name)),
+                f"{enq['single']:,.0f}" if enq else "-",
+                f"{enq['batch']:,.0f}" if enq else "-",
+                f"{median(f['pages']):,.0f}" if f.get("pages") else "-",
+            ]
+        )
     checks = []
     peers = [k for k in ("pgqueuer", "pgqueuer, drain mode") if k in drains]
     if peers:
@@ -277,8 +293,9 @@ def run(dsn_for, quick: bool = False) -> Result:
         r_bare = median(ratios("ours", bare))
         checks.append((f"ours >= half the {bare}", r_bare >= 0.5, fmt_ratio(ratios("ours", bare))))
     hist = ratios(hist_key, "ours")
-    checks.append((f"ours with {history:,} finished runs >= 0.95x the empty ledger", median(hist) >= 0.95,
-                   fmt_ratio(hist)))
+    checks.append(
+        (f"ours with {history:,} finished runs >= 0.95x the empty ledger", median(hist) >= 0.95, fmt_ratio(hist))
+    )
     met = all(ok for _, ok, _ in checks)
     dense = fmt_ratio(ratios(dense_key, "ours"))
     notes += [
@@ -324,15 +341,23 @@ def run(dsn_for, quick: bool = False) -> Result:
         setup=[
             f"Same cluster, one database per system; {n:,} jobs; an empty task; psycopg {v['psycopg']} everywhere; "
             f"4 worker processes per system; {rounds} interleaved rounds.",
-        ] + [f"Target: {name}: {'met' if ok else 'NOT met'} ({ratio})." for name, ok, ratio in checks],
-        headers=["system", "claim-run-finish/s (median)", "range", "ours/theirs (per round)",
-                 "enqueue/s (single)", "enqueue/s (batch)", "heap pages of the drained runs"],
+        ]
+        + [f"Target: {name}: {'met' if ok else 'NOT met'} ({ratio})." for name, ok, ratio in checks],
+        headers=[
+            "system",
+            "claim-run-finish/s (median)",
+            "range",
+            "ours/theirs (per round)",
+            "enqueue/s (single)",
+            "enqueue/s (batch)",
+            "heap pages of the drained runs",
+        ],
         rows=rows,
         target="real runner >= pgqueuer in the same run, >= half the bare statements, and with 1,000,000 "
-               "finished runs in the ledger >= 0.95x its rate on an empty one",
+        "finished runs in the ledger >= 0.95x its rate on an empty one",
         met=met,
-        headline=f"ours {drains['ours']['median']:,.0f} runs/s; " + ", ".join(
-            f"{name} {ratio}" for name, _, ratio in checks),
+        headline=f"ours {drains['ours']['median']:,.0f} runs/s; "
+        + ", ".join(f"{name} {ratio}" for name, _, ratio in checks),
         notes=notes,
         data={"drains": drains, "enqueue": enqueue, "versions": v, "n": n},
     )

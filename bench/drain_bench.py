@@ -105,13 +105,17 @@ def _await_sessions(dsn: str, sql: str, k: int, what: str, timeout: float = 60) 
 
 # --- ours: the real runner processes ----------------------------------------------
 
+
 def _ours_fill(n: int):
     def fill(c: psycopg.Connection) -> None:
         with c.transaction():
             seed.queued_runs(c, n)
             # what n enqueue() calls send: a NOTIFY each, the worker's name as payload
-            c.execute("SELECT count(pg_notify('scrinalia_runs', worker_name)) FROM scrinalia.archive_worker_runs"
-                      " WHERE status = 'QUEUED'")
+            c.execute(
+                "SELECT count(pg_notify('scrinalia_runs', worker_name)) FROM scrinalia.archive_worker_runs"
+                " WHERE status = 'QUEUED'"
+            )
+
     return fill
 
 
@@ -147,12 +151,17 @@ def history_prepare(dsn: str, n: int, history: int, layout: str = "use") -> int:
 def _ours_check(dsn: str, n: int, history_upto: int | None = None) -> dict:
     since = history_upto or 0
     with conn(dsn) as c:
-        states = dict(c.execute(
-            "SELECT status::text, count(*) FROM scrinalia.archive_worker_runs WHERE run_id > %s GROUP BY 1",
-            (since,)).fetchall())
+        states = dict(
+            c.execute(
+                "SELECT status::text, count(*) FROM scrinalia.archive_worker_runs WHERE run_id > %s GROUP BY 1",
+                (since,),
+            ).fetchall()
+        )
         owners, pages = c.execute(
             "SELECT count(DISTINCT lease_owner), count(DISTINCT (ctid::text::point)[0])"
-            " FROM scrinalia.archive_worker_runs WHERE run_id > %s", (since,)).fetchone()
+            " FROM scrinalia.archive_worker_runs WHERE run_id > %s",
+            (since,),
+        ).fetchone()
     check(states == {"SUCCEEDED": n}, f"ours: the drained runs are {states}, expected {n} SUCCEEDED")
     # pages: how many heap pages the drained runs' final versions ended on
     return {"owners": owners, "pages": pages}
@@ -168,16 +177,42 @@ def runner_drain(dsn: str, n: int, batch: int | None, logdir: Path, history_upto
     try:
         for i in range(N_WORKERS):
             log = open(logdir / f"runner-{batch}-{i}.log", "w")
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "scrinalia_workers.runner", "--dsn", dsn, "--handlers", "bench.any_handlers",
-                 "--json", "--runner-id", f"bench-{i}", *extra],
-                stdout=log, stderr=subprocess.STDOUT, env=_env(), start_new_session=True))
-        _await_sessions(dsn, "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'scrinalia-runner bench-%' "
-                             "AND state = 'idle' AND query LIKE '%next_claimable_at%'", N_WORKERS, "ours")
-        elapsed = _timed_drain(dsn, _ours_fill(n), OURS_LIVE,
-                               f"SELECT count(*) = {int(n)} FROM scrinalia.archive_worker_runs"
-                               f" WHERE run_id > {int(since)} AND status = 'SUCCEEDED'",
-                               lambda: all(p.poll() is None for p in procs))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "scrinalia_workers.runner",
+                        "--dsn",
+                        dsn,
+                        "--handlers",
+                        "bench.any_handlers",
+                        "--json",
+                        "--runner-id",
+                        f"bench-{i}",
+                        *extra,
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=_env(),
+                    start_new_session=True,
+                )
+            )
+        _await_sessions(
+            dsn,
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'scrinalia-runner bench-%' "
+            "AND state = 'idle' AND query LIKE '%next_claimable_at%'",
+            N_WORKERS,
+            "ours",
+        )
+        elapsed = _timed_drain(
+            dsn,
+            _ours_fill(n),
+            OURS_LIVE,
+            f"SELECT count(*) = {int(n)} FROM scrinalia.archive_worker_runs"
+            f" WHERE run_id > {int(since)} AND status = 'SUCCEEDED'",
+            lambda: all(p.poll() is None for p in procs),
+        )
     finally:
         for p in procs:
             if p.poll() is None:
@@ -224,9 +259,13 @@ def bare_drain(dsn: str, n: int, batch: int = 1) -> dict:
         _ours_fill(n)(c)
         go.set()
 
-    elapsed = _timed_drain(dsn, fill, OURS_LIVE,
-                           f"SELECT count(*) = {int(n)} FROM scrinalia.archive_worker_runs WHERE status = 'SUCCEEDED'",
-                           lambda: True)
+    elapsed = _timed_drain(
+        dsn,
+        fill,
+        OURS_LIVE,
+        f"SELECT count(*) = {int(n)} FROM scrinalia.archive_worker_runs WHERE status = 'SUCCEEDED'",
+        lambda: True,
+    )
     for p in procs:
         p.join(timeout=60)
     check(all(p.exitcode == 0 for p in procs), f"bare: exit codes {[p.exitcode for p in procs]}")
@@ -234,6 +273,7 @@ def bare_drain(dsn: str, n: int, batch: int = 1) -> dict:
 
 
 # --- pgqueuer ---------------------------------------------------------------------
+
 
 def _pgqueuer_worker(dsn: str, i: int, ready) -> None:
     logging.disable(logging.CRITICAL)
@@ -262,6 +302,7 @@ def _pgqueuer_fill(dsn: str, n: int):
         async with aconn:
             q = Queries(PsycopgDriver(aconn))
             await q.enqueue(["noop"] * n, [None] * n, [0] * n)  # one statement, one commit
+
     return lambda c: asyncio.run(fill())
 
 
@@ -274,6 +315,7 @@ def pgqueuer_install(dsn: str) -> None:
             q = Queries(PsycopgDriver(aconn))
             if not await q.schema_is_installed():
                 await q.install()
+
     asyncio.run(install())
 
 
@@ -282,16 +324,23 @@ def pgqueuer_drain(dsn: str, n: int) -> dict:
         c.execute("TRUNCATE pgqueuer, pgqueuer_log RESTART IDENTITY")
     vacuum_analyze(dsn, "pgqueuer", "pgqueuer_log")
     done_sql = f"SELECT count(*) = {int(n)} FROM pgqueuer_log WHERE status = 'successful'"
-    elapsed = _with_processes(_pgqueuer_worker, dsn, "pgqueuer", "bench-pgq-%",
-                              lambda alive: _timed_drain(dsn, _pgqueuer_fill(dsn, n), PGQUEUER_LIVE, done_sql, alive))
+    elapsed = _with_processes(
+        _pgqueuer_worker,
+        dsn,
+        "pgqueuer",
+        "bench-pgq-%",
+        lambda alive: _timed_drain(dsn, _pgqueuer_fill(dsn, n), PGQUEUER_LIVE, done_sql, alive),
+    )
     with conn(dsn) as c:
         done, distinct = c.execute(
-            "SELECT count(*), count(DISTINCT job_id) FROM pgqueuer_log WHERE status = 'successful'").fetchone()
+            "SELECT count(*), count(DISTINCT job_id) FROM pgqueuer_log WHERE status = 'successful'"
+        ).fetchone()
     check(done == n == distinct, f"pgqueuer: {done} successes for {distinct} jobs, expected {n}")
     return {"rate": n / elapsed, "elapsed": elapsed}
 
 
 # --- procrastinate ----------------------------------------------------------------
+
 
 def _procrastinate_app(dsn: str):
     import procrastinate
@@ -327,6 +376,7 @@ def procrastinate_install(dsn: str) -> None:
     async def install():
         async with app.open_async():
             await app.schema_manager.apply_schema_async()
+
     asyncio.run(install())
 
 
@@ -337,18 +387,25 @@ def procrastinate_drain(dsn: str, n: int) -> dict:
         async def go():
             async with app.open_async():
                 await noop.batch_defer_async(*({} for _ in range(n)))  # one call
+
         asyncio.run(go())
 
     with conn(dsn) as c:
         c.execute("TRUNCATE procrastinate_jobs, procrastinate_events RESTART IDENTITY CASCADE")
     vacuum_analyze(dsn, "procrastinate_jobs", "procrastinate_events")
     done_sql = f"SELECT count(*) = {int(n)} FROM procrastinate_jobs WHERE status = 'succeeded'"
-    elapsed = _with_processes(_procrastinate_worker, dsn, "procrastinate", "bench-procrastinate",
-                              lambda alive: _timed_drain(dsn, fill, PROCRASTINATE_LIVE, done_sql, alive))
+    elapsed = _with_processes(
+        _procrastinate_worker,
+        dsn,
+        "procrastinate",
+        "bench-procrastinate",
+        lambda alive: _timed_drain(dsn, fill, PROCRASTINATE_LIVE, done_sql, alive),
+    )
     with conn(dsn) as c:
         twice = c.execute(
             "SELECT count(*) FROM (SELECT job_id FROM procrastinate_events WHERE type = 'started' "
-            "GROUP BY job_id HAVING count(*) > 1) x").fetchone()[0]
+            "GROUP BY job_id HAVING count(*) > 1) x"
+        ).fetchone()[0]
     check(twice == 0, f"procrastinate: {twice} jobs started twice")
     return {"rate": n / elapsed, "elapsed": elapsed}
 
@@ -365,8 +422,12 @@ def _with_processes(target, dsn: str, what: str, app_name: str, body):
     try:
         for r in readies:
             check(r.wait(60), f"{what}: a worker did not start")
-        _await_sessions(dsn, f"SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE '{app_name}' "
-                             "AND state = 'idle'", N_WORKERS, what)
+        _await_sessions(
+            dsn,
+            f"SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE '{app_name}' AND state = 'idle'",
+            N_WORKERS,
+            what,
+        )
         time.sleep(0.5)  # their first (empty) dequeue done, they wait for a notification
         return body(lambda: all(p.is_alive() for p in procs))
     finally:
@@ -378,6 +439,7 @@ def _with_processes(target, dsn: str, what: str, app_name: str, body):
 
 # --- the rounds -------------------------------------------------------------------
 
+
 def run(dsns: dict[str, str], n: int, rounds: int, versions: dict, history: int = 0) -> dict:
     """dsns: ours, pgqueuer, procrastinate (a database each), and when history > 0
     "history" and "history dense": ours again on a ledger that holds that many finished
@@ -388,15 +450,19 @@ def run(dsns: dict[str, str], n: int, rounds: int, versions: dict, history: int 
     if history:  # next to the empty ledger's drain in every round
         for layout, key in (("use", "history"), ("dense", "history dense")):
             upto = history_prepare(dsns[key], n, history, layout)
-            systems[history_system(history, layout)] = \
-                lambda key=key, upto=upto: runner_drain(dsns[key], n, None, logdir, history_upto=upto)
-    systems.update({
-        "ours --batch 1": lambda: runner_drain(dsns["ours"], n, 1, logdir),
-        "bare statements": lambda: bare_drain(dsns["ours"], n),
-        "bare statements, batched": lambda: bare_drain(dsns["ours"], n, batch=32),
-    })
+            systems[history_system(history, layout)] = lambda key=key, upto=upto: runner_drain(
+                dsns[key], n, None, logdir, history_upto=upto
+            )
+    systems.update(
+        {
+            "ours --batch 1": lambda: runner_drain(dsns["ours"], n, 1, logdir),
+            "bare statements": lambda: bare_drain(dsns["ours"], n),
+            "bare statements, batched": lambda: bare_drain(dsns["ours"], n, batch=32),
+        }
+    )
     if versions.get("pgqueuer"):
         from . import compare_bench
+
         pgqueuer_install(dsns["pgqueuer"])
         systems["pgqueuer"] = lambda: pgqueuer_drain(dsns["pgqueuer"], n)
         # its best figure: the jobs there before its workers start (drain mode), timed

@@ -156,18 +156,29 @@ def run(dsn_for, quick: bool = False) -> Result:
     empty, full = figures["empty"], figures["full"]
 
     rows, met = [], True
-    for label, key in (("tick, %s schedules" % f"{n:,}", "tick"),
-                       ("create_retries(), nothing owed", "retries_idle"),
-                       ("create_retries(), %d owed" % k, "retries_busy"),
-                       ("its candidate query alone, %d owed" % k, "candidates")):
+    for label, key in (
+        (f"tick, {n:,} schedules", "tick"),
+        ("create_retries(), nothing owed", "retries_idle"),
+        (f"create_retries(), {k} owed", "retries_busy"),
+        (f"its candidate query alone, {k} owed", "candidates"),
+    ):
         a, b = median(empty[key]), median(full[key])
         ratio = b / a
         # issue 12: the tick at >= 0.95x the empty ledger's speed, so its time within 1/0.95
         limit = TICK_LIMIT if key == "tick" else 1.2
         ok = ratio <= limit
         met = met and ok
-        rows.append([label, f"{a * 1000:.2f} ms", f"{b * 1000:.2f} ms", f"{ratio:.2f}x",
-                     f"{min(full[key]) / min(empty[key]):.2f}x", f"<= {limit:.3g}x", "met" if ok else "NOT met"])
+        rows.append(
+            [
+                label,
+                f"{a * 1000:.2f} ms",
+                f"{b * 1000:.2f} ms",
+                f"{ratio:.2f}x",
+                f"{min(full[key]) / min(empty[key]):.2f}x",
+                f"<= {limit:.3g}x",
+                "met" if ok else "NOT met",
+            ]
+        )
     mix_md = "; ".join(f"{t} {s} attempt {a}: {c:,}" for t, s, a, c in mix)
     return Result(
         key="history",
@@ -184,16 +195,27 @@ def run(dsn_for, quick: bool = False) -> Result:
             "machine hits both alike); state restored between calls.",
             "The history's mix (trigger, status, attempt: rows): " + mix_md + ".",
         ],
-        headers=["operation", "empty ledger", f"with {history_rows:,} runs", "ratio (median)", "ratio (best)",
-                 "target", "verdict"],
+        headers=[
+            "operation",
+            "empty ledger",
+            f"with {history_rows:,} runs",
+            "ratio (median)",
+            "ratio (best)",
+            "target",
+            "verdict",
+        ],
         rows=rows,
         target=f"the tick within {TICK_LIMIT:.3g}x of the empty ledger's time (>= 0.95x its speed), the retries "
-               "within 1.2x",
+        "within 1.2x",
         met=met,
-        headline="with history / empty: " + ", ".join(
-            f"{short} {r[3]}" for short, r in zip(("tick", "retries (none owed)", f"retries ({k} owed)",
-                                                    "candidate query"), rows)),
-        extra_md=("EXPLAIN (ANALYZE, BUFFERS) of the retry-candidate query of create_retries(), "
-                  f"on the ledger with the history and {k} candidates:\n\n```\n{full['plan']}\n```\n"),
+        headline="with history / empty: "
+        + ", ".join(
+            f"{short} {r[3]}"
+            for short, r in zip(("tick", "retries (none owed)", f"retries ({k} owed)", "candidate query"), rows)
+        ),
+        extra_md=(
+            "EXPLAIN (ANALYZE, BUFFERS) of the retry-candidate query of create_retries(), "
+            f"on the ledger with the history and {k} candidates:\n\n```\n{full['plan']}\n```\n"
+        ),
         data={"empty": empty, "full": full, "mix": mix},
     )

@@ -43,8 +43,9 @@ def _env() -> dict:
 
 def _start(args: list[str], log: Path) -> subprocess.Popen:
     f = open(log, "w")
-    return subprocess.Popen([sys.executable, *args], stdout=f, stderr=subprocess.STDOUT, env=_env(),
-                            start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, *args], stdout=f, stderr=subprocess.STDOUT, env=_env(), start_new_session=True
+    )
 
 
 def _stop(p: subprocess.Popen) -> None:
@@ -78,12 +79,25 @@ def scheduler_available() -> bool:
 def runner_command(dsn: str) -> tuple[list[str], str]:
     """The reference runner with an empty handler; the bench's own loop where it is missing."""
     if importlib.util.find_spec("scrinalia_workers.runner") is not None:
-        return (["-m", "scrinalia_workers.runner", "--dsn", dsn, "--handlers", "bench.empty_handlers",
-                 "--runner-id", "bench-runner", "--json"],
-                "the reference runner (`python -m scrinalia_workers.runner --handlers bench.empty_handlers`, "
-                "one handler for every worker that does nothing)")
-    return (["-m", "bench.notify_runner", "--dsn", dsn, "--runner-id", "bench-notify"],
-            "bench/notify_runner.py, a minimal LISTEN-woken claim loop mirroring the reference runner")
+        return (
+            [
+                "-m",
+                "scrinalia_workers.runner",
+                "--dsn",
+                dsn,
+                "--handlers",
+                "bench.empty_handlers",
+                "--runner-id",
+                "bench-runner",
+                "--json",
+            ],
+            "the reference runner (`python -m scrinalia_workers.runner --handlers bench.empty_handlers`, "
+            "one handler for every worker that does nothing)",
+        )
+    return (
+        ["-m", "bench.notify_runner", "--dsn", dsn, "--runner-id", "bench-notify"],
+        "bench/notify_runner.py, a minimal LISTEN-woken claim loop mirroring the reference runner",
+    )
 
 
 class Listener:
@@ -129,7 +143,8 @@ def _commit_lateness(c, due) -> list[float]:
     return c.execute(
         "SELECT coalesce(array_agg(extract(epoch FROM pg_xact_commit_timestamp(xmin) - scheduled_for)::float8), "
         "'{}') FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE' AND scheduled_for = %s",
-        (due,)).fetchone()[0]
+        (due,),
+    ).fetchone()[0]
 
 
 def _pgcron_commit_lateness(c, due) -> list[float]:
@@ -137,7 +152,8 @@ def _pgcron_commit_lateness(c, due) -> list[float]:
     lat, twice = c.execute(
         f"SELECT coalesce(array_agg(extract(epoch FROM pg_xact_commit_timestamp(xmin) - scheduled_for)::float8), "
         f"'{{}}'), count(*) - count(DISTINCT job) FROM public.{pgcron.TABLE} WHERE scheduled_for = %s",
-        (due,)).fetchone()
+        (due,),
+    ).fetchone()
     check(twice == 0, f"pg_cron ran {twice} jobs twice in one minute")
     return lat
 
@@ -145,27 +161,43 @@ def _pgcron_commit_lateness(c, due) -> list[float]:
 def spike(c, n: int, commit_ts: bool, proc, log) -> dict:
     """n more schedules all due at one instant a few seconds ahead (the clock is data):
     when is the last of their runs visible? The scheduler wakes by itself (next_wakeup)."""
-    c.execute("INSERT INTO scrinalia.archive_workers (worker_name, default_config) "
-              "SELECT format('spike%%s', lpad(i::text, 6, '0')), %s::jsonb FROM generate_series(0, %s - 1) i",
-              (seed.DEFAULT_CONFIG, n))
+    c.execute(
+        "INSERT INTO scrinalia.archive_workers (worker_name, default_config) "
+        "SELECT format('spike%%s', lpad(i::text, 6, '0')), %s::jsonb FROM generate_series(0, %s - 1) i",
+        (seed.DEFAULT_CONFIG, n),
+    )
     # yearly: after the spike none of them is due again during the benchmark
-    c.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at) "
-              "SELECT worker_name, '0 0 1 1 *', 'UTC', date_trunc('second', now()) + interval '4 seconds' "
-              "FROM scrinalia.archive_workers WHERE worker_name LIKE 'spike%%'")
+    c.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at) "
+        "SELECT worker_name, '0 0 1 1 *', 'UTC', date_trunc('second', now()) + interval '4 seconds' "
+        "FROM scrinalia.archive_workers WHERE worker_name LIKE 'spike%%'"
+    )
     c.execute("VACUUM ANALYZE scrinalia.archive_worker_schedules")
     c.execute("NOTIFY scrinalia_scheduler, 'schedule'")  # re-reads next_wakeup: sleeps until the instant
-    at = c.execute("SELECT min(next_run_at) FROM scrinalia.archive_worker_schedules "
-                   "WHERE worker_name LIKE 'spike%%'").fetchone()[0]
-    _await(lambda: c.execute("SELECT count(*) = %s FROM scrinalia.archive_worker_runs WHERE scheduled_for = %s",
-                             (n, at)).fetchone()[0], 60, f"{n:,} spike runs", proc, log)
+    at = c.execute(
+        "SELECT min(next_run_at) FROM scrinalia.archive_worker_schedules WHERE worker_name LIKE 'spike%%'"
+    ).fetchone()[0]
+    _await(
+        lambda: c.execute(
+            "SELECT count(*) = %s FROM scrinalia.archive_worker_runs WHERE scheduled_for = %s", (n, at)
+        ).fetchone()[0],
+        60,
+        f"{n:,} spike runs",
+        proc,
+        log,
+    )
     runs, workers, twice = c.execute(
         "SELECT count(*), count(DISTINCT worker_name), (SELECT count(*) - count(DISTINCT (worker_name, scheduled_for)) "
         "FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE') "
-        "FROM scrinalia.archive_worker_runs WHERE scheduled_for = %s", (at,)).fetchone()
+        "FROM scrinalia.archive_worker_runs WHERE scheduled_for = %s",
+        (at,),
+    ).fetchone()
     check(runs == workers == n and twice == 0, f"spike: {runs} runs for {workers} workers, {twice} doubles")
-    created = c.execute("SELECT extract(epoch FROM max(created_at) - %s)::float8, "
-                        "count(DISTINCT xmin::text) FROM scrinalia.archive_worker_runs WHERE scheduled_for = %s",
-                        (at, at)).fetchone()
+    created = c.execute(
+        "SELECT extract(epoch FROM max(created_at) - %s)::float8, "
+        "count(DISTINCT xmin::text) FROM scrinalia.archive_worker_runs WHERE scheduled_for = %s",
+        (at, at),
+    ).fetchone()
     out = {"n": n, "last_created": created[0], "transactions": created[1]}
     if commit_ts:
         lat = sorted(_commit_lateness(c, at))
@@ -173,16 +205,25 @@ def spike(c, n: int, commit_ts: bool, proc, log) -> dict:
     return out
 
 
-def scheduler_lateness(dsn: str, rounds: int, quick: bool, logdir: Path, admin_dsn: str | None = None,
-                       alone: int = 0, spike_n: int = 10_000) -> dict:
+def scheduler_lateness(
+    dsn: str,
+    rounds: int,
+    quick: bool,
+    logdir: Path,
+    admin_dsn: str | None = None,
+    alone: int = 0,
+    spike_n: int = 10_000,
+) -> dict:
     """rounds minutes with pg_cron's jobs (when it is there) in the same minutes, then `alone`
     more minutes with its jobs unscheduled: what pg_cron's work at the boundary costs ours."""
     with conn(dsn) as c:
         seed.reset(c)
         seed.workers(c, N_SCHEDULES)
         for i in range(N_SCHEDULES):
-            c.execute("SELECT scrinalia.put_schedule(%s, '* * * * *', %s, '{}'::jsonb, true, 'bench')",
-                      (seed.worker_name(i), seed.ZONES[i % len(seed.ZONES)]))
+            c.execute(
+                "SELECT scrinalia.put_schedule(%s, '* * * * *', %s, '{}'::jsonb, true, 'bench')",
+                (seed.worker_name(i), seed.ZONES[i % len(seed.ZONES)]),
+            )
     if quick:
         cron = {"available": False, "why": "--quick moves our schedules' clock, which pg_cron does not read"}
     elif admin_dsn is None:
@@ -204,40 +245,67 @@ def scheduler_lateness(dsn: str, rounds: int, quick: bool, logdir: Path, admin_d
     alone = alone if cron["available"] else 0
     try:
         with conn(dsn) as c:
-            _await(lambda: c.execute(
-                "SELECT count(*) = %s FROM scrinalia.archive_worker_schedules WHERE next_run_at IS NOT NULL",
-                (N_SCHEDULES,)).fetchone()[0], 60, "the scheduler arming the schedules", proc, log)
+            _await(
+                lambda: c.execute(
+                    "SELECT count(*) = %s FROM scrinalia.archive_worker_schedules WHERE next_run_at IS NOT NULL",
+                    (N_SCHEDULES,),
+                ).fetchone()[0],
+                60,
+                "the scheduler arming the schedules",
+                proc,
+                log,
+            )
             while len(per_round) + len(seen_alone) < rounds + alone:
                 if cron["available"] and len(per_round) == rounds and not seen_alone:
                     pgcron.teardown(admin_dsn)  # from the next boundary on, ours alone
                 if quick:
-                    c.execute("UPDATE scrinalia.archive_worker_schedules "
-                              "SET next_run_at = date_trunc('second', now()) + interval '2 seconds'")
+                    c.execute(
+                        "UPDATE scrinalia.archive_worker_schedules "
+                        "SET next_run_at = date_trunc('second', now()) + interval '2 seconds'"
+                    )
                     c.execute("NOTIFY scrinalia_scheduler, 'schedule'")
-                due = c.execute("SELECT min(next_run_at), max(next_run_at) FROM scrinalia.archive_worker_schedules").fetchone()
+                due = c.execute(
+                    "SELECT min(next_run_at), max(next_run_at) FROM scrinalia.archive_worker_schedules"
+                ).fetchone()
                 check(due[0] == due[1], f"the schedules are not due at one instant: {due}")
                 wait = (due[0] - c.execute("SELECT now()").fetchone()[0]).total_seconds()
                 b = _epoch(c, due[0])
                 # pg_cron reads its new jobs on its next loop: a boundary a few seconds away is a warm-up
                 warm = cron["available"] and warmup is None and not per_round and wait < 10
-                got = _await(lambda: c.execute(
-                    "SELECT array_agg(extract(epoch FROM created_at - scheduled_for)::float8) "
-                    "FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE' AND scheduled_for = %s "
-                    "HAVING count(*) = %s", (due[0], N_SCHEDULES)).fetchone(), wait + 30,
-                    "200 runs for the due minute", proc, log)
+                got = _await(
+                    lambda: c.execute(
+                        "SELECT array_agg(extract(epoch FROM created_at - scheduled_for)::float8) "
+                        "FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE' AND scheduled_for = %s "
+                        "HAVING count(*) = %s",
+                        (due[0], N_SCHEDULES),
+                    ).fetchone(),
+                    wait + 30,
+                    "200 runs for the due minute",
+                    proc,
+                    log,
+                )
                 lat = got[0]
                 check(len(lat) == N_SCHEDULES, f"{len(lat)} runs for {N_SCHEDULES} schedules")
                 # before the cancel below rewrites the rows (a new xmin)
                 com = _commit_lateness(c, due[0]) if commit_ts else []
-                twice = c.execute("SELECT count(*) - count(DISTINCT (worker_name, scheduled_for)) "
-                                  "FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE'").fetchone()[0]
+                twice = c.execute(
+                    "SELECT count(*) - count(DISTINCT (worker_name, scheduled_for)) "
+                    "FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE'"
+                ).fetchone()[0]
                 check(twice == 0, f"{twice} periods enqueued twice")
                 # free the slots (the public cancel) so that the next minute enqueues again
-                c.execute("SELECT scrinalia.cancel_run(run_id, 'bench') FROM scrinalia.archive_worker_runs "
-                          "WHERE status = 'QUEUED'")
+                c.execute(
+                    "SELECT scrinalia.cancel_run(run_id, 'bench') FROM scrinalia.archive_worker_runs "
+                    "WHERE status = 'QUEUED'"
+                )
                 # the tick's one NOTIFY (all 200 runs commit together) may trail the rows by a moment
-                ticks = _await(lambda: [t for t, p in listener.between("scrinalia_runs", b - 1, b + 59)
-                                        if p == "tick"], 10, "the tick's NOTIFY", proc, log)
+                ticks = _await(
+                    lambda: [t for t, p in listener.between("scrinalia_runs", b - 1, b + 59) if p == "tick"],
+                    10,
+                    "the tick's NOTIFY",
+                    proc,
+                    log,
+                )
                 crons = []
                 if cron["available"] and len(per_round) == rounds:
                     seen_alone.append(ticks[0] - b)
@@ -247,8 +315,9 @@ def scheduler_lateness(dsn: str, rounds: int, quick: bool, logdir: Path, admin_d
                 if cron["available"]:
                     until = b + 59  # a job not run by then has missed its minute
                     while True:
-                        arrived = {p: t for t, p in sorted(listener.between(pgcron.CHANNEL, b - 1, b + 59),
-                                                           reverse=True)}
+                        arrived = {
+                            p: t for t, p in sorted(listener.between(pgcron.CHANNEL, b - 1, b + 59), reverse=True)
+                        }
                         if len(arrived) >= N_SCHEDULES or time.time() >= until:
                             break
                         time.sleep(0.05)
@@ -276,22 +345,41 @@ def scheduler_lateness(dsn: str, rounds: int, quick: bool, logdir: Path, admin_d
         if cron["available"]:
             cron["details"] = pgcron.run_details(admin_dsn, boundaries[0] - 1) if boundaries else []
             pgcron.teardown(admin_dsn)
-    return {"samples": samples, "rounds": rounds, "round_max": per_round, "seen": seen,
-            "commit_ts": commit_ts, "committed": committed, "committed_alone": committed_alone,
-            "pgcron_committed": cron_committed, "spike": spike_result,
-            "boundaries": boundaries, "load": loads, "warmup": warmup, "seen_alone": seen_alone,
-            "cron_while_alone": cron_while_alone,
-            "pgcron": {**cron, "rounds": cron_rounds, "missing": cron_missing}}
+    return {
+        "samples": samples,
+        "rounds": rounds,
+        "round_max": per_round,
+        "seen": seen,
+        "commit_ts": commit_ts,
+        "committed": committed,
+        "committed_alone": committed_alone,
+        "pgcron_committed": cron_committed,
+        "spike": spike_result,
+        "boundaries": boundaries,
+        "load": loads,
+        "warmup": warmup,
+        "seen_alone": seen_alone,
+        "cron_while_alone": cron_while_alone,
+        "pgcron": {**cron, "rounds": cron_rounds, "missing": cron_missing},
+    }
 
 
 def _enqueue_and_await(c, worker: str, proc, log) -> float:
     """Enqueues one run, waits until the runner finished it; returns started_at - created_at."""
-    run_id = c.execute("SELECT run_id FROM scrinalia.enqueue(%s, '{}'::jsonb, 'MANUAL', 'bench')",
-                       (worker,)).fetchone()[0]
-    got = _await(lambda: c.execute(
-        "SELECT extract(epoch FROM started_at - created_at)::float8 FROM scrinalia.archive_worker_runs "
-        "WHERE run_id = %s AND status = 'SUCCEEDED'", (run_id,)).fetchone(), 30,
-        f"run #{run_id} claimed and finished", proc, log)
+    run_id = c.execute(
+        "SELECT run_id FROM scrinalia.enqueue(%s, '{}'::jsonb, 'MANUAL', 'bench')", (worker,)
+    ).fetchone()[0]
+    got = _await(
+        lambda: c.execute(
+            "SELECT extract(epoch FROM started_at - created_at)::float8 FROM scrinalia.archive_worker_runs "
+            "WHERE run_id = %s AND status = 'SUCCEEDED'",
+            (run_id,),
+        ).fetchone(),
+        30,
+        f"run #{run_id} claimed and finished",
+        proc,
+        log,
+    )
     return got[0]
 
 
@@ -312,7 +400,9 @@ def claim_latency(dsn: str, n: int, logdir: Path) -> dict:
                 # idle long enough that the runner is asleep in its LISTEN wait
                 time.sleep(rnd.uniform(0.02, 0.05))
                 samples.append(_enqueue_and_await(c, seed.worker_name(i), proc, log))
-            states = dict(c.execute("SELECT status::text, count(*) FROM scrinalia.archive_worker_runs GROUP BY 1").fetchall())
+            states = dict(
+                c.execute("SELECT status::text, count(*) FROM scrinalia.archive_worker_runs GROUP BY 1").fetchall()
+            )
         check(states == {"SUCCEEDED": n + 1}, f"ledger is {states}, expected {n + 1} SUCCEEDED")
     finally:
         _stop(proc)
@@ -320,8 +410,15 @@ def claim_latency(dsn: str, n: int, logdir: Path) -> dict:
 
 
 def _row(what: str, samples: str, values: list[float], target: str, verdict: str) -> list[str]:
-    return [what, samples, f"{percentile(values, 50) * 1000:.1f} ms", f"{percentile(values, 99) * 1000:.1f} ms",
-            f"{max(values) * 1000:.1f} ms", target, verdict]
+    return [
+        what,
+        samples,
+        f"{percentile(values, 50) * 1000:.1f} ms",
+        f"{percentile(values, 99) * 1000:.1f} ms",
+        f"{max(values) * 1000:.1f} ms",
+        target,
+        verdict,
+    ]
 
 
 def _commit_rows(s: dict) -> tuple[list[list[str]], list[str], bool]:
@@ -329,33 +426,63 @@ def _commit_rows(s: dict) -> tuple[list[list[str]], list[str], bool]:
     rows, notes = [], []
     k = len(s["seen"])
     ok = percentile(s["committed"], 99) <= 0.050
-    rows.append(_row("ours: the run's commit (commit timestamp) - its due instant",
-                     f"{len(s['committed']):,} runs ({k} minutes)", s["committed"], "p99 <= 50 ms",
-                     "met" if ok else "NOT met"))
+    rows.append(
+        _row(
+            "ours: the run's commit (commit timestamp) - its due instant",
+            f"{len(s['committed']):,} runs ({k} minutes)",
+            s["committed"],
+            "p99 <= 50 ms",
+            "met" if ok else "NOT met",
+        )
+    )
     if s["pgcron_committed"]:
-        rows.append(_row("pg_cron, the same minutes: the job's commit (commit timestamp) - its minute",
-                         f"{len(s['pgcron_committed']):,} job runs", s["pgcron_committed"], "(the reference)", "-"))
+        rows.append(
+            _row(
+                "pg_cron, the same minutes: the job's commit (commit timestamp) - its minute",
+                f"{len(s['pgcron_committed']):,} job runs",
+                s["pgcron_committed"],
+                "(the reference)",
+                "-",
+            )
+        )
     if s["committed_alone"]:
-        rows.append(_row("ours alone (pg_cron's jobs unscheduled): commit - due instant",
-                         f"{len(s['committed_alone']):,} runs", s["committed_alone"], "-", "-"))
+        rows.append(
+            _row(
+                "ours alone (pg_cron's jobs unscheduled): commit - due instant",
+                f"{len(s['committed_alone']):,} runs",
+                s["committed_alone"],
+                "-",
+                "-",
+            )
+        )
     sp = s.get("spike")
     if sp and "lateness" in sp:
         ok_spike = sp["last"] <= 0.5
         ok = ok and ok_spike
-        rows.append(_row(f"spike: {sp['n']:,} schedules due at one instant, each run's commit - the instant",
-                         f"{sp['n']:,} runs ({sp['transactions']} transaction{'s' if sp['transactions'] != 1 else ''})", sp["lateness"],
-                         "last (max) <= 0.5 s", "met" if ok_spike else "NOT met"))
-        notes.append(f"The spike: {sp['n']:,} more schedules (yearly cron) set due at one instant 4 s ahead, the "
-                     f"minute schedules disabled; the scheduler wakes by itself, ticks up to {PREPARED_LIMIT:,} of "
-                     f"them ahead of the instant in one transaction committed at it, and any beyond in chunks of "
-                     f"{TICK_CHUNK:,}: the first run was visible after {sp['first'] * 1000:.0f} ms, "
-                     f"the last after {sp['last'] * 1000:.0f} ms. Checked: {sp['n']:,} runs on distinct workers, no "
-                     "period twice.")
-    notes.append("How lateness is timed (issue 12): the cluster runs with track_commit_timestamp = on; for each run "
-                 "row, pg_xact_commit_timestamp(xmin) - scheduled_for is the time from its due instant to the commit "
-                 "that made it visible, read from the row itself before anything rewrites it. pg_cron's jobs each "
-                 f"insert one row (public.{pgcron.TABLE}, its minute) in the same transaction as their NOTIFY, timed "
-                 "the same way.")
+        rows.append(
+            _row(
+                f"spike: {sp['n']:,} schedules due at one instant, each run's commit - the instant",
+                f"{sp['n']:,} runs ({sp['transactions']} transaction{'s' if sp['transactions'] != 1 else ''})",
+                sp["lateness"],
+                "last (max) <= 0.5 s",
+                "met" if ok_spike else "NOT met",
+            )
+        )
+        notes.append(
+            f"The spike: {sp['n']:,} more schedules (yearly cron) set due at one instant 4 s ahead, the "
+            f"minute schedules disabled; the scheduler wakes by itself, ticks up to {PREPARED_LIMIT:,} of "
+            f"them ahead of the instant in one transaction committed at it, and any beyond in chunks of "
+            f"{TICK_CHUNK:,}: the first run was visible after {sp['first'] * 1000:.0f} ms, "
+            f"the last after {sp['last'] * 1000:.0f} ms. Checked: {sp['n']:,} runs on distinct workers, no "
+            "period twice."
+        )
+    notes.append(
+        "How lateness is timed (issue 12): the cluster runs with track_commit_timestamp = on; for each run "
+        "row, pg_xact_commit_timestamp(xmin) - scheduled_for is the time from its due instant to the commit "
+        "that made it visible, read from the row itself before anything rewrites it. pg_cron's jobs each "
+        f"insert one row (public.{pgcron.TABLE}, its minute) in the same transaction as their NOTIFY, timed "
+        "the same way."
+    )
     return rows, notes, ok
 
 
@@ -365,22 +492,37 @@ def _scheduler_rows(s: dict, quick: bool) -> tuple[list[list[str]], list[str], b
     if s.get("commit_ts"):
         rows, notes, ok_commit = _commit_rows(s)
     else:
-        notes.append("track_commit_timestamp is off on this server: lateness is only seen through NOTIFY "
-                     "(issue 12 asks for commit timestamps; the bench's own cluster turns them on).")
+        notes.append(
+            "track_commit_timestamp is off on this server: lateness is only seen through NOTIFY "
+            "(issue 12 asks for commit timestamps; the bench's own cluster turns them on)."
+        )
     k = len(s["seen"])
     # every run of a tick becomes visible at the tick's commit: one sample per run
     seen = [x for x in s["seen"] for _ in range(N_SCHEDULES)]
     s["seen_runs"] = seen
     ok_seen = percentile(seen, 99) <= 0.050
-    rows.append(_row("ours, as a LISTENing client sees it: the first tick NOTIFY after the boundary - the boundary",
-                     f"{len(seen):,} runs ({k} ticks)", seen, "p99 <= 50 ms", "met" if ok_seen else "NOT met"))
+    rows.append(
+        _row(
+            "ours, as a LISTENing client sees it: the first tick NOTIFY after the boundary - the boundary",
+            f"{len(seen):,} runs ({k} ticks)",
+            seen,
+            "p99 <= 50 ms",
+            "met" if ok_seen else "NOT met",
+        )
+    )
     cron = s["pgcron"]
     if cron["available"] and cron["rounds"]:
         vals = [x for r in cron["rounds"] for x in r]
         missing = sum(cron["missing"])
-        rows.append(_row(f"pg_cron {cron['version']}, as a client sees it: the job's commit (its NOTIFY) - the boundary",
-                         f"{len(vals):,} job runs ({len(cron['rounds'])} minutes)"
-                         + (f", {missing} missed" if missing else ""), vals, "(the reference)", "-"))
+        rows.append(
+            _row(
+                f"pg_cron {cron['version']}, as a client sees it: the job's commit (its NOTIFY) - the boundary",
+                f"{len(vals):,} job runs ({len(cron['rounds'])} minutes)" + (f", {missing} missed" if missing else ""),
+                vals,
+                "(the reference)",
+                "-",
+            )
+        )
         st = cron["settings"]
         waves = -(-N_SCHEDULES // int(st["cron.max_running_jobs"])) if st.get("cron.max_running_jobs") else None
         notes.append(
@@ -388,71 +530,121 @@ def _scheduler_rows(s: dict, quick: bool) -> tuple[list[list[str]], list[str], b
             f"{N_SCHEDULES} jobs `* * * * *` made with cron.schedule_in_database(), each running "
             f"`{pgcron.job_command(0)}` (job 0's command; each job its own number) in the benchmark's "
             "database; its settings as installed: "
-            + ", ".join(f"{k}={v}" for k, v in st.items()) + ". "
-            + (f"cron.max_running_jobs={st['cron.max_running_jobs']} lets at most that many jobs run at once, "
-               f"so the {N_SCHEDULES} jobs of a minute queue behind each other in at least {waves} waves: "
-               f"from the first job ({min(vals) * 1000:.0f} ms) to the last ({max(vals) * 1000:.0f} ms), the "
-               "spread is mostly that queue, not one job's own lateness. " if waves else "")
-            + ("With cron.use_background_workers=off (the default) each job run opens a new libpq connection "
-               "(a backend fork and authentication) to cron.host. " if st.get("cron.use_background_workers") == "off" else "")
-            + (f"{missing} job runs missed their minute (no NOTIFY within 59 s)." if missing else
-               "Every job ran once in every minute measured."))
+            + ", ".join(f"{k}={v}" for k, v in st.items())
+            + ". "
+            + (
+                f"cron.max_running_jobs={st['cron.max_running_jobs']} lets at most that many jobs run at once, "
+                f"so the {N_SCHEDULES} jobs of a minute queue behind each other in at least {waves} waves: "
+                f"from the first job ({min(vals) * 1000:.0f} ms) to the last ({max(vals) * 1000:.0f} ms), the "
+                "spread is mostly that queue, not one job's own lateness. "
+                if waves
+                else ""
+            )
+            + (
+                "With cron.use_background_workers=off (the default) each job run opens a new libpq connection "
+                "(a backend fork and authentication) to cron.host. "
+                if st.get("cron.use_background_workers") == "off"
+                else ""
+            )
+            + (
+                f"{missing} job runs missed their minute (no NOTIFY within 59 s)."
+                if missing
+                else "Every job ran once in every minute measured."
+            )
+        )
         if s["seen_alone"]:
             alone = [x for x in s["seen_alone"] for _ in range(N_SCHEDULES)]
             s["seen_alone_runs"] = alone
-            rows.append(_row("ours alone (pg_cron's jobs unscheduled), as a client sees it",
-                             f"{len(alone):,} runs ({len(s['seen_alone'])} ticks)", alone, "-", "-"))
-            notes.append(f"'ours alone': {len(s['seen_alone'])} more minutes right after, with pg_cron's jobs "
-                         f"unscheduled ({s['cron_while_alone']} of its notifications arrived in them), to show "
-                         "what sharing 2 cores with pg_cron's work at the boundary costs our tick: "
-                         + ", ".join(f"{x * 1000:.1f} ms" for x in s["seen_alone"]) + ".")
+            rows.append(
+                _row(
+                    "ours alone (pg_cron's jobs unscheduled), as a client sees it",
+                    f"{len(alone):,} runs ({len(s['seen_alone'])} ticks)",
+                    alone,
+                    "-",
+                    "-",
+                )
+            )
+            notes.append(
+                f"'ours alone': {len(s['seen_alone'])} more minutes right after, with pg_cron's jobs "
+                f"unscheduled ({s['cron_while_alone']} of its notifications arrived in them), to show "
+                "what sharing 2 cores with pg_cron's work at the boundary costs our tick: "
+                + ", ".join(f"{x * 1000:.1f} ms" for x in s["seen_alone"])
+                + "."
+            )
         bset = set(s["boundaries"])
-        starts = [d["start"] - (d["start"] // 60) * 60 for d in cron.get("details", [])
-                  if (d["start"] // 60) * 60 in bset]
+        starts = [
+            d["start"] - (d["start"] // 60) * 60 for d in cron.get("details", []) if (d["start"] // 60) * 60 in bset
+        ]
         if starts:
-            rows.append(_row("pg_cron, its own record: job_run_details.start_time - the boundary",
-                             f"{len(starts):,}", starts, "-", "-"))
-            notes.append("pg_cron's own record of when a job started (job_run_details.start_time, p50 "
-                         f"{percentile(starts, 50) * 1000:.1f} ms) against the commit a client sees (p50 "
-                         f"{percentile(vals, 50) * 1000:.1f} ms): the difference is the job's own run and commit, "
-                         "the rest is waiting to start.")
+            rows.append(
+                _row(
+                    "pg_cron, its own record: job_run_details.start_time - the boundary",
+                    f"{len(starts):,}",
+                    starts,
+                    "-",
+                    "-",
+                )
+            )
+            notes.append(
+                "pg_cron's own record of when a job started (job_run_details.start_time, p50 "
+                f"{percentile(starts, 50) * 1000:.1f} ms) against the commit a client sees (p50 "
+                f"{percentile(vals, 50) * 1000:.1f} ms): the difference is the job's own run and commit, "
+                "the rest is waiting to start."
+            )
         if s["seen_alone"]:
-            notes.append("Our 50 ms target is judged in the minutes shared with pg_cron, as the comparison "
-                         "runs them: there our tick shares the 2 cores with pg_cron's connections and jobs at "
-                         f"the same instant; alone, right after, its p99 was {percentile(alone, 99) * 1000:.1f} ms.")
+            notes.append(
+                "Our 50 ms target is judged in the minutes shared with pg_cron, as the comparison "
+                "runs them: there our tick shares the 2 cores with pg_cron's connections and jobs at "
+                f"the same instant; alone, right after, its p99 was {percentile(alone, 99) * 1000:.1f} ms."
+            )
         if s["warmup"]:
-            notes.append("The first boundary after the set-up was under 10 s away and not counted (pg_cron "
-                         "reads new jobs on its next loop).")
+            notes.append(
+                "The first boundary after the set-up was under 10 s away and not counted (pg_cron "
+                "reads new jobs on its next loop)."
+            )
     else:
         rows.append(["pg_cron, as a client sees it", "-", "-", "-", "-", "(the reference)", "not measured"])
         notes.append(f"pg_cron not measured: {cron['why']}.")
     p99 = percentile(s["samples"], 99)
     ok_db = p99 <= 0.100
-    rows.append(_row("ours, the database's view: run created_at - scheduled_for",
-                     f"{len(s['samples']):,} ({k} ticks)", s["samples"], "p99 <= 100 ms", "met" if ok_db else "NOT met"))
-    notes.append("How lateness is timed: one client connection LISTENs in the benchmark's database on both "
-                 "channels; NOTIFY is delivered at commit, so a notification's arrival (time.time(), the same "
-                 "machine and clock as the server) minus the minute boundary is the time until the run is "
-                 "visible to a user. Ours sends one pg_notify('scrinalia_runs', 'tick') from the tick that "
-                 f"creates all {N_SCHEDULES} runs, so its {N_SCHEDULES} runs of a minute share one figure "
-                 "(counted once per run). 'created_at - scheduled_for' is the tick transaction's now(), before its "
-                 "work and commit; a run the scheduler prepared and ticked ahead of its instant (tick_due_at: the "
-                 "work done 0.25 s early, the call returning at the instant on the server's clock, then the COMMIT) "
-                 "is created as of the instant, so there it reads 0: the commit timestamps above are the measure. "
-                 "Worst per tick (database's view): "
-                 + ", ".join(f"{x * 1000:.1f} ms" for x in s["round_max"]) + "; as seen: "
-                 + ", ".join(f"{x * 1000:.1f} ms" for x in s["seen"]) + ".")
+    rows.append(
+        _row(
+            "ours, the database's view: run created_at - scheduled_for",
+            f"{len(s['samples']):,} ({k} ticks)",
+            s["samples"],
+            "p99 <= 100 ms",
+            "met" if ok_db else "NOT met",
+        )
+    )
+    notes.append(
+        "How lateness is timed: one client connection LISTENs in the benchmark's database on both "
+        "channels; NOTIFY is delivered at commit, so a notification's arrival (time.time(), the same "
+        "machine and clock as the server) minus the minute boundary is the time until the run is "
+        "visible to a user. Ours sends one pg_notify('scrinalia_runs', 'tick') from the tick that "
+        f"creates all {N_SCHEDULES} runs, so its {N_SCHEDULES} runs of a minute share one figure "
+        "(counted once per run). 'created_at - scheduled_for' is the tick transaction's now(), before its "
+        "work and commit; a run the scheduler prepared and ticked ahead of its instant (tick_due_at: the "
+        "work done 0.25 s early, the call returning at the instant on the server's clock, then the COMMIT) "
+        "is created as of the instant, so there it reads 0: the commit timestamps above are the measure. "
+        "Worst per tick (database's view): "
+        + ", ".join(f"{x * 1000:.1f} ms" for x in s["round_max"])
+        + "; as seen: "
+        + ", ".join(f"{x * 1000:.1f} ms" for x in s["seen"])
+        + "."
+    )
     loads = [x for x in s["load"] if x is not None]
     if loads:
-        notes.append(f"The machine is shared: 1-minute load average {min(loads):.2f}-{max(loads):.2f} "
-                     "over the minutes measured.")
+        notes.append(
+            f"The machine is shared: 1-minute load average {min(loads):.2f}-{max(loads):.2f} over the minutes measured."
+        )
     if not quick and k < 10:
         notes.append(f"Issue 12 asks for at least 10 minutes; this run measured {k}.")
     return rows, notes, ok_seen and ok_db and ok_commit
 
 
-def run(dsn: str, quick: bool = False, logdir: Path | None = None, admin_dsn: str | None = None,
-        minutes: int | None = None) -> Result:
+def run(
+    dsn: str, quick: bool = False, logdir: Path | None = None, admin_dsn: str | None = None, minutes: int | None = None
+) -> Result:
     logdir = logdir or Path(tempfile.mkdtemp(prefix="scrinalia-bench-"))
     rows, notes, sched_ok = [], [], None
     data = {}
@@ -470,12 +662,24 @@ def run(dsn: str, quick: bool = False, logdir: Path | None = None, admin_dsn: st
     ok = percentile(cl["samples"], 99) <= 0.050
     # unmeasured scheduler: the verdict is open unless the part measured already failed
     met = (ok and sched_ok) if sched_ok is not None else (None if ok else False)
-    rows.append(_row("idle runner: run started_at - created_at", f"{n}", cl["samples"], "p99 <= 50 ms",
-                     "met" if ok else "NOT met"))
-    notes.append(f"Runner: {cl['runner']}; runs enqueued one at a time with scrinalia.enqueue() "
-                 "20-50 ms apart, each awaited until SUCCEEDED before the next.")
-    headline = "; ".join(f"{r[0].split(',')[0].split(':')[0]} p99 {r[3]}" for r in rows
-                         if r[3] != "-" and "database's view" not in r[0] and "own record" not in r[0])
+    rows.append(
+        _row(
+            "idle runner: run started_at - created_at",
+            f"{n}",
+            cl["samples"],
+            "p99 <= 50 ms",
+            "met" if ok else "NOT met",
+        )
+    )
+    notes.append(
+        f"Runner: {cl['runner']}; runs enqueued one at a time with scrinalia.enqueue() "
+        "20-50 ms apart, each awaited until SUCCEEDED before the next."
+    )
+    headline = "; ".join(
+        f"{r[0].split(',')[0].split(':')[0]} p99 {r[3]}"
+        for r in rows
+        if r[3] != "-" and "database's view" not in r[0] and "own record" not in r[0]
+    )
     return Result(
         key="lateness",
         title="4. Lateness: scheduler against pg_cron, and the NOTIFY-woken runner",
@@ -483,10 +687,13 @@ def run(dsn: str, quick: bool = False, logdir: Path | None = None, admin_dsn: st
             f"a. `python -m scrinalia_workers.scheduler --dsn ... --json` as its own process; {N_SCHEDULES} workers "
             f"with schedules `* * * * *` (zones cycling over {len(seed.ZONES)}), saved with scrinalia.put_schedule() "
             "and armed by the scheduler itself; "
-            + ("--quick: next_run_at moved 2 s ahead and the scheduler NOTIFYed." if quick
-               else f"the real minute boundaries, {rounds} in a row; the runs are cancelled between minutes. "
-                    f"pg_cron, when installed, runs {N_SCHEDULES} jobs `* * * * *` in the same minutes, timed "
-                    "the same way (the commit as a LISTENing client sees it)."),
+            + (
+                "--quick: next_run_at moved 2 s ahead and the scheduler NOTIFYed."
+                if quick
+                else f"the real minute boundaries, {rounds} in a row; the runs are cancelled between minutes. "
+                f"pg_cron, when installed, runs {N_SCHEDULES} jobs `* * * * *` in the same minutes, timed "
+                "the same way (the commit as a LISTENing client sees it)."
+            ),
             f"b. An idle runner process LISTENing on scrinalia_runs; {n} runs enqueued one at a time; "
             "the latency is started_at - created_at (enqueue's now() to claim's now(), the database's clock).",
         ],

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import os
 import platform
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 
 from .common import conn
 
-SETTINGS = ("shared_buffers", "synchronous_commit", "fsync", "full_page_writes", "max_connections",
-            "wal_level", "jit", "work_mem", "shared_preload_libraries")
+SETTINGS = (
+    "shared_buffers",
+    "synchronous_commit",
+    "fsync",
+    "full_page_writes",
+    "max_connections",
+    "wal_level",
+    "jit",
+    "work_mem",
+    "shared_preload_libraries",
+)
 
 
 def _cpu_model() -> str:
@@ -48,7 +57,7 @@ def describe(dsn: str, cluster_note: str) -> dict:
         settings = {s: c.execute(f"SHOW {s}").fetchone()[0] for s in SETTINGS}
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cores": os.cpu_count(),
         "cpu": _cpu_model(),
         "memory": _mem_total(),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from scrinalia_workers.gateway.connection import connect
 
@@ -37,7 +37,7 @@ def serve(dsn: str, runner_id: str, poll: float) -> None:
             nxt = c.execute("SELECT scrinalia.next_claimable_at()").fetchone()[0]
             wait = poll
             if nxt is not None:
-                wait = max(0.0, min(poll, (nxt - datetime.now(timezone.utc)).total_seconds()))
+                wait = max(0.0, min(poll, (nxt - datetime.now(UTC)).total_seconds()))
             # any notification is a reason to try a claim again
             for _ in c.notifies(timeout=wait, stop_after=1):
                 pass

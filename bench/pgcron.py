@@ -37,16 +37,20 @@ def _cron_dsn(admin_dsn: str) -> tuple[str | None, str]:
     with conn(admin_dsn) as c:
         preload = c.execute("SELECT current_setting('shared_preload_libraries')").fetchone()[0]
         if "pg_cron" not in [x.strip() for x in preload.split(",")]:
-            return None, ("pg_cron is not in shared_preload_libraries (install postgresql-15-cron; "
-                          "the bench's own cluster preloads it when the library is there)")
+            return None, (
+                "pg_cron is not in shared_preload_libraries (install postgresql-15-cron; "
+                "the bench's own cluster preloads it when the library is there)"
+            )
         db = c.execute("SELECT current_setting('cron.database_name', true)").fetchone()[0] or "postgres"
     return psycopg.conninfo.make_conninfo(admin_dsn, dbname=db), db
 
 
 def job_command(i: int) -> str:
     """Job i: one row for its minute, and a NOTIFY, in one transaction."""
-    return (f"INSERT INTO public.{TABLE} (job, scheduled_for) VALUES ({i}, date_trunc('minute', now())); "
-            f"SELECT pg_notify('{CHANNEL}', '{i}')")
+    return (
+        f"INSERT INTO public.{TABLE} (job, scheduled_for) VALUES ({i}, date_trunc('minute', now())); "
+        f"SELECT pg_notify('{CHANNEL}', '{i}')"
+    )
 
 
 def setup(admin_dsn: str, bench_db: str, n: int, wait=None) -> dict:
@@ -58,20 +62,27 @@ def setup(admin_dsn: str, bench_db: str, n: int, wait=None) -> dict:
         return {"available": False, "why": why}
     try:
         with conn(psycopg.conninfo.make_conninfo(admin_dsn, dbname=bench_db)) as b:
-            b.execute(f"CREATE TABLE IF NOT EXISTS public.{TABLE} (job integer NOT NULL, "
-                      "scheduled_for timestamptz NOT NULL)")
+            b.execute(
+                f"CREATE TABLE IF NOT EXISTS public.{TABLE} (job integer NOT NULL, scheduled_for timestamptz NOT NULL)"
+            )
         with conn(cron_dsn) as c:
             c.execute("CREATE EXTENSION IF NOT EXISTS pg_cron")
             version = c.execute("SELECT extversion FROM pg_extension WHERE extname = 'pg_cron'").fetchone()[0]
             settings = {s: c.execute("SELECT current_setting(%s, true)", (s,)).fetchone()[0] for s in REPORTED}
             c.execute("SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname LIKE %s", (JOB_PREFIX + "%",))
             for i in range(n):
-                c.execute("SELECT cron.schedule_in_database(%s, '* * * * *', %s, %s)",
-                          (f"{JOB_PREFIX}{i}", job_command(i), bench_db))
+                c.execute(
+                    "SELECT cron.schedule_in_database(%s, '* * * * *', %s, %s)",
+                    (f"{JOB_PREFIX}{i}", job_command(i), bench_db),
+                )
             if wait is not None:  # the launcher is a background worker: it may still be starting
-                wait(lambda: c.execute("SELECT count(*) FROM pg_stat_activity "
-                                       "WHERE backend_type = 'pg_cron launcher'").fetchone()[0],
-                     30, "the pg_cron launcher running")
+                wait(
+                    lambda: c.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_cron launcher'"
+                    ).fetchone()[0],
+                    30,
+                    "the pg_cron launcher running",
+                )
     except psycopg.Error as e:
         return {"available": False, "why": f"pg_cron could not be set up: {' '.join(str(e).split())}"}
     return {"available": True, "version": version, "database": why, "settings": settings}
@@ -97,4 +108,5 @@ def run_details(admin_dsn: str, since_epoch: float) -> list[dict]:
             "extract(epoch FROM d.end_time)::float8 AS end "
             "FROM cron.job_run_details d "  # by command, not cron.job: unscheduled jobs leave their details
             "WHERE d.command LIKE %s AND d.start_time >= to_timestamp(%s)",
-            (f"INSERT INTO public.{TABLE} %", since_epoch)).fetchall()
+            (f"INSERT INTO public.{TABLE} %", since_epoch),
+        ).fetchall()

@@ -29,9 +29,12 @@ by the same run from its raw figures (bench/figures.py; matplotlib, the `bench` 
 
 def section(r: Result, m: dict) -> str:
     out = [f"## {r.title}", ""]
-    out.append(f"Measured {m['date']} on {m['cores']} cores ({m['cpu']}), {m['server'].split(' on ')[0]}, "
-               f"fsync={m['settings']['fsync']}, synchronous_commit={m['settings']['synchronous_commit']}"
-               + (f", load average {m['load'][0]:.2f} at the start of the run" if m.get("load") else "") + ".")
+    out.append(
+        f"Measured {m['date']} on {m['cores']} cores ({m['cpu']}), {m['server'].split(' on ')[0]}, "
+        f"fsync={m['settings']['fsync']}, synchronous_commit={m['settings']['synchronous_commit']}"
+        + (f", load average {m['load'][0]:.2f} at the start of the run" if m.get("load") else "")
+        + "."
+    )
     out += ["", "**Setup.**", ""]
     out += [f"- {s}" for s in r.setup]
     out += ["", "**Figures.**", "", table(r.headers, r.rows), ""]
@@ -42,7 +45,9 @@ def section(r: Result, m: dict) -> str:
         out += ["**Notes.**", ""] + [f"- {n}" for n in r.notes] + [""]
     if r.extra_md:
         out += [r.extra_md, ""]
-    summary = " | ".join(x.replace("|", "/").replace("-->", "") for x in (r.title, r.headline or "-", r.target, r.verdict))
+    summary = " | ".join(
+        x.replace("|", "/").replace("-->", "") for x in (r.title, r.headline or "-", r.target, r.verdict)
+    )
     out.append(f"<!-- summary: {summary} -->")
     return "\n".join(out) + "\n"
 
@@ -59,10 +64,13 @@ def render(m: dict, results: list[Result], existing: str | None) -> str:
             summary_rows.append([x.strip() for x in found.group(1).split(" | ")])
     out = [HEADER, "## Machine (of the latest run)", "", table(["", ""], machine.rows(m)), ""]
     if m["settings"]["fsync"] == "off":
-        out += ["The throwaway cluster that `python -m bench` starts runs with fsync=off, "
-                "synchronous_commit=off and full_page_writes=off (durability buys nothing there): "
-                "commit latency is not measured except where a benchmark says it switched them on. "
-                "Set SCRINALIA_BENCH_DSN to measure a real server.", ""]
+        out += [
+            "The throwaway cluster that `python -m bench` starts runs with fsync=off, "
+            "synchronous_commit=off and full_page_writes=off (durability buys nothing there): "
+            "commit latency is not measured except where a benchmark says it switched them on. "
+            "Set SCRINALIA_BENCH_DSN to measure a real server.",
+            "",
+        ]
     out += ["## Summary", "", table(["benchmark", "figure", "target", "verdict"], summary_rows), ""]
     for k in keys:
         out.append(f"<!-- bench:{k} -->\n{sections[k]}<!-- /bench:{k} -->\n")

@@ -38,21 +38,34 @@ DESCRIPTIONS = {
 
 def parse_args(argv):
     p = argparse.ArgumentParser(
-        prog="python -m bench", description="The scrinalia-workers benchmarks (issue 4).",
+        prog="python -m bench",
+        description="The scrinalia-workers benchmarks (issue 4).",
         epilog="benchmarks: " + "; ".join(f"{k}: {v}" for k, v in DESCRIPTIONS.items()),
     )
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke run of under a minute")
     p.add_argument("--only", metavar="KEY[,KEY]", help=f"run only these ({', '.join(KEYS)})")
     p.add_argument("--skip", metavar="KEY[,KEY]", help="run all but these")
-    p.add_argument("--dsn", help="a superuser DSN of an existing server (default: $SCRINALIA_BENCH_DSN, "
-                                 "else a throwaway cluster)")
-    p.add_argument("--output", type=Path, help="where to write the report (default BENCHMARKS.md; "
-                                                "with --quick, nothing is written unless this is given)")
+    p.add_argument(
+        "--dsn", help="a superuser DSN of an existing server (default: $SCRINALIA_BENCH_DSN, else a throwaway cluster)"
+    )
+    p.add_argument(
+        "--output",
+        type=Path,
+        help="where to write the report (default BENCHMARKS.md; with --quick, nothing is written unless this is given)",
+    )
     p.add_argument("--debug", action="store_true", help="print the traceback of a benchmark that fails")
-    p.add_argument("--minutes", type=int, default=10, metavar="N",
-                   help="lateness: real minute boundaries to measure (default 10; issue 12 asks >= 10)")
-    p.add_argument("--no-durable", action="store_true",
-                   help="skip the claim run with fsync/synchronous_commit on (own cluster only)")
+    p.add_argument(
+        "--minutes",
+        type=int,
+        default=10,
+        metavar="N",
+        help="lateness: real minute boundaries to measure (default 10; issue 12 asks >= 10)",
+    )
+    p.add_argument(
+        "--no-durable",
+        action="store_true",
+        help="skip the claim run with fsync/synchronous_commit on (own cluster only)",
+    )
     args = p.parse_args(argv)
 
     def keys(text):
@@ -103,23 +116,34 @@ class Databases:
 def run_one(key: str, dbs: Databases, args, own_cluster: bool) -> Result:
     if key == "tick":
         from bench import tick_bench
+
         return tick_bench.run(dbs.fresh("bench_tick"), quick=args.quick)
     if key == "history":
         from bench import history_bench
+
         return history_bench.run(lambda name: dbs.fresh(name), quick=args.quick)
     if key == "claim":
         from bench import claim_bench
-        return claim_bench.run(dbs.fresh("bench_claim"), quick=args.quick, admin_dsn=dbs.admin_dsn,
-                               durable=own_cluster and not args.no_durable)
+
+        return claim_bench.run(
+            dbs.fresh("bench_claim"),
+            quick=args.quick,
+            admin_dsn=dbs.admin_dsn,
+            durable=own_cluster and not args.no_durable,
+        )
     if key == "lateness":
         from bench import lateness_bench
-        return lateness_bench.run(dbs.fresh("bench_lateness"), quick=args.quick, admin_dsn=dbs.admin_dsn,
-                                  minutes=args.minutes)
+
+        return lateness_bench.run(
+            dbs.fresh("bench_lateness"), quick=args.quick, admin_dsn=dbs.admin_dsn, minutes=args.minutes
+        )
     if key == "compare":
         from bench import compare_bench
+
         return compare_bench.run(lambda name, migrate=True: dbs.fresh(name, migrate), quick=args.quick)
     if key == "schedules":
         from bench import schedule_bench
+
         return schedule_bench.run(dbs.fresh("bench_schedules"), quick=args.quick)
     raise ValueError(key)
 
@@ -128,11 +152,13 @@ def start_own_cluster(with_pgcron: bool, commit_timestamps: bool = False):
     """The throwaway cluster; with pg_cron preloaded when the lateness benchmark runs and
     the library is installed (it can only be loaded at server start), and with
     track_commit_timestamp (a restart-time setting too) for the lateness measure."""
-    from scrinalia_workers.testkit import cluster as pgserver
     from bench import pgcron
+    from scrinalia_workers.testkit import cluster as pgserver
 
-    note = ("a throwaway cluster from scrinalia_workers.testkit.cluster "
-            "(fsync=off, synchronous_commit=off, full_page_writes=off")
+    note = (
+        "a throwaway cluster from scrinalia_workers.testkit.cluster "
+        "(fsync=off, synchronous_commit=off, full_page_writes=off"
+    )
     bin_dir = pgserver.find_bin_dir() if os.environ.get("SCRINALIA_PG") != "embedded" else None
     extra = {"track_commit_timestamp": "on"} if commit_timestamps and bin_dir else {}
     note += ", track_commit_timestamp=on" if extra else ""
@@ -140,17 +166,28 @@ def start_own_cluster(with_pgcron: bool, commit_timestamps: bool = False):
         cluster = pgserver.LocalCluster(bin_dir, settings={**pgcron.SETTINGS, **extra}).start()
         return cluster, note + ", pg_cron preloaded with cron.database_name=postgres)"
     if with_pgcron:
-        print("pg_cron is not installed (apt-get install postgresql-15-cron): the lateness benchmark "
-              "measures ours without its reference", flush=True)
+        print(
+            "pg_cron is not installed (apt-get install postgresql-15-cron): the lateness benchmark "
+            "measures ours without its reference",
+            flush=True,
+        )
     if extra:
         return pgserver.LocalCluster(bin_dir, settings=extra).start(), note + ")"
     return pgserver.start_cluster(), note + ")"
 
 
 def failed(key: str, message: str) -> Result:
-    return Result(key=key, title=DESCRIPTIONS[key], setup=["(see bench/ for the setup)"], headers=["error"],
-                  rows=[[message]], target="-", met=False, headline="FAILED",
-                  notes=["The benchmark did not complete, so it has no figures."])
+    return Result(
+        key=key,
+        title=DESCRIPTIONS[key],
+        setup=["(see bench/ for the setup)"],
+        headers=["error"],
+        rows=[[message]],
+        target="-",
+        met=False,
+        headline="FAILED",
+        notes=["The benchmark did not complete, so it has no figures."],
+    )
 
 
 def print_result(r: Result) -> None:
@@ -172,12 +209,17 @@ def main(argv=None) -> int:
             note = "an existing server (SCRINALIA_BENCH_DSN / --dsn), its own settings"
         else:
             print("starting a throwaway PostgreSQL cluster ...", flush=True)
-            cluster, note = start_own_cluster(with_pgcron="lateness" in args.selected and not args.quick,
-                                              commit_timestamps="lateness" in args.selected)
+            cluster, note = start_own_cluster(
+                with_pgcron="lateness" in args.selected and not args.quick,
+                commit_timestamps="lateness" in args.selected,
+            )
             admin_dsn = cluster.dsn("postgres")
         m = machine.describe(admin_dsn, note)
-        print(f"{m['date']}: {m['cores']} cores, {m['cpu']}, {m['memory']}; {m['server'].split(',')[0]}; "
-              + ", ".join(f"{k}={v}" for k, v in m["settings"].items()), flush=True)
+        print(
+            f"{m['date']}: {m['cores']} cores, {m['cpu']}, {m['memory']}; {m['server'].split(',')[0]}; "
+            + ", ".join(f"{k}={v}" for k, v in m["settings"].items()),
+            flush=True,
+        )
         dbs = Databases(admin_dsn)
         results, ok = [], True
         try:
@@ -216,9 +258,13 @@ def main(argv=None) -> int:
     out = args.output or (None if args.quick else ROOT / "BENCHMARKS.md")
     if out is not None:
         from bench import figures
+
         # the repository's pictures belong to BENCHMARKS.md; another report gets its own folder
-        fig_dir = (ROOT / "bench" / "figures" if out.resolve() == (ROOT / "BENCHMARKS.md").resolve()
-                   else out.resolve().parent / f"{out.stem}-figures")
+        fig_dir = (
+            ROOT / "bench" / "figures"
+            if out.resolve() == (ROOT / "BENCHMARKS.md").resolve()
+            else out.resolve().parent / f"{out.stem}-figures"
+        )
         for r in results:
             png = figures.draw(r, fig_dir)
             if png is not None:

@@ -25,8 +25,10 @@ from .common import Result, check, conn, median, now, vacuum_analyze
 
 PUT_SQL = "SELECT * FROM scrinalia.put_schedule(%s, %s, %s, %s, %s, 'bench')"
 BULK_SQL = "SELECT created, replaced FROM scrinalia.put_schedules(%s::jsonb, 'bench')"
-ROW_SQL = ("SELECT worker_name, cron, timezone, request, enabled, updated_by, next_run_at "
-           "FROM scrinalia.archive_worker_schedules ORDER BY worker_name")
+ROW_SQL = (
+    "SELECT worker_name, cron, timezone, request, enabled, updated_by, next_run_at "
+    "FROM scrinalia.archive_worker_schedules ORDER BY worker_name"
+)
 DEFAULT_ZONE = "UTC"  # the DEFAULT_TIMEZONE of a fresh database
 
 
@@ -52,8 +54,17 @@ def distinct_cron(i: int) -> str:
 
 
 def expected(specs: list[dict]) -> list[tuple]:
-    return sorted((s["worker_name"], " ".join(s["cron"].split()), s.get("timezone", DEFAULT_ZONE),
-                   s.get("request", {}), s.get("enabled", True), "bench") for s in specs)
+    return sorted(
+        (
+            s["worker_name"],
+            " ".join(s["cron"].split()),
+            s.get("timezone", DEFAULT_ZONE),
+            s.get("request", {}),
+            s.get("enabled", True),
+            "bench",
+        )
+        for s in specs
+    )
 
 
 def stored(c: psycopg.Connection) -> list[tuple]:
@@ -77,8 +88,10 @@ def empty(c: psycopg.Connection) -> None:
 
 def singles(c: psycopg.Connection, specs: list[dict]) -> float:
     """One put_schedule() call per spec, each its own transaction; returns the seconds."""
-    args = [(s["worker_name"], s["cron"], s.get("timezone"), Jsonb(s.get("request", {})), s.get("enabled", True))
-            for s in specs]
+    args = [
+        (s["worker_name"], s["cron"], s.get("timezone"), Jsonb(s.get("request", {})), s.get("enabled", True))
+        for s in specs
+    ]
     t0 = now()
     for a in args:
         c.execute(PUT_SQL, a).fetchall()
@@ -107,8 +120,9 @@ def measure_singles(c: psycopg.Connection, n: int, reps: int) -> dict:
     return {"n": n, "new": new, "update": upd, "reference": reference}
 
 
-def measure_bulk(c: psycopg.Connection, n: int, reps: int, reference: list[tuple] | None,
-                 all_distinct: bool = False) -> dict:
+def measure_bulk(
+    c: psycopg.Connection, n: int, reps: int, reference: list[tuple] | None, all_distinct: bool = False
+) -> dict:
     new, upd = [], []
     specs = [spec(i) for i in range(n)]
     changed = [spec(i, variant=1) for i in range(n)]
@@ -125,7 +139,7 @@ def measure_bulk(c: psycopg.Connection, n: int, reps: int, reference: list[tuple
         rows = verify(c, specs, f"put_schedules({n:,}), new")
         if reference is not None:
             # the bulk form writes what as many put_schedule() calls write
-            check(rows[:len(reference)] == reference, "put_schedules wrote other rows than put_schedule")
+            check(rows[: len(reference)] == reference, "put_schedules wrote other rows than put_schedule")
         new.append(n / seconds)
         seconds, split = bulk(c, changed)
         check(split == (0, n), f"put_schedules replacing {n} schedules reported {split}")
@@ -175,24 +189,38 @@ def run(dsn: str, quick: bool = False) -> Result:
     for mode in ("new", "update"):
         ok = median(single[mode]) >= single_target
         met = met and ok
-        rows.append([f"put_schedule, {single['n']:,} calls ({'new' if mode == 'new' else 'updates'})",
-                     rate(single[mode]), spread(single[mode]), f"{1e6 / median(single[mode]):.0f} us",
-                     f">= {single_target:,}/s", "met" if ok else "NOT met"])
+        rows.append(
+            [
+                f"put_schedule, {single['n']:,} calls ({'new' if mode == 'new' else 'updates'})",
+                rate(single[mode]),
+                spread(single[mode]),
+                f"{1e6 / median(single[mode]):.0f} us",
+                f">= {single_target:,}/s",
+                "met" if ok else "NOT met",
+            ]
+        )
     for b in bulks:
         for mode in ("new", "update"):
             ok = median(b[mode]) >= bulk_target
             met = met and ok
             what = f"{b['n']:,} in one call" + (", every cron distinct" if b["all_distinct"] else "")
-            rows.append([f"put_schedules, {what} ({'new' if mode == 'new' else 'replacing'})",
-                         rate(b[mode]), spread(b[mode]), f"{b['n'] / median(b[mode]):.3f} s",
-                         f">= {bulk_target:,}/s", "met" if ok else "NOT met"])
+            rows.append(
+                [
+                    f"put_schedules, {what} ({'new' if mode == 'new' else 'replacing'})",
+                    rate(b[mode]),
+                    spread(b[mode]),
+                    f"{b['n'] / median(b[mode]):.3f} s",
+                    f">= {bulk_target:,}/s",
+                    "met" if ok else "NOT met",
+                ]
+            )
     return Result(
         key="schedules",
         title="6. Schedule writes: put_schedule calls and put_schedules in bulk",
         setup=[
             f"{max(bulk_sizes + [n_single]):,} catalogue workers; each schedule from {len(seed.TEMPLATES)} cron templates "
             f"x 60 minutes x {len(seed.ZONES)} zones, every 5th cron spelt with extra blanks, every 8th without a zone "
-            "(the default), every 4th with a request `{\"options\": {\"dpi\": 600}}` validated against the catalogue.",
+            '(the default), every 4th with a request `{"options": {"dpi": 600}}` validated against the catalogue.',
             f"put_schedule: {n_single:,} calls from one connection (psycopg, autocommit: one transaction each), "
             "first creating the schedules in an empty table, then updating each (a new cron, so next_run_at is "
             "cleared); timed from the first call sent to the last result read.",
@@ -206,8 +234,12 @@ def run(dsn: str, quick: bool = False) -> Result:
         ],
         headers=["write", "schedules/s (median)", "range", "per call", "target", "verdict"],
         rows=rows,
-        target=(f"put_schedule >= {single_target:,} calls/s from one connection; put_schedules >= {bulk_target:,} "
-                "schedules/s" if not quick else "quick mode: smoke sizes only"),
+        target=(
+            f"put_schedule >= {single_target:,} calls/s from one connection; put_schedules >= {bulk_target:,} "
+            "schedules/s"
+            if not quick
+            else "quick mode: smoke sizes only"
+        ),
         met=met,
         notes=[
             f"The pg_timezone_names scan that validate_timezone ran on every call before issue 12 costs "
@@ -218,9 +250,11 @@ def run(dsn: str, quick: bool = False) -> Result:
             "and the (day of month, month, day of week) triple, which decide exactly as validate_cron does: "
             + ", ".join(f"{b['distinct_crons']:,} distinct crons at N={b['n']:,}" for b in bulks)
             + ") and each non-empty request once per (worker, request); every element is held to put_schedule's "
-              "rules. 'Every cron distinct': minute x hour x day of month, the worst case for the cron checks.",
+            "rules. 'Every cron distinct': minute x hour x day of month, the worst case for the cron checks.",
         ],
-        headline=(f"put_schedule {rate(single['new'])}/s new, {rate(single['update'])}/s updates; "
-                  + "; ".join(f"put_schedules({b['n']:,}) {rate(b['new'])}/s" for b in bulks if not b["all_distinct"])),
+        headline=(
+            f"put_schedule {rate(single['new'])}/s new, {rate(single['update'])}/s updates; "
+            + "; ".join(f"put_schedules({b['n']:,}) {rate(b['new'])}/s" for b in bulks if not b["all_distinct"])
+        ),
         data={"single": {k: v for k, v in single.items() if k != "reference"}, "bulk": bulks, "scan": scan},
     )

@@ -25,8 +25,14 @@ TEMPLATES = (
     "{m} 1 * JAN-MAR,OCT-DEC *",
 )
 ZONES = (
-    "UTC", "Europe/Berlin", "America/Sao_Paulo", "America/New_York",
-    "Asia/Tokyo", "Australia/Sydney", "Asia/Kolkata", "Europe/London",
+    "UTC",
+    "Europe/Berlin",
+    "America/Sao_Paulo",
+    "America/New_York",
+    "Asia/Tokyo",
+    "Australia/Sydney",
+    "Asia/Kolkata",
+    "Europe/London",
 )
 
 DEFAULT_CONFIG = '{"engine": "tesseract", "options": {"dpi": 300, "lang": "por"}}'
@@ -145,19 +151,22 @@ def history(c: psycopg.Connection, n: int, n_workers: int, layout: str = "use") 
     rewrite (VACUUM FULL, pg_repack) leaves them."""
     if layout not in ("use", "dense"):
         raise ValueError(f"history layout {layout!r}: use or dense")
-    first = c.execute(
-        "SELECT (coalesce(max(run_id), 0) / 10 + 1) * 10 FROM scrinalia.archive_worker_runs"
-    ).fetchone()[0]
+    first = c.execute("SELECT (coalesce(max(run_id), 0) / 10 + 1) * 10 FROM scrinalia.archive_worker_runs").fetchone()[
+        0
+    ]
     chunk = HISTORY_CHUNK if layout == "use" else n
     written = 0
     for start in range(first, first + n, chunk):
         size = min(chunk, first + n - start)
-        written += c.execute(HISTORY_SQL, {"workers": n_workers, "first": start, "n": size,
-                                           "config": DEFAULT_CONFIG}).rowcount
+        written += c.execute(
+            HISTORY_SQL, {"workers": n_workers, "first": start, "n": size, "config": DEFAULT_CONFIG}
+        ).rowcount
         if layout == "use":
             for _ in range(2):  # new versions of every row, as the claim and the finish write them
-                c.execute("UPDATE scrinalia.archive_worker_runs SET duration = duration"
-                          " WHERE run_id >= %s AND run_id < %s", (start, start + size))
+                c.execute(
+                    "UPDATE scrinalia.archive_worker_runs SET duration = duration WHERE run_id >= %s AND run_id < %s",
+                    (start, start + size),
+                )
             c.execute("VACUUM scrinalia.archive_worker_runs")
     c.execute(
         "SELECT setval(pg_get_serial_sequence('scrinalia.archive_worker_runs', 'run_id'), "

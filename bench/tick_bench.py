@@ -26,9 +26,8 @@ import os
 import psycopg
 
 from scrinalia_workers import cron
-
-from scrinalia_workers.scheduler import daemon as scheduler
 from scrinalia_workers.logs import EventLog
+from scrinalia_workers.scheduler import daemon as scheduler
 
 from . import seed
 from .common import Result, check, conn, median, now, vacuum_analyze
@@ -86,10 +85,12 @@ def prepare(dsn: str, n: int) -> int:
     with conn(dsn) as c:
         # the floor's configs, resolved before any clock starts (the floor only copies them)
         c.execute("DROP TABLE IF EXISTS bench_floor_config")
-        c.execute("CREATE TABLE bench_floor_config AS SELECT rc.worker_name, rc.config, rc.sources"
-                  " FROM (SELECT array_agg(worker_name) AS w, array_agg(request) AS r"
-                  "       FROM scrinalia.archive_worker_schedules) a,"
-                  " scrinalia.resolve_configs(a.w, a.r) rc")
+        c.execute(
+            "CREATE TABLE bench_floor_config AS SELECT rc.worker_name, rc.config, rc.sources"
+            " FROM (SELECT array_agg(worker_name) AS w, array_agg(request) AS r"
+            "       FROM scrinalia.archive_worker_schedules) a,"
+            " scrinalia.resolve_configs(a.w, a.r) rc"
+        )
         c.execute("ALTER TABLE bench_floor_config ADD PRIMARY KEY (worker_name)")
     vacuum_analyze(dsn)
     vacuum_analyze(dsn, "bench_floor_config")
@@ -126,8 +127,14 @@ def tick_once(c: psycopg.Connection) -> dict:
     for d in decisions:
         counts[d[1]] = counts.get(d[1], 0) + 1
     return {
-        "db_now": after, "due": len(due), "pairs": len({(r[1], r[2]) for r in due}), "decisions": counts,
-        "total": t4 - t0, "sql_due": t1 - t0, "python": t2 - t1, "sql_tick": t3 - t2,
+        "db_now": after,
+        "due": len(due),
+        "pairs": len({(r[1], r[2]) for r in due}),
+        "decisions": counts,
+        "total": t4 - t0,
+        "sql_due": t1 - t0,
+        "python": t2 - t1,
+        "sql_tick": t3 - t2,
         "commit": t4 - t3,
     }
 
@@ -157,8 +164,9 @@ def verify_pass(dsn: str, n: int, active: int, p: dict) -> None:
     """The pass decided every schedule (its decisions are checked through the rows, and
     the rows against the tick's by the fingerprint)."""
     with conn(dsn) as c:
-        skipped = c.execute("SELECT count(*) FROM scrinalia.archive_worker_schedules"
-                            " WHERE last_skipped_at IS NOT NULL").fetchone()[0]
+        skipped = c.execute(
+            "SELECT count(*) FROM scrinalia.archive_worker_schedules WHERE last_skipped_at IS NOT NULL"
+        ).fetchone()[0]
     check(skipped == active, f"the pass skipped {skipped}, expected {active}")
     verify(dsn, n, active, {**p, "due": n, "decisions": {"ENQUEUED": n - active, "SKIPPED": active}})
 
@@ -169,8 +177,12 @@ def floor_once(c: psycopg.Connection) -> dict:
     time is measured exactly as the tick's: due query, write, commit)."""
     with c.transaction():
         rows = c.execute(FLOOR_DUE_SQL).fetchall()
-        nexts = dict(zip([r[0] for r in rows],
-                         cron.next_occurrences([(r[1], r[2]) for r in rows], after=rows[0][4]) if rows else []))
+        nexts = dict(
+            zip(
+                [r[0] for r in rows],
+                cron.next_occurrences([(r[1], r[2]) for r in rows], after=rows[0][4]) if rows else [],
+            )
+        )
     t0 = now()
     with c.transaction():
         due = c.execute(FLOOR_DUE_SQL).fetchall()
@@ -185,15 +197,21 @@ def floor_once(c: psycopg.Connection) -> dict:
         written = c.execute(FLOOR_WRITE_SQL, (names, at)).rowcount
         t3 = now()
     t4 = now()
-    return {"db_now": due[0][4] if due else None, "due": len(due), "written": written,
-            "sql": (t1 - t0) + (t4 - t2), "sql_due": t1 - t0, "sql_write": t3 - t2, "commit": t4 - t3}
+    return {
+        "db_now": due[0][4] if due else None,
+        "due": len(due),
+        "written": written,
+        "sql": (t1 - t0) + (t4 - t2),
+        "sql_due": t1 - t0,
+        "sql_write": t3 - t2,
+        "commit": t4 - t3,
+    }
 
 
 def verify(dsn: str, n: int, active: int, t: dict) -> None:
     """Every due schedule decided once, the right way, and advanced into the future."""
     check(t["due"] == n, f"due_schedules returned {t['due']} of {n}")
-    check(t["decisions"].get("ENQUEUED", 0) == n - active,
-          f"expected {n - active} ENQUEUED, got {t['decisions']}")
+    check(t["decisions"].get("ENQUEUED", 0) == n - active, f"expected {n - active} ENQUEUED, got {t['decisions']}")
     check(t["decisions"].get("SKIPPED", 0) == active, f"expected {active} SKIPPED, got {t['decisions']}")
     with conn(dsn) as c:
         created, workers = c.execute(
@@ -218,7 +236,8 @@ def fingerprint(dsn: str) -> str:
             "attempt, requested_by, status), ',' ORDER BY worker_name) FROM scrinalia.archive_worker_runs "
             "WHERE trigger = 'SCHEDULE'), '') || coalesce((SELECT string_agg(concat_ws('|', worker_name, "
             "last_skip_reason, last_run_id IS NULL, arm_error), ',' ORDER BY worker_name) "
-            "FROM scrinalia.archive_worker_schedules), ''))").fetchone()[0]
+            "FROM scrinalia.archive_worker_schedules), ''))"
+        ).fetchone()[0]
 
 
 def verify_floor(dsn: str, n: int, active: int, f: dict) -> None:
@@ -263,13 +282,29 @@ def measure(dsn: str, n: int, reps: int) -> dict:
         floors.append(f)
         ratios.append(t["sql"] / f["sql"])
     pick = {k: median([r[k] for r in runs]) for k in ("total", "sql", "sql_due", "python", "sql_tick", "commit")}
-    pick.update(n=n, reps=reps, active=active, pairs=runs[0]["pairs"],
-                best=min(r["total"] for r in runs), worst=max(r["total"] for r in runs), all=runs,
-                floor=median([f["sql"] for f in floors]), floor_best=min(f["sql"] for f in floors),
-                floor_worst=max(f["sql"] for f in floors), floors=floors,
-                ratio=median(ratios), ratio_best=min(ratios), ratio_worst=max(ratios), ratios=ratios,
-                passes=passes, pass_median=median(passes), pass_best=min(passes), pass_worst=max(passes),
-                sql_best=min(r["sql"] for r in runs), sql_worst=max(r["sql"] for r in runs))
+    pick.update(
+        n=n,
+        reps=reps,
+        active=active,
+        pairs=runs[0]["pairs"],
+        best=min(r["total"] for r in runs),
+        worst=max(r["total"] for r in runs),
+        all=runs,
+        floor=median([f["sql"] for f in floors]),
+        floor_best=min(f["sql"] for f in floors),
+        floor_worst=max(f["sql"] for f in floors),
+        floors=floors,
+        ratio=median(ratios),
+        ratio_best=min(ratios),
+        ratio_worst=max(ratios),
+        ratios=ratios,
+        passes=passes,
+        pass_median=median(passes),
+        pass_best=min(passes),
+        pass_worst=max(passes),
+        sql_best=min(r["sql"] for r in runs),
+        sql_worst=max(r["sql"] for r in runs),
+    )
     return pick
 
 
@@ -288,15 +323,21 @@ def run(dsn: str, quick: bool = False) -> Result:
         else:
             ok, target = f["ratio"] <= 1.5, "<= 1.5x floor"
         met = met and ok
-        rows.append([
-            f"{n:,}", f"{f['total']:.3f} s", f"{f['best']:.3f}-{f['worst']:.3f} s", f"{f['python']:.3f} s",
-            f"{f['sql']:.3f} s ({f['sql_best']:.3f}-{f['sql_worst']:.3f})",
-            f"{f['sql_due']:.3f} / {f['sql_tick']:.3f} / {f['commit']:.3f}",
-            f"{f['floor']:.3f} s ({f['floor_best']:.3f}-{f['floor_worst']:.3f})",
-            f"{f['ratio']:.2f}x ({f['ratio_best']:.2f}-{f['ratio_worst']:.2f})",
-            f"{f['pass_median']:.3f} s ({f['pass_best']:.3f}-{f['pass_worst']:.3f})",
-            target, "met" if ok else "NOT met",
-        ])
+        rows.append(
+            [
+                f"{n:,}",
+                f"{f['total']:.3f} s",
+                f"{f['best']:.3f}-{f['worst']:.3f} s",
+                f"{f['python']:.3f} s",
+                f"{f['sql']:.3f} s ({f['sql_best']:.3f}-{f['sql_worst']:.3f})",
+                f"{f['sql_due']:.3f} / {f['sql_tick']:.3f} / {f['commit']:.3f}",
+                f"{f['floor']:.3f} s ({f['floor_best']:.3f}-{f['floor_worst']:.3f})",
+                f"{f['ratio']:.2f}x ({f['ratio_best']:.2f}-{f['ratio_worst']:.2f})",
+                f"{f['pass_median']:.3f} s ({f['pass_best']:.3f}-{f['pass_worst']:.3f})",
+                target,
+                "met" if ok else "NOT met",
+            ]
+        )
     return Result(
         key="tick",
         title="1. Tick: N due schedules in one tick, against a set-based floor, and the scheduler's pass",
@@ -327,16 +368,33 @@ def run(dsn: str, quick: bool = False) -> Result:
             "next_run_at after the transaction's now(), and the tick and the floor wrote the same rows "
             "(a fingerprint of the runs' content and the schedules' bookkeeping); the pass wrote those same rows.",
         ],
-        headers=["N", "tick (median)", "range", "Python cron", "tick SQL (range)", "due / tick / commit (s)",
-                 "floor SQL (range)", "tick / floor (range)", "scheduler pass (range)", "target", "verdict"],
+        headers=[
+            "N",
+            "tick (median)",
+            "range",
+            "Python cron",
+            "tick SQL (range)",
+            "due / tick / commit (s)",
+            "floor SQL (range)",
+            "tick / floor (range)",
+            "scheduler pass (range)",
+            "target",
+            "verdict",
+        ],
         rows=rows,
-        target=("10,000 schedules <= 0.25 s (the tick and the scheduler's pass); 100,000 within 1.5x the "
-                "set-based floor" if not quick
-                else "quick mode: smoke sizes only"),
+        target=(
+            "10,000 schedules <= 0.25 s (the tick and the scheduler's pass); 100,000 within 1.5x the set-based floor"
+            if not quick
+            else "quick mode: smoke sizes only"
+        ),
         met=met,
         notes=[
-            "Python cron: " + ", ".join(f"{f['python'] / f['pairs'] * 1e6:.0f} us per distinct (cron, zone) pair "
-                                        f"({f['pairs']:,} pairs) at N={f['n']:,}" for f in figures)
+            "Python cron: "
+            + ", ".join(
+                f"{f['python'] / f['pairs'] * 1e6:.0f} us per distinct (cron, zone) pair "
+                f"({f['pairs']:,} pairs) at N={f['n']:,}"
+                for f in figures
+            )
             + "; next_occurrences() computes each distinct pair once.",
             "tick() runs without JIT (function-level SET jit = off), with custom plans (the arrays' real sizes) and "
             "its sorts in memory; the configs of the runs it creates come from one scrinalia.resolve_configs() pass.",
@@ -345,7 +403,9 @@ def run(dsn: str, quick: bool = False) -> Result:
             "each chunk's commit (an enqueued run's catch_up field costs one cron evaluation per (cron, zone) and "
             "missed window).",
         ],
-        headline="; ".join(f"{f['n']:,}: {f['total']:.2f} s, {f['ratio']:.2f}x the floor, pass {f['pass_median']:.2f} s"
-                           for f in figures),
+        headline="; ".join(
+            f"{f['n']:,}: {f['total']:.2f} s, {f['ratio']:.2f}x the floor, pass {f['pass_median']:.2f} s"
+            for f in figures
+        ),
         data={"figures": figures},
     )

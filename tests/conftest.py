@@ -13,6 +13,7 @@ import os
 
 import psycopg
 import pytest
+
 from scrinalia_workers.admin.groups import create_at as create_groups
 from scrinalia_workers.admin.migrate import migrate
 from scrinalia_workers.testkit.cluster import start_cluster
@@ -148,9 +149,7 @@ def connect_as(db_dsn, role_logins, template_db):
     opened = []
 
     def _connect(group: str) -> psycopg.Connection:
-        conn = psycopg.connect(
-            psycopg.conninfo.make_conninfo(db_dsn, user=role_logins[group]), autocommit=True
-        )
+        conn = psycopg.connect(psycopg.conninfo.make_conninfo(db_dsn, user=role_logins[group]), autocommit=True)
         opened.append(conn)
         return conn
 

@@ -15,8 +15,9 @@ from psycopg.types.json import Jsonb
 
 CATALOGUE = {
     "engines": {
-        "tesseract": {"engine_options": {"psm": {"type": "integer"},
-                                         "oem": {"type": "integer", "values": [0, 1, 2, 3]}}},
+        "tesseract": {
+            "engine_options": {"psm": {"type": "integer"}, "oem": {"type": "integer", "values": [0, 1, 2, 3]}}
+        },
         "easyocr": {"engine_options": {"gpu": {"type": "boolean"}}},
     },
     "presets": {"fast": {"options": {"dpi": 150}}, "archival": {"options": {"dpi": 600, "deskew": True}}},
@@ -33,17 +34,20 @@ CATALOGUE = {
 def make_worker(conn: psycopg.Connection, name: str = "ocr", catalogue: dict = CATALOGUE) -> str:
     conn.execute(
         "SELECT scrinalia.register_worker(%s, %s, %s, %s, %s)",
-        (name, Jsonb(catalogue["engines"]), Jsonb(catalogue["presets"]),
-         Jsonb(catalogue["options"]), Jsonb(catalogue["default_config"])),
+        (
+            name,
+            Jsonb(catalogue["engines"]),
+            Jsonb(catalogue["presets"]),
+            Jsonb(catalogue["options"]),
+            Jsonb(catalogue["default_config"]),
+        ),
     )
     return name
 
 
 def make_workers(conn: psycopg.Connection, n: int, prefix: str = "w") -> list[str]:
     names = [f"{prefix}{i:05d}" for i in range(n)]
-    conn.execute(
-        "INSERT INTO scrinalia.archive_workers (worker_name) SELECT unnest(%s::text[])", (names,)
-    )
+    conn.execute("INSERT INTO scrinalia.archive_workers (worker_name) SELECT unnest(%s::text[])", (names,))
     return names
 
 
@@ -61,8 +65,14 @@ def raises_sqlstate(sqlstate: str, *fragments: str):
         raise AssertionError(f"expected SQLSTATE {sqlstate}, nothing was raised")
 
 
-def put_schedule(conn, worker: str, cron: str = "0 2 * * *", tz: str | None = "Europe/Berlin",
-                 request: dict | None = None, enabled: bool = True):
+def put_schedule(
+    conn,
+    worker: str,
+    cron: str = "0 2 * * *",
+    tz: str | None = "Europe/Berlin",
+    request: dict | None = None,
+    enabled: bool = True,
+):
     return conn.execute(
         "SELECT * FROM scrinalia.put_schedule(%s, %s, %s, %s, %s, 'test')",
         (worker, cron, tz, Jsonb(request or {}), enabled),
@@ -72,8 +82,8 @@ def put_schedule(conn, worker: str, cron: str = "0 2 * * *", tz: str | None = "E
 def set_next_run(conn, worker: str, ago: timedelta | str) -> None:
     """Moves a schedule's next_run_at into the past: the clock is data."""
     conn.execute(
-        "UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() - %s::interval "
-        "WHERE worker_name = %s", (str(ago) if isinstance(ago, str) else ago, worker),
+        "UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() - %s::interval WHERE worker_name = %s",
+        (str(ago) if isinstance(ago, str) else ago, worker),
     )
 
 
@@ -89,7 +99,8 @@ def tick(conn, advance: str = "1 hour", only: list[str] | None = None):
         nexts = [r[4] + _interval(advance) for r in due if only is None or r[0] in only]
         decisions = conn.execute(
             "SELECT worker_name, decision, run_id, scheduled_for, next_run_at, reason "
-            "FROM scrinalia.tick(%s::text[], %s::timestamptz[], 'test')", (names, nexts),
+            "FROM scrinalia.tick(%s::text[], %s::timestamptz[], 'test')",
+            (names, nexts),
         ).fetchall()
     return due, decisions
 
@@ -108,8 +119,8 @@ def claim(conn, runner: str = "r1", lease: str = "5 minutes", workers: list[str]
 
 def finish(conn, run_id: int, token, status: str = "SUCCEEDED", error: str | None = None):
     return conn.execute(
-        "SELECT status, error, error_fingerprint, duration, retry_pending "
-        "FROM scrinalia.finish(%s, %s, %s, %s)", (run_id, token, status, error),
+        "SELECT status, error, error_fingerprint, duration, retry_pending FROM scrinalia.finish(%s, %s, %s, %s)",
+        (run_id, token, status, error),
     ).fetchone()
 
 
@@ -120,13 +131,15 @@ def run_row(conn, run_id: int) -> dict:
 
 def table_fingerprints(conn: psycopg.Connection) -> dict[str, tuple[int, str]]:
     """(row count, md5 of all rows) of every table in the scrinalia schema."""
-    tables = [r[0] for r in conn.execute(
-        "SELECT tablename FROM pg_tables WHERE schemaname = 'scrinalia' ORDER BY 1").fetchall()]
+    tables = [
+        r[0]
+        for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'scrinalia' ORDER BY 1").fetchall()
+    ]
     out = {}
     for t in tables:
         out[t] = conn.execute(
-            f'SELECT count(*), coalesce(md5(string_agg(x::text, E\'\\n\' ORDER BY x::text)), \'\') '
-            f'FROM scrinalia."{t}" x').fetchone()
+            f"SELECT count(*), coalesce(md5(string_agg(x::text, E'\\n' ORDER BY x::text)), '') FROM scrinalia.\"{t}\" x"
+        ).fetchone()
     return out
 
 

@@ -18,6 +18,7 @@ class DaemonParser(argparse.ArgumentParser):
 
 def count(lo: int, hi: int, what: str = "a whole number"):
     """A whole number in [lo, hi]."""
+
     def parse(text: str) -> int:
         try:
             n = int(text, 10)
@@ -26,6 +27,7 @@ def count(lo: int, hi: int, what: str = "a whole number"):
         if not lo <= n <= hi:
             raise argparse.ArgumentTypeError(f"{text} is out of range {lo}..{hi}")
         return n
+
     parse.__name__ = what  # argparse names the type in its message
     return parse
 
@@ -42,5 +44,6 @@ def seconds(lo: float, hi: float, *, above: bool = False):
         if not math.isfinite(x) or x > hi or (x <= lo if above else x < lo):
             raise argparse.ArgumentTypeError(f"{printable(text[:40])} is out of range: {span}")
         return x
+
     parse.__name__ = "seconds"
     return parse

@@ -30,9 +30,9 @@ from __future__ import annotations
 import copy
 import functools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Iterable
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from croniter import croniter
@@ -63,9 +63,7 @@ _MONTH_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 # The same regular expressions as sql/20_cron.sql: [ \t] only, ASCII only.
 _SPLIT = re.compile(r"[ \t]+")
-_ITEM = re.compile(
-    r"(?:(\*)|([0-9]{1,2}|[A-Za-z]{3})(?:-([0-9]{1,2}|[A-Za-z]{3}))?)(?:/([0-9]{1,2}))?"
-)
+_ITEM = re.compile(r"(?:(\*)|([0-9]{1,2}|[A-Za-z]{3})(?:-([0-9]{1,2}|[A-Za-z]{3}))?)(?:/([0-9]{1,2}))?")
 
 
 @dataclass(frozen=True)
@@ -119,9 +117,9 @@ def _parse_field(src: str, f: int, text: str) -> set[int]:
         m = _ITEM.fullmatch(item)
         if m is None:
             raise _field_error(
-                src, f,
-                f'"{item}" is not a valid item (expected *, */S, N, N-M or N-M/S; '
-                "L, W, #, ? and H are not supported)",
+                src,
+                f,
+                f'"{item}" is not a valid item (expected *, */S, N, N-M or N-M/S; L, W, #, ? and H are not supported)',
             )
         star, start, end, step = m.groups()
         if step is not None and star is None and end is None:
@@ -156,12 +154,10 @@ def _split(expr: object) -> tuple[str, list[str]]:
     if len(fields) != 5:
         if src.startswith("@"):
             raise CronError(
-                f'invalid cron "{src}": macros such as @daily are not supported; '
-                "write the five fields (e.g. 0 0 * * *)"
+                f'invalid cron "{src}": macros such as @daily are not supported; write the five fields (e.g. 0 0 * * *)'
             )
         raise CronError(
-            f'invalid cron "{src}": expected 5 fields '
-            f"(minute hour day-of-month month day-of-week), got {len(fields)}"
+            f'invalid cron "{src}": expected 5 fields (minute hour day-of-month month day-of-week), got {len(fields)}'
         )
     return src, fields
 
@@ -182,12 +178,22 @@ def _parse(expr: str) -> _Cron:
         for text, s in zip(fields, [sets[0], sets[1], sets[2], sets[3], dows])
     ]
     proto = croniter(
-        " ".join(canon), datetime(2000, 1, 1), ret_type=datetime,
-        day_or=not day_and, max_years_between_matches=400,
+        " ".join(canon),
+        datetime(2000, 1, 1),
+        ret_type=datetime,
+        day_or=not day_and,
+        max_years_between_matches=400,
     )
     return _Cron(
-        " ".join(fields), frozenset(sets[0]), frozenset(sets[1]), frozenset(sets[2]),
-        frozenset(sets[3]), frozenset(dows), day_and, fields[1] == "*", proto,
+        " ".join(fields),
+        frozenset(sets[0]),
+        frozenset(sets[1]),
+        frozenset(sets[2]),
+        frozenset(sets[3]),
+        frozenset(dows),
+        day_and,
+        fields[1] == "*",
+        proto,
     )
 
 
@@ -215,9 +221,13 @@ def validate_timezone(name: str) -> str:
 @functools.lru_cache(maxsize=1024)
 def _zone_cached(name: str) -> ZoneInfo:
     bad = (
-        name == "" or len(name) > 64 or name in _EXCLUDED_ZONES
-        or name.startswith(("posix/", "right/", "/")) or ".." in name.split("/")
-        or "\\" in name or name not in _zone_names()
+        name == ""
+        or len(name) > 64
+        or name in _EXCLUDED_ZONES
+        or name.startswith(("posix/", "right/", "/"))
+        or ".." in name.split("/")
+        or "\\" in name
+        or name not in _zone_names()
     )
     if not bad:
         try:
@@ -237,7 +247,7 @@ def _zone(tz: str | ZoneInfo) -> ZoneInfo:
 
 # --- occurrences --------------------------------------------------------------
 
-_UTC = timezone.utc
+_UTC = UTC
 _MINUTE = timedelta(minutes=1)
 # Wider than any real DST shift: how far ahead to look for a fold that could
 # make an earlier wall time fire after `after` (its second pass).
@@ -319,8 +329,7 @@ def next_occurrences(items: Iterable[tuple[str, str | ZoneInfo]], after: datetim
     return out
 
 
-def try_next_occurrences(items: Iterable[tuple[str, str | ZoneInfo]],
-                         after: datetime) -> list[datetime | Exception]:
+def try_next_occurrences(items: Iterable[tuple[str, str | ZoneInfo]], after: datetime) -> list[datetime | Exception]:
     """Like next_occurrences, but an item that cannot be computed (an unknown zone, an
     expression this module refuses, any error in the computation) gets its exception
     in its place instead of failing the others: the scheduler sets it aside."""

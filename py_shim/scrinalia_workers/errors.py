@@ -25,6 +25,7 @@ class ScrinaliaError(Exception):
 
 # --- misconfiguration: one line, exit 2 -----------------------------------------------
 
+
 class ConfigError(ScrinaliaError):
     """The database or the command line was not configured usably: one line, exit 2."""
 
@@ -51,6 +52,7 @@ class UsageError(ScrinaliaError):
 
 # --- transient: retried with backoff --------------------------------------------------
 
+
 class DatabaseUnavailable(ScrinaliaError):
     """A transient failure to reach the database: retry with backoff."""
 
@@ -62,6 +64,7 @@ class LockLost(Exception):
 
 
 # --- admin work -----------------------------------------------------------------------
+
 
 class MigrateLockBusy(ScrinaliaError):
     """Another session holds the migrate lock for longer than --lock-timeout."""
@@ -76,6 +79,7 @@ class CatalogueError(ScrinaliaError):
 
 
 # --- refusals of the stored functions (SQLSTATE SWnnn) --------------------------------
+
 
 class Refusal(ScrinaliaError):
     """A stored function refused the call; `sqlstate` says which rule, the message why."""
@@ -168,9 +172,20 @@ class NotLockHolder(Refusal):
 
 REFUSALS: dict[str, type[Refusal]] = {
     cls.sqlstate: cls
-    for cls in (UnknownWorker, InvalidRequest, InvalidCron, InvalidTimezone, NoSchedule,
-                SlotBusy, NotCancellable, LeaseLost, InvalidReport, InvalidRunnerCall,
-                InvalidTickCall, NotLockHolder)
+    for cls in (
+        UnknownWorker,
+        InvalidRequest,
+        InvalidCron,
+        InvalidTimezone,
+        NoSchedule,
+        SlotBusy,
+        NotCancellable,
+        LeaseLost,
+        InvalidReport,
+        InvalidRunnerCall,
+        InvalidTickCall,
+        NotLockHolder,
+    )
 }
 
 # The SQLSTATEs by name, for code that compares a psycopg error's `sqlstate`.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 # json.dumps(default=...) builds an encoder per call; the daemons write a line per run
@@ -22,7 +22,7 @@ class EventLog:
     def __call__(self, event: str, level: str = "info", **fields) -> None:
         if LEVELS.get(level, 20) < self.threshold:
             return
-        ts = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        ts = datetime.now(UTC).isoformat(timespec="milliseconds")
         if self.json_lines:
             line = _ENCODER.encode({"ts": ts, "event": event, "level": level, **fields})
         else:
@@ -61,7 +61,7 @@ def one_line(text: object, width: int | None = None) -> str | None:
     return flat if width is None or len(flat) <= width else flat[: max(width - 1, 0)] + "…"
 
 
-def startup_error(log: "EventLog", prog: str, as_json: bool, e: BaseException) -> None:
+def startup_error(log: EventLog, prog: str, as_json: bool, e: BaseException) -> None:
     """One line: a JSON event with --json, plain text on stderr otherwise."""
     if as_json:
         log("config error", level="error", reason=one_line(e))

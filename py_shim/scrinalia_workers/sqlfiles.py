@@ -18,8 +18,7 @@ def project_root() -> Path:
         from scrinalia_workers.errors import ConfigError
 
         raise ConfigError(
-            f"cannot find migrations/ and sql/ under {root}: set SCRINALIA_ROOT to the "
-            "scrinalia-workers checkout"
+            f"cannot find migrations/ and sql/ under {root}: set SCRINALIA_ROOT to the scrinalia-workers checkout"
         )
     return root
 
@@ -37,5 +36,6 @@ def head() -> str:
 
     Written nowhere else in the shim; scrinalia.schema_head() (sql/70_status.sql) says
     the same in SQL, and tests/admin/test_migrations.py checks that the two agree."""
-    return sorted(p.name.removesuffix(".sql") for p in migrations_dir().glob("*.sql")
-                  if not p.name.endswith(".rollback.sql"))[-1]
+    return sorted(
+        p.name.removesuffix(".sql") for p in migrations_dir().glob("*.sql") if not p.name.endswith(".rollback.sql")
+    )[-1]

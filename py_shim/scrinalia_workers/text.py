@@ -7,6 +7,7 @@ import re
 # C0 controls but tab and newline, DEL and C1 controls: escaped, never stored raw.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
+
 def printable(text: str) -> str:
     """The text with lone surrogates and control characters (NUL too) backslash-escaped."""
     text = text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -7,14 +7,18 @@ import shutil
 
 import psycopg
 import pytest
+
 from scrinalia_workers import sqlfiles as paths
 from scrinalia_workers.admin import migrate as m
 
 
 def _oids(conn) -> dict[str, int]:
-    return dict(conn.execute(
-        "SELECT p.oid::regprocedure::text, p.oid::int FROM pg_proc p "
-        "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'scrinalia'").fetchall())
+    return dict(
+        conn.execute(
+            "SELECT p.oid::regprocedure::text, p.oid::int FROM pg_proc p "
+            "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'scrinalia'"
+        ).fetchall()
+    )
 
 
 def test_functions_keep_their_oids_and_obsolete_code_goes(db_dsn, db):
@@ -32,12 +36,22 @@ def test_a_stale_grant_is_taken_back(db_dsn, db):
     db.execute(f"GRANT EXECUTE ON FUNCTION {tick} TO scrinalia_reader")
     db.execute("GRANT SELECT ON scrinalia.archive_worker_runs TO scrinalia_runner")
     m.migrate(db_dsn)
-    assert db.execute("SELECT has_function_privilege('scrinalia_reader', %s, 'EXECUTE')", (tick,)).fetchone()[0] is False
-    assert db.execute("SELECT has_table_privilege('scrinalia_runner', 'scrinalia.archive_worker_runs', "
-                      "'SELECT')").fetchone()[0] is False
+    assert (
+        db.execute("SELECT has_function_privilege('scrinalia_reader', %s, 'EXECUTE')", (tick,)).fetchone()[0] is False
+    )
+    assert (
+        db.execute(
+            "SELECT has_table_privilege('scrinalia_runner', 'scrinalia.archive_worker_runs', 'SELECT')"
+        ).fetchone()[0]
+        is False
+    )
     # what sql/ grants is still granted (85_retention's grant comes before 90's)
-    assert db.execute("SELECT has_function_privilege('scrinalia_operator', "
-                      "'scrinalia.prune_runs(interval, integer)', 'EXECUTE')").fetchone()[0] is True
+    assert (
+        db.execute(
+            "SELECT has_function_privilege('scrinalia_operator', 'scrinalia.prune_runs(interval, integer)', 'EXECUTE')"
+        ).fetchone()[0]
+        is True
+    )
 
 
 @pytest.fixture
@@ -52,7 +66,8 @@ def release(tmp_path, monkeypatch):
 
 def test_a_change_that_cannot_be_made_in_place_is_refused_whole(db_dsn, db, release):
     (release / "sql" / "75_next.sql").write_text(
-        "CREATE OR REPLACE FUNCTION scrinalia.schema_head() RETURNS integer LANGUAGE sql AS 'SELECT 5';\n")
+        "CREATE OR REPLACE FUNCTION scrinalia.schema_head() RETURNS integer LANGUAGE sql AS 'SELECT 5';\n"
+    )
     db.execute("CREATE FUNCTION scrinalia.old_helper() RETURNS int LANGUAGE sql AS 'SELECT 1'")
     before = _oids(db)
     with pytest.raises(m.ConfigError) as e:
@@ -74,7 +89,8 @@ def test_a_function_renamed_by_the_next_release_is_replaced_by_its_new_name(db_d
 def test_current_code_depending_on_an_obsolete_function_fails_migrate_whole(db_dsn, db, release):
     db.execute("CREATE FUNCTION scrinalia.legacy() RETURNS int LANGUAGE sql AS 'SELECT 1'")
     (release / "sql" / "81_uses_legacy.sql").write_text(
-        "CREATE VIEW scrinalia.uses_legacy AS SELECT scrinalia.legacy() AS x;\n")
+        "CREATE VIEW scrinalia.uses_legacy AS SELECT scrinalia.legacy() AS x;\n"
+    )
     with pytest.raises(psycopg.errors.DependentObjectsStillExist):
         m.migrate(db_dsn)
     assert "scrinalia.legacy()" in _oids(db)

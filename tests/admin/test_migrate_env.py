@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+
 from helpers import cli
 from scrinalia_workers.admin import migrate as m
 
@@ -37,8 +38,13 @@ def _assert_only_the_target_migrated(info: dict) -> None:
 
 
 def test_migrate_with_only_the_pg_variables(target):
-    env = {"PGHOST": target["host"], "PGPORT": str(target["port"]), "PGUSER": USER,
-           "PGDATABASE": "sw_env_target", "PGPASSWORD": "unused-by-trust"}
+    env = {
+        "PGHOST": target["host"],
+        "PGPORT": str(target["port"]),
+        "PGUSER": USER,
+        "PGDATABASE": "sw_env_target",
+        "PGPASSWORD": "unused-by-trust",
+    }
     r = cli("migrate", "--create-groups", env=env)
     assert r.code == 0, r.err
     _assert_only_the_target_migrated(target)
@@ -49,8 +55,7 @@ def test_migrate_with_only_the_pg_variables(target):
 
 def test_migrate_with_a_service_file(target, tmp_path):
     services = tmp_path / "pg_service.conf"
-    services.write_text(f"[archive]\nhost={target['host']}\nport={target['port']}\n"
-                        f"user={USER}\ndbname=sw_env_target\n")
+    services.write_text(f"[archive]\nhost={target['host']}\nport={target['port']}\nuser={USER}\ndbname=sw_env_target\n")
     env = {"PGSERVICEFILE": str(services), "PGSERVICE": "archive"}
     r = cli("migrate", "--create-groups", env=env)
     assert r.code == 0, r.err

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+
 from scrinalia_workers.admin import migrate as m
 
 ATTACKER = "sw_attacker"
@@ -125,14 +126,17 @@ def _hits(dsn: str) -> list[tuple[str, str]]:
 def _ours_depending_on_public(dsn: str) -> list[str]:
     """Objects in our schemas bound to anything in `public` (a view, a default, a body)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return [r[0] for r in conn.execute("""
+        return [
+            r[0]
+            for r in conn.execute("""
             SELECT DISTINCT pg_describe_object(d.classid, d.objid, d.objsubid)
               FROM pg_depend d
               JOIN pg_namespace pub ON pub.nspname = 'public'
              WHERE d.refobjid IN (SELECT oid FROM pg_proc WHERE pronamespace = pub.oid
                                   UNION ALL SELECT oid FROM pg_operator WHERE oprnamespace = pub.oid
                                   UNION ALL SELECT oid FROM pg_class WHERE relnamespace = pub.oid)
-               AND pg_describe_object(d.classid, d.objid, d.objsubid) LIKE '%scrinalia%'""")]
+               AND pg_describe_object(d.classid, d.objid, d.objsubid) LIKE '%scrinalia%'""")
+        ]
 
 
 def test_migrate_of_a_fresh_database_runs_nothing_planted_in_public(attacked_db):
@@ -177,5 +181,8 @@ def test_a_bookkeeping_schema_pre_created_by_another_login_is_refused(attacked_d
         m.migrate(attacked_db, create_groups=True)
     with psycopg.connect(attacked_db, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'scrinalia'").fetchone()[0] == 0
-        assert conn.execute(f"SELECT count(*) FROM pg_tables WHERE schemaname = '{m.BOOKKEEPING_SCHEMA}'").fetchone()[0] == 0
+        assert (
+            conn.execute(f"SELECT count(*) FROM pg_tables WHERE schemaname = '{m.BOOKKEEPING_SCHEMA}'").fetchone()[0]
+            == 0
+        )
     assert _hits(attacked_db) == []

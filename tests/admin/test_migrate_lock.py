@@ -7,6 +7,7 @@ import time
 
 import psycopg
 import pytest
+
 from helpers import assert_one_line_error, cli
 from scrinalia_workers.admin import migrate as m
 
@@ -14,8 +15,11 @@ from scrinalia_workers.admin import migrate as m
 @pytest.fixture
 def outsider(empty_db_dsn, role_logins):
     """A login in no scrinalia group, connected to the database to migrate."""
-    conn = psycopg.connect(psycopg.conninfo.make_conninfo(empty_db_dsn, user=role_logins["nobody"]),
-                           autocommit=True, application_name="squatter")
+    conn = psycopg.connect(
+        psycopg.conninfo.make_conninfo(empty_db_dsn, user=role_logins["nobody"]),
+        autocommit=True,
+        application_name="squatter",
+    )
     yield conn
     conn.close()
 
@@ -46,8 +50,15 @@ def test_the_cli_exits_non_zero_with_one_line_naming_the_holder(empty_db_dsn, ou
     started = time.monotonic()
     r = cli("migrate", "--lock-timeout", "1", dsn=empty_db_dsn)
     assert time.monotonic() - started < 30
-    assert_one_line_error(r, 1, "holds the migrate lock", f"pid {outsider.info.backend_pid}",
-                          role_logins["nobody"], "squatter", "--lock-timeout")
+    assert_one_line_error(
+        r,
+        1,
+        "holds the migrate lock",
+        f"pid {outsider.info.backend_pid}",
+        role_logins["nobody"],
+        "squatter",
+        "--lock-timeout",
+    )
 
 
 def test_the_default_wait_is_bounded(empty_db_dsn):

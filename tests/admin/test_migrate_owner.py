@@ -13,6 +13,7 @@ import subprocess
 
 import psycopg
 import pytest
+
 from helpers import assert_one_line_error, cli
 from scrinalia_workers.admin import groups
 from scrinalia_workers.admin import migrate as m
@@ -42,12 +43,10 @@ class Cluster:
 
     def schemas(self, db: str) -> set[str]:
         with psycopg.connect(self.dsn(db), autocommit=True) as conn:
-            return {r[0] for r in conn.execute(
-                "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'scrinalia%'")}
+            return {r[0] for r in conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'scrinalia%'")}
 
     def groups_present(self) -> set[str]:
-        return {r[0] for r in self.su.execute(
-            "SELECT rolname FROM pg_roles WHERE rolname LIKE 'scrinalia\\_%'")}
+        return {r[0] for r in self.su.execute("SELECT rolname FROM pg_roles WHERE rolname LIKE 'scrinalia\\_%'")}
 
 
 @pytest.fixture
@@ -90,8 +89,9 @@ def test_with_the_groups_a_plain_owner_migrates_from_empty_and_again(cluster):
     assert m.migrate(dsn) == []
     r = cli("migrate", dsn=dsn)
     assert r.code == 0, r.err
-    assert cluster.one("archive", "SELECT pg_get_userbyid(nspowner) FROM pg_namespace "
-                                  "WHERE nspname = 'scrinalia'") == (owner,)
+    assert cluster.one("archive", "SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'scrinalia'") == (
+        owner,
+    )
     # the grants work: an operator login reads the views (through its reader membership)
     cluster.login("archive_api", "IN ROLE scrinalia_operator")
     with psycopg.connect(cluster.dsn("archive", "archive_api"), autocommit=True) as api:

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+
 from helpers import assert_one_line_error, cli, make_worker
 from scrinalia_workers.admin import migrate as m
 
 
 def _schedule_runs(conn, n: int) -> None:
     make_worker(conn, "ocr")
-    conn.execute("""INSERT INTO scrinalia.archive_worker_runs
+    conn.execute(
+        """INSERT INTO scrinalia.archive_worker_runs
                         (worker_name, trigger, status, scheduled_for, finished_at)
                     SELECT 'ocr', 'SCHEDULE', 'SUCCEEDED', now() - i * interval '1 day', now()
-                      FROM generate_series(1, %s) i""", (n,))
+                      FROM generate_series(1, %s) i""",
+        (n,),
+    )
 
 
 def test_rollback_of_0003_is_refused_while_schedule_runs_exist(empty_db_dsn):
@@ -29,11 +33,17 @@ def test_rollback_of_0003_is_refused_while_schedule_runs_exist(empty_db_dsn):
     # nothing was rolled back, not even 0006, 0005 and 0004, which come first
     assert m.applied_migrations(empty_db_dsn) == m.head_ids()
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-        assert conn.execute("SELECT count(*) FROM scrinalia.archive_worker_runs "
-                            "WHERE trigger = 'SCHEDULE'").fetchone()[0] == 3
+        assert (
+            conn.execute("SELECT count(*) FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE'").fetchone()[0]
+            == 3
+        )
         conn.execute("DELETE FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE'")
-    assert m.rollback(empty_db_dsn, count=4) == ["0006_ledger_indexes", "0005_health", "0004_roles",
-                                                "0003_schedules_retries"]
+    assert m.rollback(empty_db_dsn, count=4) == [
+        "0006_ledger_indexes",
+        "0005_health",
+        "0004_roles",
+        "0003_schedules_retries",
+    ]
 
 
 def test_rolling_back_0004_alone_keeps_the_schedule_runs(empty_db_dsn):

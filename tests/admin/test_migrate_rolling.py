@@ -11,6 +11,7 @@ import time
 
 import psycopg
 import pytest
+
 from helpers import make_worker
 from scrinalia_workers.admin import migrate as m
 
@@ -45,25 +46,41 @@ class Calls:
 
 
 def _client(dsn_for, worker: str, calls: Calls, stop: threading.Event):
-    with psycopg.connect(dsn_for("operator"), autocommit=True) as op, \
-            psycopg.connect(dsn_for("runner"), autocommit=True) as rn:
+    with (
+        psycopg.connect(dsn_for("operator"), autocommit=True) as op,
+        psycopg.connect(dsn_for("runner"), autocommit=True) as rn,
+    ):
         while not stop.is_set():
-            calls.timed("enqueue", lambda: op.execute(
-                "SELECT run_id FROM scrinalia.enqueue(%s, '{}', 'CLI', 'rolling')", (worker,)).fetchone())
-            claimed = calls.timed("claim_next", lambda: rn.execute(
-                "SELECT run_id, lease_token FROM scrinalia.claim_next('r-' || %s, '1 minute', %s)",
-                (worker, [worker])).fetchone())
+            calls.timed(
+                "enqueue",
+                lambda: op.execute(
+                    "SELECT run_id FROM scrinalia.enqueue(%s, '{}', 'CLI', 'rolling')", (worker,)
+                ).fetchone(),
+            )
+            claimed = calls.timed(
+                "claim_next",
+                lambda: rn.execute(
+                    "SELECT run_id, lease_token FROM scrinalia.claim_next('r-' || %s, '1 minute', %s)",
+                    (worker, [worker]),
+                ).fetchone(),
+            )
             if claimed:
-                calls.timed("finish", lambda: rn.execute(
-                    "SELECT status FROM scrinalia.finish(%s, %s, 'SUCCEEDED')", claimed).fetchone())
+                calls.timed(
+                    "finish",
+                    lambda: rn.execute("SELECT status FROM scrinalia.finish(%s, %s, 'SUCCEEDED')", claimed).fetchone(),
+                )
 
 
 def _reader(dsn_for, calls: Calls, stop: threading.Event):
     with psycopg.connect(dsn_for("reader"), autocommit=True) as rd:
         while not stop.is_set():
-            calls.timed("views", lambda: (rd.execute("SELECT * FROM scrinalia.worker_agenda").fetchall(),
-                                          rd.execute("SELECT * FROM scrinalia.worker_run_history "
-                                                     "ORDER BY run_id DESC LIMIT 5").fetchall()))
+            calls.timed(
+                "views",
+                lambda: (
+                    rd.execute("SELECT * FROM scrinalia.worker_agenda").fetchall(),
+                    rd.execute("SELECT * FROM scrinalia.worker_run_history ORDER BY run_id DESC LIMIT 5").fetchall(),
+                ),
+            )
 
 
 def _await(pred, timeout: float, what: str):
@@ -108,6 +125,8 @@ def test_clients_see_no_error_while_migrate_reinstalls_the_code(db, db_dsn, role
         if any(s_ < we and e_ > ws for ws, we in windows):
             worst[what] = max(worst.get(what, 0), e_ - s_)
     print("\nmax per call during a migrate (ms):", {k: round(v * 1000) for k, v in sorted(worst.items())})
-    print(f"\n{MIGRATES} migrates, median {took[len(took) // 2]:.3f} s, max {took[-1]:.3f} s; {len(calls.done)} calls, "
-          f"{len(overlapping)} overlapping a migrate: max {max(overlapping) * 1000:.0f} ms; "
-          f"others p50 {outside[len(outside) // 2] * 1000:.1f} ms, max {outside[-1] * 1000:.0f} ms")
+    print(
+        f"\n{MIGRATES} migrates, median {took[len(took) // 2]:.3f} s, max {took[-1]:.3f} s; {len(calls.done)} calls, "
+        f"{len(overlapping)} overlapping a migrate: max {max(overlapping) * 1000:.0f} ms; "
+        f"others p50 {outside[len(outside) // 2] * 1000:.1f} ms, max {outside[-1] * 1000:.0f} ms"
+    )

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+
 from scrinalia_workers.admin.migrate import migrate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,8 +19,9 @@ PREVIOUS = "5ba9e6d"  # the first landing: schema head 0004_roles
 def previous_release(tmp_path) -> Path:
     """migrations/ and sql/ of the previous release, as its package would install them."""
     try:
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", PREVIOUS, "migrations", "sql"],
-                                 capture_output=True, check=True).stdout
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", PREVIOUS, "migrations", "sql"], capture_output=True, check=True
+        ).stdout
     except (subprocess.CalledProcessError, FileNotFoundError) as e:
         pytest.skip(f"the previous release is not in this checkout's history: {e}")
     subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive, check=True)
@@ -43,10 +45,15 @@ def test_upgrade_in_place_keeps_the_data_and_reaches_the_head(empty_db_dsn, prev
         assert c.execute("SELECT scrinalia.schema_head()").fetchone()[0] == "0006_ledger_indexes"
         st = c.execute("SELECT holder_role, heartbeat_at FROM scrinalia.scheduler_status()").fetchone()
         assert st == (None, None)
-        assert c.execute("SELECT status::text FROM scrinalia.archive_worker_runs WHERE run_id = %s",
-                         (run_id,)).fetchone()[0] == "QUEUED"
-        assert c.execute("SELECT cron, arm_error FROM scrinalia.worker_agenda WHERE worker_name = 'ocr'").fetchone() \
-            == ("0 2 * * *", None)
+        assert (
+            c.execute("SELECT status::text FROM scrinalia.archive_worker_runs WHERE run_id = %s", (run_id,)).fetchone()[
+                0
+            ]
+            == "QUEUED"
+        )
+        assert c.execute(
+            "SELECT cron, arm_error FROM scrinalia.worker_agenda WHERE worker_name = 'ocr'"
+        ).fetchone() == ("0 2 * * *", None)
         # nothing of the previous release's code is left behind
         assert c.execute("SELECT to_regprocedure('scrinalia.describe_active_run(text)')").fetchone()[0] is None
         assert c.execute("SELECT to_regprocedure('scrinalia.no_schedule(text)')").fetchone()[0] is None
@@ -62,6 +69,7 @@ def test_every_function_and_view_is_replaced_in_place():
         text = f.read_text()
         bare = re.findall(r"^CREATE (?!OR REPLACE)(FUNCTION|VIEW|PROCEDURE)\b.*$", text, re.M)
         assert not bare, f"sql/{f.name}: {bare}"
-        drops = [d for d in re.findall(r"^\s*DROP (?:FUNCTION|VIEW)\s+[^;]*", text, re.M)
-                 if "scheduler_status()" not in d]  # the one documented return-type change
+        drops = [
+            d for d in re.findall(r"^\s*DROP (?:FUNCTION|VIEW)\s+[^;]*", text, re.M) if "scheduler_status()" not in d
+        ]  # the one documented return-type change
         assert not drops or f.name == "99_drop_obsolete.sql", f"sql/{f.name}: {drops}"

@@ -5,12 +5,19 @@ from __future__ import annotations
 import threading
 
 import psycopg
-from scrinalia_workers import sqlfiles as paths
-from scrinalia_workers.admin import migrate as m
 from yoyo import read_migrations
 
-HEAD = ["0001_ledger", "0002_trigger_schedule", "0003_schedules_retries", "0004_roles", "0005_health",
-        "0006_ledger_indexes"]
+from scrinalia_workers import sqlfiles as paths
+from scrinalia_workers.admin import migrate as m
+
+HEAD = [
+    "0001_ledger",
+    "0002_trigger_schedule",
+    "0003_schedules_retries",
+    "0004_roles",
+    "0005_health",
+    "0006_ledger_indexes",
+]
 
 
 def _count(dsn: str, sql: str, *args) -> int:
@@ -19,8 +26,10 @@ def _count(dsn: str, sql: str, *args) -> int:
 
 
 def _functions(dsn: str) -> int:
-    return _count(dsn, "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-                       "WHERE n.nspname = 'scrinalia'")
+    return _count(
+        dsn,
+        "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'scrinalia'",
+    )
 
 
 def test_applies_every_migration_to_an_empty_database(empty_db_dsn):
@@ -53,10 +62,17 @@ def test_rolls_back_cleanly_and_applies_again(empty_db_dsn):
 
 def test_partial_rollback_then_forward(empty_db_dsn):
     m.migrate(empty_db_dsn)
-    assert m.rollback(empty_db_dsn, count=4) == ["0006_ledger_indexes", "0005_health", "0004_roles",
-                                                "0003_schedules_retries"]
-    cols = _count(empty_db_dsn, "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'scrinalia' "
-                                "AND table_name = 'archive_worker_runs' AND column_name IN ('attempt', 'not_before')")
+    assert m.rollback(empty_db_dsn, count=4) == [
+        "0006_ledger_indexes",
+        "0005_health",
+        "0004_roles",
+        "0003_schedules_retries",
+    ]
+    cols = _count(
+        empty_db_dsn,
+        "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'scrinalia' "
+        "AND table_name = 'archive_worker_runs' AND column_name IN ('attempt', 'not_before')",
+    )
     assert cols == 0
     assert m.migrate(empty_db_dsn) == ["0003_schedules_retries", "0004_roles", "0005_health", "0006_ledger_indexes"]
 
@@ -68,8 +84,7 @@ def test_schedule_enum_value_is_added_outside_a_transaction_and_usable(empty_db_
     assert by_id["0002_trigger_schedule"].use_transactions is False
     m.migrate(empty_db_dsn)
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-        labels = [r[0] for r in conn.execute(
-            "SELECT unnest(enum_range(NULL::scrinalia.run_trigger))::text").fetchall()]
+        labels = [r[0] for r in conn.execute("SELECT unnest(enum_range(NULL::scrinalia.run_trigger))::text").fetchall()]
         assert labels == ["MANUAL", "CLI", "SCHEDULE"]
 
 
@@ -78,11 +93,15 @@ def test_existing_runs_read_attempt_1_after_the_adr_0015_migration(empty_db_dsn)
         backend.apply_migrations(migrations.filter(lambda x: x.id in HEAD[:2]))
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO scrinalia.archive_workers (worker_name) VALUES ('old')")
-        conn.execute("INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, status, finished_at) "
-                     "VALUES ('old', 'MANUAL', 'SUCCEEDED', now())")
+        conn.execute(
+            "INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, status, finished_at) "
+            "VALUES ('old', 'MANUAL', 'SUCCEEDED', now())"
+        )
     assert m.migrate(empty_db_dsn) == HEAD[2:]
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT attempt, retry_of, not_before, scheduled_for FROM scrinalia.archive_worker_runs").fetchone()
+        row = conn.execute(
+            "SELECT attempt, retry_of, not_before, scheduled_for FROM scrinalia.archive_worker_runs"
+        ).fetchone()
     assert row == (1, None, None, None)
 
 
@@ -114,5 +133,7 @@ def test_a_database_migrated_by_the_previous_release_keeps_its_history(empty_db_
         conn.execute(f"DROP SCHEMA {m.BOOKKEEPING_SCHEMA}")
     assert m.migrate(empty_db_dsn) == []
     assert m.applied_migrations(empty_db_dsn) == HEAD
-    assert _count(empty_db_dsn, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public' "
-                                "AND tablename LIKE '%%yoyo%%'") == 0
+    assert (
+        _count(empty_db_dsn, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename LIKE '%%yoyo%%'")
+        == 0
+    )

@@ -77,6 +77,7 @@ def test_tick_check_catches_a_wrong_count(db_dsn):
 @pytest.mark.slow
 def test_quick_drain_with_the_real_runner_and_the_bare_statements(db_dsn, tmp_path):
     from bench import drain_bench
+
     ours = drain_bench.runner_drain(db_dsn, 300, None, tmp_path)
     bare = drain_bench.bare_drain(db_dsn, 300)
     assert drain_bench.bare_drain(db_dsn, 300, batch=32)["rate"] > 0
@@ -84,8 +85,13 @@ def test_quick_drain_with_the_real_runner_and_the_bare_statements(db_dsn, tmp_pa
     assert ours["owners"] >= 1 and bare["owners"] >= 1
     # the runners really ran: their JSON log lines name every run once
     import json
-    finished = [json.loads(line)["run_id"] for log in tmp_path.glob("runner-*.log")
-                for line in log.read_text().splitlines() if '"finished"' in line]
+
+    finished = [
+        json.loads(line)["run_id"]
+        for log in tmp_path.glob("runner-*.log")
+        for line in log.read_text().splitlines()
+        if '"finished"' in line
+    ]
     assert len(finished) == len(set(finished)) == 300
 
 
@@ -94,6 +100,7 @@ def test_quick_drain_on_a_ledger_with_history(db_dsn, tmp_path):
     """The history drain keeps the finished runs and counts only the ones it added;
     its poll stops only when every added run is SUCCEEDED."""
     from bench import drain_bench
+
     upto = drain_bench.history_prepare(db_dsn, 200, 1000)
     for _ in range(2):  # the second round deletes the first round's runs, not the history
         r = drain_bench.runner_drain(db_dsn, 200, None, tmp_path, history_upto=upto)
@@ -101,7 +108,9 @@ def test_quick_drain_on_a_ledger_with_history(db_dsn, tmp_path):
     with claim_bench.conn(db_dsn) as c:
         kept, added = c.execute(
             "SELECT count(*) FILTER (WHERE run_id <= %(u)s), count(*) FILTER (WHERE run_id > %(u)s "
-            "AND status = 'SUCCEEDED') FROM scrinalia.archive_worker_runs", {"u": upto}).fetchone()
+            "AND status = 'SUCCEEDED') FROM scrinalia.archive_worker_runs",
+            {"u": upto},
+        ).fetchone()
     assert (kept, added) == (1000, 200)
 
 
@@ -110,6 +119,7 @@ def test_history_layouts_leave_the_drained_runs_together_or_scattered(db_dsn):
     free-space map hands out each page's last few hundred bytes, one new row a page;
     on the history as use leaves it, the new runs fill the space of dead versions."""
     from bench import drain_bench, seed
+
     pages = {}
     for layout in ("dense", "use"):
         upto = drain_bench.history_prepare(db_dsn, 200, 20_000, layout)
@@ -117,11 +127,14 @@ def test_history_layouts_leave_the_drained_runs_together_or_scattered(db_dsn):
         with claim_bench.conn(db_dsn) as c:
             assert c.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 20_000
             seed.queued_runs(c, 200)
-            rows = c.execute("SELECT run_id, lease_token FROM scrinalia.claim_runs('t', '5 minutes', NULL, 500)"
-                             ).fetchall()
+            rows = c.execute(
+                "SELECT run_id, lease_token FROM scrinalia.claim_runs('t', '5 minutes', NULL, 500)"
+            ).fetchall()
             assert len(rows) == 200
-            c.execute("SELECT * FROM scrinalia.finish_runs(%s, %s, %s::scrinalia.run_status[], %s, %s)",
-                      ([r[0] for r in rows], [r[1] for r in rows], ["SUCCEEDED"] * 200, [None] * 200, [None] * 200))
+            c.execute(
+                "SELECT * FROM scrinalia.finish_runs(%s, %s, %s::scrinalia.run_status[], %s, %s)",
+                ([r[0] for r in rows], [r[1] for r in rows], ["SUCCEEDED"] * 200, [None] * 200, [None] * 200),
+            )
         # the bench's own count (and its check that all 200 are SUCCEEDED)
         pages[layout] = drain_bench._ours_check(db_dsn, 200, upto)["pages"]
     assert pages["dense"] >= 150, pages

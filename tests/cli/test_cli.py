@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+
 from helpers import (
     ENV_DB_VARS,
     assert_one_line_error,
@@ -36,8 +37,11 @@ def one(db, sql, *params):
 # --- migrate ---------------------------------------------------------------------
 
 # the newest migration, whatever it is: this test is about the command, not the schema
-HEAD = sorted(p.name[: -len(".sql")] for p in (Path(__file__).resolve().parents[2] / "migrations").glob("*.sql")
-              if not p.name.endswith(".rollback.sql"))[-1]
+HEAD = sorted(
+    p.name[: -len(".sql")]
+    for p in (Path(__file__).resolve().parents[2] / "migrations").glob("*.sql")
+    if not p.name.endswith(".rollback.sql")
+)[-1]
 
 
 def test_migrate_is_idempotent_and_rolls_back(empty_db_dsn):
@@ -61,13 +65,17 @@ def test_count_without_rollback_is_a_usage_error(empty_db_dsn):
 
 # --- enqueue ---------------------------------------------------------------------
 
+
 def test_enqueue_prints_the_run_and_records_cli(db_dsn, db, ocr):
     r = cli("enqueue", "ocr", "--request", '{"preset": "fast"}', "--requested-by", "dba", dsn=db_dsn)
     assert r.code == 0, r.err
     run_id = one(db, "SELECT max(run_id) FROM scrinalia.archive_worker_runs")[0]
     assert f"run #{run_id} QUEUED (ocr, CLI)" in r.out
-    assert one(db, "SELECT trigger::text, requested_by, request->>'preset' FROM scrinalia.archive_worker_runs"
-                   " WHERE run_id = %s", run_id) == ("CLI", "dba", "fast")
+    assert one(
+        db,
+        "SELECT trigger::text, requested_by, request->>'preset' FROM scrinalia.archive_worker_runs WHERE run_id = %s",
+        run_id,
+    ) == ("CLI", "dba", "fast")
 
 
 def test_enqueue_when_the_slot_is_busy_exits_3(db_dsn, db, ocr):
@@ -83,10 +91,13 @@ def test_enqueue_unknown_worker(db_dsn, ocr):
     assert_one_line_error(cli("enqueue", "nope", dsn=db_dsn), 1, "[SW001]", "unknown worker 'nope'")
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ('{"preset": ', "--request is not valid JSON"),
-    ("[1, 2]", "--request must be a JSON object, got list"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ('{"preset": ', "--request is not valid JSON"),
+        ("[1, 2]", "--request must be a JSON object, got list"),
+    ],
+)
 def test_enqueue_malformed_json(db_dsn, db, ocr, text, fragment):
     assert_one_line_error(cli("enqueue", "ocr", "--request", text, dsn=db_dsn), 2, fragment)
     assert one(db, "SELECT count(*) FROM scrinalia.archive_worker_runs")[0] == 0
@@ -99,9 +110,20 @@ def test_enqueue_invalid_request_is_named_by_the_database(db_dsn, ocr):
 
 # --- schedule --------------------------------------------------------------------
 
+
 def test_schedule_put_get_pause_resume_delete(db_dsn, db, ocr):
-    put = cli("schedule", "put", "ocr", "--cron", "0  2 * * 1-5", "--timezone", "Europe/Berlin",
-              "--request", '{"options": {"lang": "eng"}}', dsn=db_dsn)
+    put = cli(
+        "schedule",
+        "put",
+        "ocr",
+        "--cron",
+        "0  2 * * 1-5",
+        "--timezone",
+        "Europe/Berlin",
+        "--request",
+        '{"options": {"lang": "eng"}}',
+        dsn=db_dsn,
+    )
     assert put.code == 0, put.err
     assert "schedule of ocr saved" in put.out and "0 2 * * 1-5" in put.out
     row = one(db, "SELECT cron, timezone, enabled, request FROM scrinalia.archive_worker_schedules")
@@ -176,19 +198,27 @@ def test_schedule_import_a_yaml_file_then_again(db_dsn, db, ocr, tmp_path):
     r = cli("schedule", "import", str(f), dsn=db_dsn)
     assert r.code == 0, r.err
     assert f"imported 2 schedule(s) from {f}: 2 created, 0 replaced" in r.out
-    assert db.execute("SELECT worker_name, cron, timezone, enabled, request, updated_by LIKE 'cli:%'"
-                      " FROM scrinalia.archive_worker_schedules ORDER BY 1").fetchall() == [
+    assert db.execute(
+        "SELECT worker_name, cron, timezone, enabled, request, updated_by LIKE 'cli:%'"
+        " FROM scrinalia.archive_worker_schedules ORDER BY 1"
+    ).fetchall() == [
         ("ocr", "0 2 * * 1-5", "Europe/Berlin", True, {"options": {"lang": "eng"}}, True),
-        ("thumbs", "*/15 * * * *", "UTC", False, {}, True)]
+        ("thumbs", "*/15 * * * *", "UTC", False, {}, True),
+    ]
     again = cli("schedule", "import", str(f), "--json", dsn=db_dsn)
     assert json.loads(again.out) == {"file": str(f), "created": 0, "replaced": 2, "dry_run": False}
 
 
 def test_schedule_import_from_stdin_as_json(db_dsn, db, ocr):
     env = {k: v for k, v in os.environ.items() if k not in ENV_DB_VARS}
-    p = subprocess.run([sys.executable, "-m", "scrinalia_workers", "schedule", "import", "-", "--dsn", db_dsn],
-                       input='[{"worker_name": "ocr", "cron": "0 3 * * *"}]', capture_output=True, text=True,
-                       env=env, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "scrinalia_workers", "schedule", "import", "-", "--dsn", db_dsn],
+        input='[{"worker_name": "ocr", "cron": "0 3 * * *"}]',
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     assert "imported 1 schedule(s) from <stdin>: 1 created" in p.stdout
     assert one(db, "SELECT cron FROM scrinalia.archive_worker_schedules") == ("0 3 * * *",)
@@ -196,25 +226,46 @@ def test_schedule_import_from_stdin_as_json(db_dsn, db, ocr):
 
 def test_schedule_import_refuses_the_whole_file_naming_the_element(db_dsn, db, ocr, tmp_path):
     f = tmp_path / "s.json"
-    f.write_text(json.dumps([{"worker_name": "ocr", "cron": "0 3 * * *"},
-                             {"worker_name": "ocr", "cron": "0 24 * * *", "timezone": "UTC"}]))
-    assert_one_line_error(cli("schedule", "import", str(f), dsn=db_dsn), 1, str(f), "[SW002]",
-                          "schedule #2: worker 'ocr' is named twice")
+    f.write_text(
+        json.dumps(
+            [
+                {"worker_name": "ocr", "cron": "0 3 * * *"},
+                {"worker_name": "ocr", "cron": "0 24 * * *", "timezone": "UTC"},
+            ]
+        )
+    )
+    assert_one_line_error(
+        cli("schedule", "import", str(f), dsn=db_dsn), 1, str(f), "[SW002]", "schedule #2: worker 'ocr' is named twice"
+    )
     f.write_text(json.dumps([{"worker_name": "ocr", "cron": "0 24 * * *"}]))
-    assert_one_line_error(cli("schedule", "import", str(f), dsn=db_dsn), 1, f"{f}: [SW003]",
-                          "schedule #1 (worker 'ocr'): invalid cron", "field 2 (hour)")
+    assert_one_line_error(
+        cli("schedule", "import", str(f), dsn=db_dsn),
+        1,
+        f"{f}: [SW003]",
+        "schedule #1 (worker 'ocr'): invalid cron",
+        "field 2 (hour)",
+    )
     assert one(db, "SELECT count(*) FROM scrinalia.archive_worker_schedules")[0] == 0
 
 
-@pytest.mark.parametrize("name,text,fragment", [
-    ("s.json", "[{oops}]", "not valid JSON"),
-    ("s.yaml", "- worker_name: ocr\n  cron: [", "not valid YAML"),
-    ("s.json", '{"worker_name": "ocr", "cron": "0 2 * * *"}', "expected a list of schedules"),
-    ("s.yaml", "- worker_name: ocr\n  cron: 0 2 * * *\n  request: {options: {day: 2026-01-01}}",
-     "is not a JSON value (quote it in YAML)"),
-    ("s.json", '[{"worker_name": "ocr", "cron": "0 2 * * *", "request": {"options": {"x": NaN}}}]',
-     "Out of range float values are not JSON compliant"),
-])
+@pytest.mark.parametrize(
+    "name,text,fragment",
+    [
+        ("s.json", "[{oops}]", "not valid JSON"),
+        ("s.yaml", "- worker_name: ocr\n  cron: [", "not valid YAML"),
+        ("s.json", '{"worker_name": "ocr", "cron": "0 2 * * *"}', "expected a list of schedules"),
+        (
+            "s.yaml",
+            "- worker_name: ocr\n  cron: 0 2 * * *\n  request: {options: {day: 2026-01-01}}",
+            "is not a JSON value (quote it in YAML)",
+        ),
+        (
+            "s.json",
+            '[{"worker_name": "ocr", "cron": "0 2 * * *", "request": {"options": {"x": NaN}}}]',
+            "Out of range float values are not JSON compliant",
+        ),
+    ],
+)
 def test_schedule_import_a_bad_file_is_one_line(db_dsn, db, ocr, tmp_path, name, text, fragment):
     f = tmp_path / name
     f.write_text(text)
@@ -224,6 +275,7 @@ def test_schedule_import_a_bad_file_is_one_line(db_dsn, db, ocr, tmp_path, name,
 
 
 # --- status and runs -------------------------------------------------------------
+
 
 def test_status_shows_agenda_counters_and_the_lock_apart(db_dsn, db, ocr):
     make_worker(db, "idle")
@@ -247,7 +299,9 @@ def test_status_shows_agenda_counters_and_the_lock_apart(db_dsn, db, ocr):
     data = json.loads(cli("status", "--json", dsn=db_dsn).out)
     assert data["scheduler"]["lock_held"] is True and data["scheduler"]["holder_pid"] == pid
     assert {c["worker_name"]: (c["pending"], c["processed"]) for c in data["queue_counters"]} == {
-        "ocr": (2, 1), "idle": (0, 0)}
+        "ocr": (2, 1),
+        "idle": (0, 0),
+    }
     assert [a["worker_name"] for a in data["agenda"]] == ["idle", "ocr"]
     assert f"lock held by pid {pid}" in cli("status", dsn=db_dsn).out
 
@@ -279,6 +333,7 @@ def test_runs_shows_attempts_retry_chain_and_truncated_errors(db_dsn, db, ocr):
 
 # --- cancel, settings, prune -------------------------------------------------------
 
+
 def test_cancel(db_dsn, db, ocr):
     run_id = json.loads(cli("enqueue", "ocr", "--json", dsn=db_dsn).out)["run_id"]
     r = cli("cancel", str(run_id), dsn=db_dsn)
@@ -307,8 +362,11 @@ def _succeeded_run(db, worker: str, trigger: str = "MANUAL") -> int:
 
 def test_prune(db_dsn, db, ocr):
     ids = [_succeeded_run(db, "ocr", "CLI") for _ in range(3)]
-    db.execute("UPDATE scrinalia.archive_worker_runs SET finished_at = finished_at - interval '40 days'"
-               " WHERE run_id = ANY (%s)", (ids[:2],))
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET finished_at = finished_at - interval '40 days'"
+        " WHERE run_id = ANY (%s)",
+        (ids[:2],),
+    )
     r = cli("prune", "--older-than", "30 days", "--batch", "3", dsn=db_dsn)
     assert r.code == 0, r.err
     assert "deleted 2 finished run(s)" in r.out
@@ -318,6 +376,7 @@ def test_prune(db_dsn, db, ocr):
 
 
 # --- configuration and usage -------------------------------------------------------
+
 
 def test_no_database_configured():
     assert_one_line_error(cli("status"), 1, "no database configured", "DATABASE_URL")
@@ -376,11 +435,15 @@ def test_runs_of_one_worker_are_its_live_run_then_its_newest_finished(db_dsn, db
     live = one(db, "SELECT run_id FROM scrinalia.enqueue('ocr')")[0]
     rows = json.loads(cli("runs", "ocr", "--limit", "3", "--json", dsn=db_dsn).out)
     assert [(x["run_id"], x["status"]) for x in rows] == [
-        (live, "QUEUED"), (done[3], "SUCCEEDED"), (done[2], "SUCCEEDED")]
+        (live, "QUEUED"),
+        (done[3], "SUCCEEDED"),
+        (done[2], "SUCCEEDED"),
+    ]
     rows = json.loads(cli("runs", "ocr", "--json", dsn=db_dsn).out)
     assert [x["run_id"] for x in rows] == [live, *reversed(done)]
     # the finished half is an index scan of the worker's finished runs, not of the ledger
     from scrinalia_workers.cli.app import WORKER_RUNS_SQL
+
     db.execute("SET enable_seqscan = off")
     plan = "\n".join(r[0] for r in db.execute("EXPLAIN " + WORKER_RUNS_SQL, {"w": "ocr", "n": 3}))
     assert "ix_worker_runs_finished" in plan and "uq_worker_run_active" in plan

@@ -8,6 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 import yaml
+
 from helpers import assert_one_line_error, cli
 
 OCR = {
@@ -36,9 +37,13 @@ workers:
 
 
 def catalogue(db) -> dict:
-    return {r[0]: r[1:] for r in db.execute(
-        "SELECT worker_name, description, engines, presets, options, default_config"
-        " FROM scrinalia.archive_workers ORDER BY 1").fetchall()}
+    return {
+        r[0]: r[1:]
+        for r in db.execute(
+            "SELECT worker_name, description, engines, presets, options, default_config"
+            " FROM scrinalia.archive_workers ORDER BY 1"
+        ).fetchall()
+    }
 
 
 def write(tmp_path: Path, name: str, content) -> str:
@@ -56,7 +61,7 @@ def test_register_a_yaml_file_then_list_and_show(db_dsn, db, tmp_path):
     assert got["ocr"] == (OCR["description"], OCR["engines"], OCR["presets"], OCR["options"], OCR["default_config"])
     assert got["thumbnails"] == ("", {}, {}, THUMBS["options"], {})
     # the catalogue works as registered: a request is validated against it
-    db.execute("SELECT scrinalia.enqueue('ocr', '{\"preset\": \"fast\", \"options\": {\"lang\": \"eng\"}}', 'CLI')")
+    db.execute('SELECT scrinalia.enqueue(\'ocr\', \'{"preset": "fast", "options": {"lang": "eng"}}\', \'CLI\')')
 
     listed = cli("worker", "list", "--dsn", db_dsn)
     assert listed.code == 0, listed.err
@@ -104,50 +109,74 @@ def _bad(worker_patch: dict | None = None, drop: str | None = None, extra_worker
     return {"workers": [THUMBS, w, *extra_workers]}
 
 
-@pytest.mark.parametrize("doc, fragment", [
-    (_bad({"name": "OCR"}), "workers[1].name: invalid worker name \"OCR\""),
-    (_bad({"name": "x" * 64}), "workers[1].name: invalid worker name"),
-    (_bad(drop="name"), "workers[1].name: invalid worker name null"),
-    (_bad({"nmae": "ocr"}), "workers[1] (ocr): unknown key 'nmae'"),
-    (_bad({"description": 5}), "workers[1] (ocr).description: must be a string, got a number"),
-    (_bad({"description": "[scrinalia demo] mine"}), "marks the demo's own workers"),
-    (_bad({"options": []}), "workers[1] (ocr).options: must be an object, got a list"),
-    (_bad({"options.dpi.type": "int"}), "workers[1] (ocr).options.dpi.type: must be one of integer, number, string, boolean, got \"int\""),
-    (_bad({"options.lang.values": ["por", 3]}), "options.lang.values[1]: must be a string, got a number"),
-    (_bad({"options.dpi.default": 3}), "options.dpi: unknown key 'default'"),
-    (_bad({"engines.tesseract": {"options": {}}}), "engines.tesseract: unknown key 'options'"),
-    (_bad({"presets.fast.options": {"dpi": "high"}}), "presets.fast.options.dpi: must be an integer, got a string"),
-    (_bad({"presets.fast.options": {"colour": 1}}), "presets.fast.options: unknown option 'colour'"),
-    (_bad({"default_config.engine": "abbyy"}), "default_config.engine: unknown engine \"abbyy\" (engines: tesseract)"),
-    (_bad({"default_config.preset": "slow"}), "default_config.preset: unknown preset \"slow\""),
-    (_bad({"default_config.options": {"lang": "deu"}}), "default_config.options.lang: must be one of [\"por\", \"eng\"]"),
-    (_bad({"default_config.engine_options": {"psm": 1.5}}), "default_config.engine_options.psm: must be an integer"),
-    (_bad(extra_workers=[dict(THUMBS)]), "workers[2]: worker 'thumbnails' is also workers[0]"),
-    ({"workers": []}, "got an empty list"),
-    ({"workers": [THUMBS], "more": 1}, "unknown key 'more'"),
-    ("[1, 2", "not valid JSON"),
-    (42, "expected a worker, a list of workers"),
-])
+@pytest.mark.parametrize(
+    "doc, fragment",
+    [
+        (_bad({"name": "OCR"}), 'workers[1].name: invalid worker name "OCR"'),
+        (_bad({"name": "x" * 64}), "workers[1].name: invalid worker name"),
+        (_bad(drop="name"), "workers[1].name: invalid worker name null"),
+        (_bad({"nmae": "ocr"}), "workers[1] (ocr): unknown key 'nmae'"),
+        (_bad({"description": 5}), "workers[1] (ocr).description: must be a string, got a number"),
+        (_bad({"description": "[scrinalia demo] mine"}), "marks the demo's own workers"),
+        (_bad({"options": []}), "workers[1] (ocr).options: must be an object, got a list"),
+        (
+            _bad({"options.dpi.type": "int"}),
+            'workers[1] (ocr).options.dpi.type: must be one of integer, number, string, boolean, got "int"',
+        ),
+        (_bad({"options.lang.values": ["por", 3]}), "options.lang.values[1]: must be a string, got a number"),
+        (_bad({"options.dpi.default": 3}), "options.dpi: unknown key 'default'"),
+        (_bad({"engines.tesseract": {"options": {}}}), "engines.tesseract: unknown key 'options'"),
+        (_bad({"presets.fast.options": {"dpi": "high"}}), "presets.fast.options.dpi: must be an integer, got a string"),
+        (_bad({"presets.fast.options": {"colour": 1}}), "presets.fast.options: unknown option 'colour'"),
+        (
+            _bad({"default_config.engine": "abbyy"}),
+            'default_config.engine: unknown engine "abbyy" (engines: tesseract)',
+        ),
+        (_bad({"default_config.preset": "slow"}), 'default_config.preset: unknown preset "slow"'),
+        (
+            _bad({"default_config.options": {"lang": "deu"}}),
+            'default_config.options.lang: must be one of ["por", "eng"]',
+        ),
+        (
+            _bad({"default_config.engine_options": {"psm": 1.5}}),
+            "default_config.engine_options.psm: must be an integer",
+        ),
+        (_bad(extra_workers=[dict(THUMBS)]), "workers[2]: worker 'thumbnails' is also workers[0]"),
+        ({"workers": []}, "got an empty list"),
+        ({"workers": [THUMBS], "more": 1}, "unknown key 'more'"),
+        ("[1, 2", "not valid JSON"),
+        (42, "expected a worker, a list of workers"),
+    ],
+)
 def test_a_bad_file_is_refused_whole_naming_the_part(db_dsn, db, tmp_path, doc, fragment):
     f = write(tmp_path, "workers.json", doc if isinstance(doc, str) else json.dumps(doc))
     assert_one_line_error(cli("worker", "register", f, "--dsn", db_dsn), 1, f"{f}: ", fragment)
     assert catalogue(db) == {}  # all or nothing: not even the valid first worker
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("workers:\n  - name: ocr\n    options: {dpi: {type: integer}\n", "not valid YAML"),
-    ("workers:\n  - name: ocr\n    description: 2024-01-01\n", "workers[0].description: date is not a JSON value (quote it in YAML)"),
-    ("workers:\n  - name: ocr\n    options: {1: {type: integer}}\n", "key 1 must be a string"),
-    ("workers:\n  - name: ocr\n    options: {x: {type: number, values: [.nan]}}\n", "is not a JSON number"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("workers:\n  - name: ocr\n    options: {dpi: {type: integer}\n", "not valid YAML"),
+        (
+            "workers:\n  - name: ocr\n    description: 2024-01-01\n",
+            "workers[0].description: date is not a JSON value (quote it in YAML)",
+        ),
+        ("workers:\n  - name: ocr\n    options: {1: {type: integer}}\n", "key 1 must be a string"),
+        ("workers:\n  - name: ocr\n    options: {x: {type: number, values: [.nan]}}\n", "is not a JSON number"),
+    ],
+)
 def test_yaml_pitfalls_are_named(tmp_path, text, fragment):
     f = write(tmp_path, "w.yaml", text)
     assert_one_line_error(cli("worker", "register", "--check", f), 1, fragment)
 
 
 def test_unreadable_files(tmp_path):
-    assert_one_line_error(cli("worker", "register", "--check", str(tmp_path / "missing.yaml")), 1,
-                          "missing.yaml: cannot read it: No such file or directory")
+    assert_one_line_error(
+        cli("worker", "register", "--check", str(tmp_path / "missing.yaml")),
+        1,
+        "missing.yaml: cannot read it: No such file or directory",
+    )
     binary = tmp_path / "w.json"
     binary.write_bytes(b"\xff\xfe\x00")
     assert_one_line_error(cli("worker", "register", "--check", str(binary)), 1, "w.json: not UTF-8 text")
@@ -158,11 +187,14 @@ def test_a_database_refusal_rolls_back_the_whole_file(db_dsn, db, tmp_path):
     db.execute("""CREATE FUNCTION scrinalia_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
                   BEGIN IF NEW.worker_name = 'ocr' THEN RAISE EXCEPTION 'refused by a test trigger'; END IF;
                   RETURN NEW; END $$""")
-    db.execute("CREATE TRIGGER refuse BEFORE INSERT ON scrinalia.archive_workers FOR EACH ROW"
-               " EXECUTE FUNCTION scrinalia_test_refuse()")
+    db.execute(
+        "CREATE TRIGGER refuse BEFORE INSERT ON scrinalia.archive_workers FOR EACH ROW"
+        " EXECUTE FUNCTION scrinalia_test_refuse()"
+    )
     f = write(tmp_path, "w.json", [THUMBS, OCR])
-    assert_one_line_error(cli("worker", "register", f, "--dsn", db_dsn), 1, f"{f}: worker 'ocr'",
-                          "refused by a test trigger")
+    assert_one_line_error(
+        cli("worker", "register", f, "--dsn", db_dsn), 1, f"{f}: worker 'ocr'", "refused by a test trigger"
+    )
     assert catalogue(db) == {}
 
 
@@ -190,8 +222,14 @@ def test_register_from_stdin(db_dsn, db):
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-    p = subprocess.run([sys.executable, "-m", "scrinalia_workers", "worker", "register", "-", "--dsn", db_dsn],
-                       input=YAML_FILE, capture_output=True, text=True, env=env, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "scrinalia_workers", "worker", "register", "-", "--dsn", db_dsn],
+        input=YAML_FILE,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     assert "from <stdin>: ocr (new), thumbnails (new)" in p.stdout
     assert list(catalogue(db)) == ["ocr", "thumbnails"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
+
 from helpers import claim, finish, make_worker, put_schedule, set_next_run, tick
 from scrinalia_workers.cli import watch
 
@@ -73,7 +74,9 @@ def test_the_timeline_shows_each_attempt_with_its_outcome_and_backoff(busy):
     assert watch.timeline(busy, "idle") == "idle: no scheduled runs yet"
 
 
-@pytest.mark.parametrize("seconds, text", [(5, "5s"), (125, "2m05s"), (7300, "2h01m"), (90000, "1d01h"), (-12, "overdue 12s")])
+@pytest.mark.parametrize(
+    "seconds, text", [(5, "5s"), (125, "2m05s"), (7300, "2h01m"), (90000, "1d01h"), (-12, "overdue 12s")]
+)
 def test_spans_read_at_a_glance(seconds, text):
     assert watch.span(seconds) == text
 
@@ -94,8 +97,14 @@ def test_status_watch_in_a_real_terminal_fits_80_columns_and_quits_on_ctrl_c(bus
     dsn = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["reader"])
     main, child = pty.openpty()
     env = dict(os.environ, COLUMNS="80", LINES="40")
-    p = subprocess.Popen([sys.executable, "-m", "scrinalia_workers.cli", "status", "--watch", "--interval", "0.3",
-                          "--dsn", dsn], stdin=child, stdout=child, stderr=child, env=env, start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "scrinalia_workers.cli", "status", "--watch", "--interval", "0.3", "--dsn", dsn],
+        stdin=child,
+        stdout=child,
+        stderr=child,
+        env=env,
+        start_new_session=True,
+    )
     os.close(child)
     out = b""
     deadline = time.monotonic() + 20
@@ -128,10 +137,18 @@ def test_runs_timeline_from_the_cli(busy, db_dsn, role_logins):
     import psycopg
 
     dsn = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["reader"])
-    r = subprocess.run([sys.executable, "-m", "scrinalia_workers.cli", "runs", "ocr", "--timeline", "--dsn", dsn],
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        [sys.executable, "-m", "scrinalia_workers.cli", "runs", "ocr", "--timeline", "--dsn", dsn],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("ocr: the last") and "1/3" in r.stdout and "backoff" in r.stdout
-    r = subprocess.run([sys.executable, "-m", "scrinalia_workers.cli", "runs", "--timeline", "--dsn", dsn],
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        [sys.executable, "-m", "scrinalia_workers.cli", "runs", "--timeline", "--dsn", dsn],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and "needs a WORKER" in r.stderr

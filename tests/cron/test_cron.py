@@ -10,12 +10,13 @@ from __future__ import annotations
 import random
 import re
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from scrinalia_workers.cron import (
     CronError,
     ZoneError,
@@ -25,7 +26,7 @@ from scrinalia_workers.cron import (
     validate_timezone,
 )
 
-UTC = timezone.utc
+UTC = UTC
 
 
 def utc(*args) -> datetime:
@@ -213,16 +214,45 @@ def test_validate_total_and_idempotent(text):
 
 # --- zones --------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["UTC", "Europe/Berlin", "America/Sao_Paulo", "Asia/Kathmandu",
-                                  "Pacific/Chatham", "Australia/Lord_Howe", "Etc/GMT+3"])
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "UTC",
+        "Europe/Berlin",
+        "America/Sao_Paulo",
+        "Asia/Kathmandu",
+        "Pacific/Chatham",
+        "Australia/Lord_Howe",
+        "Etc/GMT+3",
+    ],
+)
 def test_valid_zones(name):
     assert validate_timezone(name) == name
 
 
-@pytest.mark.parametrize("name", ["", "localtime", "posixrules", "Factory", "posix/Europe/Berlin",
-                                  "right/UTC", "/etc/localtime", "/usr/share/zoneinfo/UTC",
-                                  "../etc/passwd", "Europe/../UTC", "Europe/Nowhere", "europe/berlin",
-                                  "Europe\\Berlin", "CEST", "+01:00", None, 5])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        "localtime",
+        "posixrules",
+        "Factory",
+        "posix/Europe/Berlin",
+        "right/UTC",
+        "/etc/localtime",
+        "/usr/share/zoneinfo/UTC",
+        "../etc/passwd",
+        "Europe/../UTC",
+        "Europe/Nowhere",
+        "europe/berlin",
+        "Europe\\Berlin",
+        "CEST",
+        "+01:00",
+        None,
+        5,
+    ],
+)
 def test_invalid_zones(name):
     with pytest.raises(ZoneError) as ei:
         validate_timezone(name)
@@ -245,6 +275,7 @@ def test_bad_expression_is_a_cron_error():
 
 # --- occurrences, worked out by hand -------------------------------------------
 
+
 def chain(expr: str, tz: str, after: datetime, n: int) -> list[datetime]:
     out = []
     for _ in range(n):
@@ -258,20 +289,44 @@ HAND = [
     # Europe/Berlin 2026: CET->CEST at 2026-03-29 01:00 UTC (02:00 -> 03:00),
     # CEST->CET at 2026-10-25 01:00 UTC (03:00 -> 02:00, 02:xx twice).
     ("30 2 * * *", "Europe/Berlin", utc(2026, 3, 28, 12), [utc(2026, 3, 29, 1), utc(2026, 3, 30, 0, 30)]),
-    ("0,15,30,45 2 * * *", "Europe/Berlin", utc(2026, 3, 29, 0),
-     [utc(2026, 3, 29, 1), utc(2026, 3, 30, 0), utc(2026, 3, 30, 0, 15)]),
-    ("0,30 2,3 * * *", "Europe/Berlin", utc(2026, 3, 29, 0),  # gap end 03:00 also matches: once
-     [utc(2026, 3, 29, 1), utc(2026, 3, 29, 1, 30)]),
+    (
+        "0,15,30,45 2 * * *",
+        "Europe/Berlin",
+        utc(2026, 3, 29, 0),
+        [utc(2026, 3, 29, 1), utc(2026, 3, 30, 0), utc(2026, 3, 30, 0, 15)],
+    ),
+    (
+        "0,30 2,3 * * *",
+        "Europe/Berlin",
+        utc(2026, 3, 29, 0),  # gap end 03:00 also matches: once
+        [utc(2026, 3, 29, 1), utc(2026, 3, 29, 1, 30)],
+    ),
     ("0 3 * * *", "Europe/Berlin", utc(2026, 3, 29, 0), [utc(2026, 3, 29, 1), utc(2026, 3, 30, 1)]),
-    ("*/15 * * * *", "Europe/Berlin", utc(2026, 3, 29, 0, 30),
-     [utc(2026, 3, 29, 0, 45), utc(2026, 3, 29, 1), utc(2026, 3, 29, 1, 15)]),
+    (
+        "*/15 * * * *",
+        "Europe/Berlin",
+        utc(2026, 3, 29, 0, 30),
+        [utc(2026, 3, 29, 0, 45), utc(2026, 3, 29, 1), utc(2026, 3, 29, 1, 15)],
+    ),
     ("30 2 * * *", "Europe/Berlin", utc(2026, 10, 24, 12), [utc(2026, 10, 25, 0, 30), utc(2026, 10, 26, 1, 30)]),
-    ("*/15 * * * *", "Europe/Berlin", utc(2026, 10, 24, 23, 50),
-     [utc(2026, 10, 25, 0, 0) + timedelta(minutes=15 * i) for i in range(10)]),
-    ("10 * * * *", "Europe/Berlin", utc(2026, 10, 24, 23, 50),
-     [utc(2026, 10, 25, 0, 10), utc(2026, 10, 25, 1, 10), utc(2026, 10, 25, 2, 10)]),
-    ("0 */2 * * *", "Europe/Berlin", utc(2026, 10, 24, 23, 30),  # */2 is a fixed hour
-     [utc(2026, 10, 25, 0), utc(2026, 10, 25, 3)]),
+    (
+        "*/15 * * * *",
+        "Europe/Berlin",
+        utc(2026, 10, 24, 23, 50),
+        [utc(2026, 10, 25, 0, 0) + timedelta(minutes=15 * i) for i in range(10)],
+    ),
+    (
+        "10 * * * *",
+        "Europe/Berlin",
+        utc(2026, 10, 24, 23, 50),
+        [utc(2026, 10, 25, 0, 10), utc(2026, 10, 25, 1, 10), utc(2026, 10, 25, 2, 10)],
+    ),
+    (
+        "0 */2 * * *",
+        "Europe/Berlin",
+        utc(2026, 10, 24, 23, 30),  # */2 is a fixed hour
+        [utc(2026, 10, 25, 0), utc(2026, 10, 25, 3)],
+    ),
     ("* 2 * * *", "Europe/Berlin", utc(2026, 10, 25, 0, 58), [utc(2026, 10, 25, 0, 59), utc(2026, 10, 26, 1)]),
     # from inside the second pass, a fixed hour waits for the next day
     ("30 2 * * *", "Europe/Berlin", utc(2026, 10, 25, 1, 10), [utc(2026, 10, 26, 1, 30)]),
@@ -280,10 +335,18 @@ HAND = [
     # America/New_York 2026: EST->EDT 2026-03-08 07:00 UTC, EDT->EST 2026-11-01 06:00 UTC.
     ("30 2 * * *", "America/New_York", utc(2026, 3, 7, 12), [utc(2026, 3, 8, 7), utc(2026, 3, 9, 6, 30)]),
     ("30 1 * * *", "America/New_York", utc(2026, 10, 31, 12), [utc(2026, 11, 1, 5, 30), utc(2026, 11, 2, 6, 30)]),
-    ("*/30 * * * *", "America/New_York", utc(2026, 11, 1, 5),
-     [utc(2026, 11, 1, 5, 30), utc(2026, 11, 1, 6), utc(2026, 11, 1, 6, 30), utc(2026, 11, 1, 7)]),
-    ("0 9 * * MON-FRI", "America/New_York", utc(2026, 3, 6, 15),  # Fri after 09:00 EST -> Mon 09:00 EDT
-     [utc(2026, 3, 9, 13)]),
+    (
+        "*/30 * * * *",
+        "America/New_York",
+        utc(2026, 11, 1, 5),
+        [utc(2026, 11, 1, 5, 30), utc(2026, 11, 1, 6), utc(2026, 11, 1, 6, 30), utc(2026, 11, 1, 7)],
+    ),
+    (
+        "0 9 * * MON-FRI",
+        "America/New_York",
+        utc(2026, 3, 6, 15),  # Fri after 09:00 EST -> Mon 09:00 EDT
+        [utc(2026, 3, 9, 13)],
+    ),
     # America/Sao_Paulo: 2018-11-04 00:00 -03 -> 01:00 -02 (at 03:00 UTC);
     # 2018-02-18 00:00 -02 -> 2018-02-17 23:00 -03 (at 02:00 UTC).
     ("0 0 * * *", "America/Sao_Paulo", utc(2018, 11, 3, 12), [utc(2018, 11, 4, 3), utc(2018, 11, 5, 2)]),
@@ -291,23 +354,44 @@ HAND = [
     ("0,30 0,1 * * *", "America/Sao_Paulo", utc(2018, 11, 4, 2, 50), [utc(2018, 11, 4, 3), utc(2018, 11, 4, 3, 30)]),
     ("30 23 * * *", "America/Sao_Paulo", utc(2018, 2, 17, 12), [utc(2018, 2, 18, 1, 30), utc(2018, 2, 19, 2, 30)]),
     ("0 0 * * *", "America/Sao_Paulo", utc(2018, 2, 17, 12), [utc(2018, 2, 18, 3)]),
-    ("*/30 * * * *", "America/Sao_Paulo", utc(2018, 2, 18, 1),
-     [utc(2018, 2, 18, 1, 30), utc(2018, 2, 18, 2), utc(2018, 2, 18, 2, 30), utc(2018, 2, 18, 3)]),
+    (
+        "*/30 * * * *",
+        "America/Sao_Paulo",
+        utc(2018, 2, 18, 1),
+        [utc(2018, 2, 18, 1, 30), utc(2018, 2, 18, 2), utc(2018, 2, 18, 2, 30), utc(2018, 2, 18, 3)],
+    ),
     # America/Havana 2026: 00:00 CST -> 01:00 CDT on 03-08 (05:00 UTC);
     # 01:00 CDT -> 00:00 CST on 11-01 (05:00 UTC), 00:xx twice.
     ("0 0 * * *", "America/Havana", utc(2026, 3, 7, 12), [utc(2026, 3, 8, 5), utc(2026, 3, 9, 4)]),
     ("30 0 * * *", "America/Havana", utc(2026, 10, 31, 12), [utc(2026, 11, 1, 4, 30), utc(2026, 11, 2, 5, 30)]),
-    ("*/20 * * * *", "America/Havana", utc(2026, 11, 1, 3, 50),
-     [utc(2026, 11, 1, 4) + timedelta(minutes=20 * i) for i in range(6)]),
+    (
+        "*/20 * * * *",
+        "America/Havana",
+        utc(2026, 11, 1, 3, 50),
+        [utc(2026, 11, 1, 4) + timedelta(minutes=20 * i) for i in range(6)],
+    ),
     # Australia/Lord_Howe 2026: +10:30 -> +11 at 02:00 on 10-04 (2026-10-03 15:30 UTC);
     # +11 -> +10:30 at 02:00 on 04-05 (2026-04-04 15:00 UTC), 01:30-01:59 twice.
     ("15 2 * * *", "Australia/Lord_Howe", utc(2026, 10, 3), [utc(2026, 10, 3, 15, 30), utc(2026, 10, 4, 15, 15)]),
-    ("*/15 * * * *", "Australia/Lord_Howe", utc(2026, 10, 3, 15),
-     [utc(2026, 10, 3, 15, 15), utc(2026, 10, 3, 15, 30), utc(2026, 10, 3, 15, 45)]),
+    (
+        "*/15 * * * *",
+        "Australia/Lord_Howe",
+        utc(2026, 10, 3, 15),
+        [utc(2026, 10, 3, 15, 15), utc(2026, 10, 3, 15, 30), utc(2026, 10, 3, 15, 45)],
+    ),
     ("45 1 * * *", "Australia/Lord_Howe", utc(2026, 4, 4), [utc(2026, 4, 4, 14, 45), utc(2026, 4, 5, 15, 15)]),
-    ("*/15 * * * *", "Australia/Lord_Howe", utc(2026, 4, 4, 14, 20),
-     [utc(2026, 4, 4, 14, 30), utc(2026, 4, 4, 14, 45), utc(2026, 4, 4, 15), utc(2026, 4, 4, 15, 15),
-      utc(2026, 4, 4, 15, 30)]),
+    (
+        "*/15 * * * *",
+        "Australia/Lord_Howe",
+        utc(2026, 4, 4, 14, 20),
+        [
+            utc(2026, 4, 4, 14, 30),
+            utc(2026, 4, 4, 14, 45),
+            utc(2026, 4, 4, 15),
+            utc(2026, 4, 4, 15, 15),
+            utc(2026, 4, 4, 15, 30),
+        ],
+    ),
     # Pacific/Chatham 2026: +12:45 -> +13:45 at 02:45 on 09-27 (09-26 14:00 UTC);
     # +13:45 -> +12:45 at 03:45 on 04-05 (04-04 14:00 UTC).
     ("0 3 * * *", "Pacific/Chatham", utc(2026, 9, 26), [utc(2026, 9, 26, 14), utc(2026, 9, 27, 13, 15)]),
@@ -323,11 +407,19 @@ HAND = [
     # UTC: leap days, day-of-month/day-of-week
     ("0 0 29 2 *", "UTC", utc(2025, 1, 1), [utc(2028, 2, 29), utc(2032, 2, 29)]),
     ("0 0 29 2 */7", "UTC", utc(2025, 1, 1), [utc(2032, 2, 29), utc(2060, 2, 29)]),  # Feb 29 AND Sunday
-    ("0 0 13 * FRI", "UTC", utc(2026, 1, 1),  # OR: Fridays and the 13th
-     [utc(2026, 1, 2), utc(2026, 1, 9), utc(2026, 1, 13), utc(2026, 1, 16)]),
+    (
+        "0 0 13 * FRI",
+        "UTC",
+        utc(2026, 1, 1),  # OR: Fridays and the 13th
+        [utc(2026, 1, 2), utc(2026, 1, 9), utc(2026, 1, 13), utc(2026, 1, 16)],
+    ),
     ("0 0 * * FRI", "UTC", utc(2026, 1, 1), [utc(2026, 1, 2), utc(2026, 1, 9)]),
-    ("0 0 */2 * MON", "UTC", utc(2026, 1, 1),  # AND: '*/2' starts with '*'
-     [utc(2026, 1, 5), utc(2026, 1, 19), utc(2026, 2, 9)]),
+    (
+        "0 0 */2 * MON",
+        "UTC",
+        utc(2026, 1, 1),  # AND: '*/2' starts with '*'
+        [utc(2026, 1, 5), utc(2026, 1, 19), utc(2026, 2, 9)],
+    ),
     ("0 0 1 * */1", "UTC", utc(2026, 1, 1), [utc(2026, 2, 1), utc(2026, 3, 1)]),
     ("0 0 1-31 * MON", "UTC", utc(2026, 1, 1), [utc(2026, 1, 2), utc(2026, 1, 3)]),  # OR: every day
     ("0 0 31 2 MON", "UTC", utc(2026, 1, 1), [utc(2026, 2, 2), utc(2026, 2, 9)]),
@@ -345,8 +437,9 @@ def test_hand_worked(expr, tz, after, expected):
 def test_after_in_another_zone_and_zoneinfo_object():
     after = datetime(2026, 3, 29, 3, 0, tzinfo=ZoneInfo("Europe/Berlin")) - timedelta(minutes=1)
     assert next_occurrence("30 2 * * *", ZoneInfo("Europe/Berlin"), after) == utc(2026, 3, 30, 0, 30)
-    assert next_occurrence("0 0 * * *", "UTC", datetime(2026, 1, 1, 23, tzinfo=timezone(timedelta(hours=-3)))) \
-        == utc(2026, 1, 3)
+    assert next_occurrence("0 0 * * *", "UTC", datetime(2026, 1, 1, 23, tzinfo=timezone(timedelta(hours=-3)))) == utc(
+        2026, 1, 3
+    )
 
 
 def test_next_occurrences_matches_single_calls_and_is_fast():
@@ -449,8 +542,17 @@ class Reference:
         return None
 
 
-ZONES = ["Europe/Berlin", "America/New_York", "America/Sao_Paulo", "America/Havana",
-         "Australia/Lord_Howe", "Asia/Kathmandu", "Pacific/Chatham", "Australia/Sydney", "UTC"]
+ZONES = [
+    "Europe/Berlin",
+    "America/New_York",
+    "America/Sao_Paulo",
+    "America/Havana",
+    "Australia/Lord_Howe",
+    "Asia/Kathmandu",
+    "Pacific/Chatham",
+    "Australia/Sydney",
+    "UTC",
+]
 
 
 def transitions(zone: ZoneInfo, years: range) -> list[datetime]:
@@ -479,8 +581,10 @@ def test_reference_sees_the_rules():
     berlin = ZoneInfo("Europe/Berlin")
     assert ref.next(berlin, utc(2026, 3, 29), timedelta(days=1)) == utc(2026, 3, 29, 1)
     assert ref.next(berlin, utc(2026, 10, 25, 0, 30), timedelta(days=2)) == utc(2026, 10, 26, 1, 30)
-    star = Reference(["*/15", "*", "*", "*", "*"], [set(range(0, 60, 15)), set(range(24)), set(range(1, 32)),
-                                                    set(range(1, 13)), set(range(8))])
+    star = Reference(
+        ["*/15", "*", "*", "*", "*"],
+        [set(range(0, 60, 15)), set(range(24)), set(range(1, 32)), set(range(1, 13)), set(range(8))],
+    )
     assert star.next(berlin, utc(2026, 10, 25, 0, 50), timedelta(days=1)) == utc(2026, 10, 25, 1)
 
 
@@ -492,7 +596,7 @@ def test_against_brute_force(zone_name):
     points = transitions(zone, years) or [utc(2026, 1, 1) + timedelta(days=37 * i) for i in range(10)]
     limit = timedelta(hours=36)
     checked = fired = 0
-    for i in range(60):
+    for _ in range(60):
         sets, fields = [], []
         for f in range(5):
             text, values = gen_field(rng, f)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from cron_corpus import generated, hand_written
 from scrinalia_workers.cron import CronError, validate
 
@@ -35,6 +36,7 @@ BEGIN
 END $$
 """
 
+
 # Field texts, valid and not, each tried in every one of the five positions.
 def python_verdict(expr: str | None) -> tuple[str | None, int | None, str | None]:
     try:
@@ -55,8 +57,9 @@ def cron_check(db):
     db.execute(CHECK_FN)
 
     def check(exprs: list[str | None]) -> list[tuple[str | None, str | None, str | None]]:
-        rows = db.execute("SELECT i, state, errmsg, normalised FROM pg_temp.cron_check(%s) ORDER BY i",
-                          (exprs,)).fetchall()
+        rows = db.execute(
+            "SELECT i, state, errmsg, normalised FROM pg_temp.cron_check(%s) ORDER BY i", (exprs,)
+        ).fetchall()
         assert [r[0] for r in rows] == list(range(1, len(exprs) + 1))
         return [(r[1], r[2], r[3]) for r in rows]
 
@@ -102,5 +105,7 @@ def test_validate_cron_is_strict_plpgsql(db):
     assert row[0] == "plpgsql"
     assert row[1] == "i"
     assert row[2] == ["search_path=pg_catalog, pg_temp"]
-    src = db.execute("SELECT prosrc FROM pg_proc WHERE oid = 'scrinalia.validate_cron(text)'::regprocedure").fetchone()[0]
+    src = db.execute("SELECT prosrc FROM pg_proc WHERE oid = 'scrinalia.validate_cron(text)'::regprocedure").fetchone()[
+        0
+    ]
     assert not re.search(r"\bEXECUTE\b", src, re.IGNORECASE)

@@ -14,8 +14,9 @@ from datetime import datetime, timedelta
 
 import psycopg
 import pytest
-from helpers import make_worker
 from psycopg.types.json import Jsonb
+
+from helpers import make_worker
 from scrinalia_workers.demo import handlers as demo_handlers
 from scrinalia_workers.demo import narrate as demo
 from scrinalia_workers.demo.setup import DEMO_TAG, NotADemoDatabase, disable, seed
@@ -32,9 +33,14 @@ def one(conn, sql, *params):
 
 def demo_cli(*args: str, env: dict | None = None, **kw) -> subprocess.Popen:
     base = {k: v for k, v in os.environ.items() if k not in ENV_DB_VARS}
-    return subprocess.Popen([sys.executable, "-m", "scrinalia_workers", "demo", *args],
-                            env={**base, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "scrinalia_workers", "demo", *args],
+        env={**base, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
 
 
 def wait_for(predicate, timeout: float, what: str):
@@ -46,6 +52,7 @@ def wait_for(predicate, timeout: float, what: str):
 
 
 # --- the whole demo, on a database of the user's that is empty -----------------------------
+
 
 @pytest.mark.slow
 def test_the_demo_shows_enqueue_natural_skip_catch_up_retry_and_tidies_up(empty_db_dsn):
@@ -82,20 +89,31 @@ def test_the_demo_shows_enqueue_natural_skip_catch_up_retry_and_tidies_up(empty_
     assert bare == [], bare
 
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-        runs = conn.execute("SELECT worker_name, status::text, attempt, retry_of IS NOT NULL"
-                            " FROM scrinalia.archive_worker_runs ORDER BY run_id").fetchall()
+        runs = conn.execute(
+            "SELECT worker_name, status::text, attempt, retry_of IS NOT NULL"
+            " FROM scrinalia.archive_worker_runs ORDER BY run_id"
+        ).fetchall()
         assert ("demo-export", "FAILED", 1, False) in runs
         assert ("demo-export", "SUCCEEDED", 2, True) in runs
         # the catch-up is one run for three missed nights, not a replay
         assert [r for r in runs if r[0] == "demo-reindex"] == [("demo-reindex", "SUCCEEDED", 1, False)]
         assert sum(1 for r in runs if r[:2] == ("demo-thumbnails", "SUCCEEDED")) >= 2  # once a minute
         # the intruder's run was never claimed by the demo's runners
-        assert one(conn, "SELECT status::text, lease_owner, started_at FROM scrinalia.archive_worker_runs"
-                         " WHERE run_id = %s", intruder) == ("QUEUED", None, None)
+        assert one(
+            conn,
+            "SELECT status::text, lease_owner, started_at FROM scrinalia.archive_worker_runs WHERE run_id = %s",
+            intruder,
+        ) == ("QUEUED", None, None)
         # a user's database: the demo's schedules are paused, none of its runs left queued
         assert conn.execute("SELECT worker_name FROM scrinalia.archive_worker_schedules WHERE enabled").fetchall() == []
-        assert one(conn, "SELECT count(*) FROM scrinalia.archive_worker_runs WHERE worker_name LIKE 'demo-%%'"
-                         " AND status = ANY (scrinalia.active_statuses())")[0] == 0
+        assert (
+            one(
+                conn,
+                "SELECT count(*) FROM scrinalia.archive_worker_runs WHERE worker_name LIKE 'demo-%%'"
+                " AND status = ANY (scrinalia.active_statuses())",
+            )[0]
+            == 0
+        )
         assert not one(conn, "SELECT lock_held FROM scrinalia.scheduler_status()")[0]
 
 
@@ -121,22 +139,44 @@ def test_ctrl_c_stops_the_demo_and_pauses_its_schedules(empty_db_dsn, how):
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         assert conn.execute("SELECT worker_name FROM scrinalia.archive_worker_schedules WHERE enabled").fetchall() == []
         # its scheduler and runners are gone with it
-        wait_for(lambda: one(conn, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                                   " AND application_name ~ '^scrinalia-(scheduler|runner)'")[0] == 0, 5,
-                 "the demo's daemons gone")
-        assert one(conn, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                         " AND application_name ~ '^scrinalia-(scheduler|runner)'")[0] == 0
+        wait_for(
+            lambda: (
+                one(
+                    conn,
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND application_name ~ '^scrinalia-(scheduler|runner)'",
+                )[0]
+                == 0
+            ),
+            5,
+            "the demo's daemons gone",
+        )
+        assert (
+            one(
+                conn,
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND application_name ~ '^scrinalia-(scheduler|runner)'",
+            )[0]
+            == 0
+        )
 
 
 # --- what the demo refuses ---------------------------------------------------------------
 
+
 def _snapshot(conn) -> list:
-    return [conn.execute("SELECT worker_name, description, updated_at FROM scrinalia.archive_workers"
-                         " ORDER BY 1").fetchall(),
-            conn.execute("SELECT worker_name, cron, enabled, next_run_at, updated_at"
-                         " FROM scrinalia.archive_worker_schedules ORDER BY 1").fetchall(),
-            conn.execute("SELECT run_id, status::text, lease_owner FROM scrinalia.archive_worker_runs"
-                         " ORDER BY 1").fetchall()]
+    return [
+        conn.execute(
+            "SELECT worker_name, description, updated_at FROM scrinalia.archive_workers ORDER BY 1"
+        ).fetchall(),
+        conn.execute(
+            "SELECT worker_name, cron, enabled, next_run_at, updated_at"
+            " FROM scrinalia.archive_worker_schedules ORDER BY 1"
+        ).fetchall(),
+        conn.execute(
+            "SELECT run_id, status::text, lease_owner FROM scrinalia.archive_worker_runs ORDER BY 1"
+        ).fetchall(),
+    ]
 
 
 @pytest.mark.parametrize("how", ["--dsn", "DATABASE_URL"])
@@ -176,7 +216,8 @@ def test_seed_is_idempotent_and_all_or_nothing(db):
     assert not any(ch for *_, ch in again)
     # an unchanged schedule is not re-armed
     assert {r[0] for r in db.execute("SELECT next_run_at FROM scrinalia.archive_worker_schedules")} == {
-        datetime.fromisoformat("2030-01-01T00:00:00+00:00")}
+        datetime.fromisoformat("2030-01-01T00:00:00+00:00")
+    }
     # paused (by the demo's end): seeding again resumes them
     paused, _ = disable(db)
     assert paused == DEMO_WORKERS
@@ -206,12 +247,14 @@ def test_disable_touches_only_the_demos_objects(db):
 
 # --- the demo's runner and narration ------------------------------------------------------
 
+
 def test_the_demo_handlers_claim_only_the_demo_workers(db, db_dsn):
     seed(db)
     make_worker(db, "ocr")
     other = one(db, "SELECT run_id FROM scrinalia.enqueue('ocr', '{}', 'CLI')")[0]
-    ours = one(db, "SELECT run_id FROM scrinalia.enqueue('demo-thumbnails', %s, 'CLI')",
-               Jsonb({"options": {"seconds": 0}}))[0]
+    ours = one(
+        db, "SELECT run_id FROM scrinalia.enqueue('demo-thumbnails', %s, 'CLI')", Jsonb({"options": {"seconds": 0}})
+    )[0]
     assert "*" not in demo_handlers.HANDLERS
     r = Runner(db_dsn, demo_handlers.HANDLERS, log=EventLog(stream=open(os.devnull, "w")))
     try:
@@ -219,23 +262,32 @@ def test_the_demo_handlers_claim_only_the_demo_workers(db, db_dsn):
         assert r.run_once() is None
     finally:
         r.close()
-    assert one(db, "SELECT status::text, lease_owner FROM scrinalia.archive_worker_runs WHERE run_id = %s",
-               other) == ("QUEUED", None)
+    assert one(db, "SELECT status::text, lease_owner FROM scrinalia.archive_worker_runs WHERE run_id = %s", other) == (
+        "QUEUED",
+        None,
+    )
 
 
 def test_a_silence_says_what_the_demo_waits_for(db, db_dsn):
     seed(db)
-    db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = date_trunc('minute', now())"
-               " + interval '1 minute' WHERE worker_name IN ('demo-ocr', 'demo-thumbnails')")
-    db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() + interval '1 hour'"
-               " WHERE worker_name NOT IN ('demo-ocr', 'demo-thumbnails')")
+    db.execute(
+        "UPDATE scrinalia.archive_worker_schedules SET next_run_at = date_trunc('minute', now())"
+        " + interval '1 minute' WHERE worker_name IN ('demo-ocr', 'demo-thumbnails')"
+    )
+    db.execute(
+        "UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() + interval '1 hour'"
+        " WHERE worker_name NOT IN ('demo-ocr', 'demo-thumbnails')"
+    )
     running = one(db, "SELECT run_id FROM scrinalia.enqueue('demo-export', '{}', 'CLI')")[0]
     out = io.StringIO()
     d = demo.Demo(db_dsn, None, out, user_db=True)
     d.waiting(db)
     line = out.getvalue().strip()
-    assert re.fullmatch(r"\.\.\. waiting for the \d{4}-\d\d-\d\dT\d\d:\d\d:00Z period of demo-ocr, "
-                        rf"demo-thumbnails \(in \d+ s\); run #{running} of demo-export is QUEUED", line), line
+    assert re.fullmatch(
+        r"\.\.\. waiting for the \d{4}-\d\d-\d\dT\d\d:\d\d:00Z period of demo-ocr, "
+        rf"demo-thumbnails \(in \d+ s\); run #{running} of demo-export is QUEUED",
+        line,
+    ), line
 
 
 @pytest.mark.slow
@@ -249,9 +301,18 @@ def test_the_demos_daemons_die_with_it(empty_db_dsn):
         p.kill()  # no chance to tidy up: its children must not outlive it all the same
         p.wait()
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-        wait_for(lambda: one(conn, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                                   " AND application_name ~ '^scrinalia-(scheduler|runner)'")[0] == 0, 15,
-                 "the orphaned daemons gone")
+        wait_for(
+            lambda: (
+                one(
+                    conn,
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND application_name ~ '^scrinalia-(scheduler|runner)'",
+                )[0]
+                == 0
+            ),
+            15,
+            "the orphaned daemons gone",
+        )
 
 
 def test_the_load_handler_takes_every_worker(db, db_dsn):
@@ -261,25 +322,32 @@ def test_the_load_handler_takes_every_worker(db, db_dsn):
     make_worker(db, "anything")
     db.execute("SELECT scrinalia.register_worker('loaded', p_options => %s)", (Jsonb(load_handlers.DEMO_OPTIONS),))
     a = one(db, "SELECT run_id FROM scrinalia.enqueue('anything', '{}', 'CLI')")[0]
-    b = one(db, "SELECT run_id FROM scrinalia.enqueue('loaded', %s, 'CLI')",
-            Jsonb({"options": {"seconds": 0, "fail_rate": 1}}))[0]
+    b = one(
+        db,
+        "SELECT run_id FROM scrinalia.enqueue('loaded', %s, 'CLI')",
+        Jsonb({"options": {"seconds": 0, "fail_rate": 1}}),
+    )[0]
     r = Runner(db_dsn, load_handlers.HANDLERS, log=EventLog(stream=open(os.devnull, "w")))
     try:
         assert {r.run_once()["outcome"], r.run_once()["outcome"]} == {"SUCCEEDED", "FAILED"}
     finally:
         r.close()
     assert dict(db.execute("SELECT run_id, status::text FROM scrinalia.archive_worker_runs").fetchall()) == {
-        a: "SUCCEEDED", b: "FAILED"}
+        a: "SUCCEEDED",
+        b: "FAILED",
+    }
 
 
 @pytest.mark.slow
 def test_a_migrated_empty_database_then_the_demos_own_are_accepted(db, db_dsn):
     # migrated, but no workers, runs or schedules: accepted; then it holds only the
     # demo's own objects (paused by the first run): accepted again, resumed
-    for attempt in (1, 2):
+    for _attempt in (1, 2):
         out = io.StringIO()
         assert demo.run(duration=3, dsn=db_dsn, out=out) == 0, out.getvalue()
         assert "demo finished" in out.getvalue()
-        assert [r[0] for r in db.execute("SELECT worker_name FROM scrinalia.archive_workers ORDER BY 1")] == DEMO_WORKERS
+        assert [
+            r[0] for r in db.execute("SELECT worker_name FROM scrinalia.archive_workers ORDER BY 1")
+        ] == DEMO_WORKERS
         assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_schedules WHERE enabled").fetchone()[0] == 0
     assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] > 0

@@ -27,6 +27,7 @@ from pathlib import Path
 import psycopg
 import pytest
 import yaml
+
 from scrinalia_workers.demo import handlers as demo_handlers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,9 +51,13 @@ def docker_compose(*args: str, env: dict[str, str] | None = None, file: Path = C
     """The real binary, with only PATH/HOME and `env` in its environment (no .env file)."""
     base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
     with tempfile.NamedTemporaryFile(suffix=".env") as empty:
-        return subprocess.run([str(compose_binary()), "-f", str(file), "--project-directory", str(ROOT),
-                               "--env-file", empty.name, *args],
-                              env={**base, **(env or {})}, capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [str(compose_binary()), "-f", str(file), "--project-directory", str(ROOT), "--env-file", empty.name, *args],
+            env={**base, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
 
 def resolve(env: dict[str, str] | None = None, profiles: tuple[str, ...] = ()) -> dict:
@@ -78,17 +83,21 @@ def argv_of(service: dict) -> list[str]:
 
 # --- the file, as compose reads it ------------------------------------------------
 
+
 def test_compose_v2_accepts_the_file_with_and_without_the_demo_profile(compose):
     assert set(resolve()["services"]) == {"postgres", "migrate", "scheduler", "runner"}
     assert set(compose["services"]) == {"postgres", "migrate", "scheduler", "runner", "demo-seed"}
     assert compose["services"]["demo-seed"]["profiles"] == ["demo"]
 
 
-@pytest.mark.parametrize("mutate, fragment", [
-    (lambda d: d["services"]["scheduler"].update(restrat="always"), "restrat"),
-    (lambda d: d["services"]["postgres"]["healthcheck"].update(interval="often"), "interval"),
-    (lambda d: d["services"]["migrate"].update(depends_on={"nope": {"condition": "service_healthy"}}), "nope"),
-])
+@pytest.mark.parametrize(
+    "mutate, fragment",
+    [
+        (lambda d: d["services"]["scheduler"].update(restrat="always"), "restrat"),
+        (lambda d: d["services"]["postgres"]["healthcheck"].update(interval="often"), "interval"),
+        (lambda d: d["services"]["migrate"].update(depends_on={"nope": {"condition": "service_healthy"}}), "nope"),
+    ],
+)
 def test_compose_refuses_a_broken_file(tmp_path, mutate, fragment):
     doc = yaml.safe_load(COMPOSE.read_text())
     mutate(doc)
@@ -99,8 +108,14 @@ def test_compose_refuses_a_broken_file(tmp_path, mutate, fragment):
 
 
 def test_variables_override_as_compose_reads_them():
-    doc = resolve({"SCRINALIA_SCHEDULER_REPLICAS": "3", "SCRINALIA_DATABASE_URL": "postgresql://a@b/c",
-                   "SCRINALIA_RUNNER_HANDLERS": "my.handlers", "SCRINALIA_LOG_LEVEL": "debug"})
+    doc = resolve(
+        {
+            "SCRINALIA_SCHEDULER_REPLICAS": "3",
+            "SCRINALIA_DATABASE_URL": "postgresql://a@b/c",
+            "SCRINALIA_RUNNER_HANDLERS": "my.handlers",
+            "SCRINALIA_LOG_LEVEL": "debug",
+        }
+    )
     s = doc["services"]
     assert s["scheduler"]["deploy"]["replicas"] == 3
     assert s["scheduler"]["environment"]["DATABASE_URL"] == "postgresql://a@b/c"
@@ -144,8 +159,12 @@ def test_restart_policies_and_the_standby_replica(compose):
 
 def test_commands_are_declared_console_scripts(compose):
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    expected = {"migrate": "scrinalia-workers", "demo-seed": "scrinalia-workers",
-                "scheduler": "scrinalia-scheduler", "runner": "scrinalia-runner"}
+    expected = {
+        "migrate": "scrinalia-workers",
+        "demo-seed": "scrinalia-workers",
+        "scheduler": "scrinalia-scheduler",
+        "runner": "scrinalia-runner",
+    }
     for name, script in expected.items():
         cmd = " ".join(argv_of(compose["services"][name]))
         assert re.search(rf"(^|exec ){script}\b", cmd), cmd
@@ -165,19 +184,26 @@ def test_every_variable_is_documented():
     used = compose_vars | shell_vars | procfile_vars
     # POSTGRES_* inside the healthcheck are the postgres container's own variables
     assert used - documented == set(), "variables used but not in README.md"
-    assert {v for v in documented if v.startswith("SCRINALIA_")} - used - {"SCRINALIA_ROOT"} == set(), \
+    assert {v for v in documented if v.startswith("SCRINALIA_")} - used - {"SCRINALIA_ROOT"} == set(), (
         "documented variables that nothing uses"
-    assert {"SCRINALIA_DATABASE_URL", "SCRINALIA_SCHEDULER_DATABASE_URL",
-            "SCRINALIA_RUNNER_DATABASE_URL"} <= compose_vars
+    )
+    assert {
+        "SCRINALIA_DATABASE_URL",
+        "SCRINALIA_SCHEDULER_DATABASE_URL",
+        "SCRINALIA_RUNNER_DATABASE_URL",
+    } <= compose_vars
 
 
 def test_each_process_gets_a_database_url(compose):
     for name in (*ONE_SHOTS, *DAEMONS):
-        assert compose["services"][name]["environment"]["DATABASE_URL"] == \
-            "postgresql://scrinalia:scrinalia@postgres:5432/scrinalia"
+        assert (
+            compose["services"][name]["environment"]["DATABASE_URL"]
+            == "postgresql://scrinalia:scrinalia@postgres:5432/scrinalia"
+        )
 
 
 # --- the resolved commands, run ---------------------------------------------------------
+
 
 class Service:
     """One resolved service command, run here with its resolved environment."""
@@ -188,12 +214,22 @@ class Service:
         env = {k: v for k, v in (svc.get("environment") or {}).items() if v is not None}
         # what the image would add: PATH to the console scripts; SCRINALIA_ROOT is
         # /app in the image and the checkout here (the package is installed editable)
-        base = {"PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
-                "HOME": os.environ.get("HOME", "/tmp"), "PYTHONUNBUFFERED": "1", "SCRINALIA_ROOT": str(ROOT)}
+        base = {
+            "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "HOME": os.environ.get("HOME", "/tmp"),
+            "PYTHONUNBUFFERED": "1",
+            "SCRINALIA_ROOT": str(ROOT),
+        }
         self.lines: list[str] = []
         self._cond = threading.Condition()
-        self.p = subprocess.Popen(argv, env={**base, **env}, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.p = subprocess.Popen(
+            argv,
+            env={**base, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -210,8 +246,10 @@ class Service:
                     if fragment in line:
                         return line
                 if time.monotonic() > deadline or self.p.poll() is not None and not self._reading():
-                    raise AssertionError(f"{self.name}: no {fragment!r} within {timeout}s (exit "
-                                         f"{self.p.poll()}):\n{''.join(self.lines[-20:])}")
+                    raise AssertionError(
+                        f"{self.name}: no {fragment!r} within {timeout}s (exit "
+                        f"{self.p.poll()}):\n{''.join(self.lines[-20:])}"
+                    )
                 self._cond.wait(0.1)
 
     def _reading(self) -> bool:
@@ -222,7 +260,7 @@ class Service:
             return self.p.wait(timeout)
         except subprocess.TimeoutExpired:
             self.stop()
-            raise AssertionError(f"{self.name} did not exit within {timeout}s:\n{''.join(self.lines[-20:])}")
+            raise AssertionError(f"{self.name} did not exit within {timeout}s:\n{''.join(self.lines[-20:])}") from None
 
     def stop(self) -> int | None:
         if self.p.poll() is None:
@@ -236,8 +274,9 @@ class Service:
 
 
 def _migrate_takes_create_groups() -> bool:
-    r = subprocess.run([str(VENV_BIN / "scrinalia-workers"), "migrate", "--help"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [str(VENV_BIN / "scrinalia-workers"), "migrate", "--help"], capture_output=True, text=True, timeout=60
+    )
     return "--create-groups" in r.stdout
 
 
@@ -261,8 +300,10 @@ def test_the_stack_runs_as_compose_resolves_it(empty_db_dsn, tmp_path):
     again = Service("demo-seed", s["demo-seed"], 2)  # idempotent: the second run changes nothing
     assert again.wait() == 0 and "already scheduled" in "".join(again.lines), "".join(again.lines)
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-        assert [r[0] for r in conn.execute("SELECT worker_name FROM scrinalia.archive_worker_schedules"
-                                           " WHERE enabled ORDER BY 1")] == sorted(demo_handlers.WORKERS)
+        assert [
+            r[0]
+            for r in conn.execute("SELECT worker_name FROM scrinalia.archive_worker_schedules WHERE enabled ORDER BY 1")
+        ] == sorted(demo_handlers.WORKERS)
         # only the quick one stays on: a minute boundary during the test must not start
         # demo-ocr's minute-long run, which would hold the runner's stop below
         for w in demo_handlers.WORKERS:
@@ -271,7 +312,9 @@ def test_the_stack_runs_as_compose_resolves_it(empty_db_dsn, tmp_path):
 
     started: list[Service] = []
     try:
-        schedulers = [Service("scheduler", s["scheduler"], i) for i in range(1, s["scheduler"]["deploy"]["replicas"] + 1)]
+        schedulers = [
+            Service("scheduler", s["scheduler"], i) for i in range(1, s["scheduler"]["deploy"]["replicas"] + 1)
+        ]
         started += schedulers
         runner = Service("runner", s["runner"])
         started.append(runner)
@@ -287,12 +330,16 @@ def test_the_stack_runs_as_compose_resolves_it(empty_db_dsn, tmp_path):
 
         # the system works on its own: a demo period due now is enqueued and run
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-            conn.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = date_trunc('minute', now())"
-                         " WHERE worker_name = 'demo-thumbnails'")
+            conn.execute(
+                "UPDATE scrinalia.archive_worker_schedules SET next_run_at = date_trunc('minute', now())"
+                " WHERE worker_name = 'demo-thumbnails'"
+            )
             conn.execute("NOTIFY scrinalia_scheduler")
             deadline = time.monotonic() + 20
-            while not conn.execute("SELECT count(*) FROM scrinalia.archive_worker_runs WHERE worker_name ="
-                                   " 'demo-thumbnails' AND status = 'SUCCEEDED'").fetchone()[0]:
+            while not conn.execute(
+                "SELECT count(*) FROM scrinalia.archive_worker_runs WHERE worker_name ="
+                " 'demo-thumbnails' AND status = 'SUCCEEDED'"
+            ).fetchone()[0]:
                 assert time.monotonic() < deadline, "".join(runner.lines[-20:])
                 time.sleep(0.1)
         time.sleep(2)  # and they stay up (no crash loop)
@@ -311,6 +358,7 @@ def test_the_runner_gets_handlers_even_when_the_variable_is_empty():
 
 
 # --- the Dockerfile and the Procfile ----------------------------------------------------
+
 
 def test_dockerfile_builds_what_compose_runs(compose):
     dockerfile = (ROOT / "Dockerfile").read_text()
@@ -345,15 +393,28 @@ def _argv(shell_command: str, program: str, env: dict[str, str]) -> list[str]:
     """The argv a shell command line execs, with the program replaced by a printer."""
     probe = shell_command.replace(f"exec {program}", f"printf '%s\\n' {program}", 1)
     assert probe != shell_command
-    return subprocess.run(["sh", "-c", probe], env=env, capture_output=True, text=True,
-                          check=True).stdout.splitlines()
+    return subprocess.run(["sh", "-c", probe], env=env, capture_output=True, text=True, check=True).stdout.splitlines()
 
 
 def test_procfile_commands_expand():
     types = procfile()
     assert _argv("exec " + types["scheduler"], "scrinalia-scheduler", {}) == [
-        "scrinalia-scheduler", "--json", "--standby-retry", "3", "--max-sleep", "5"]
+        "scrinalia-scheduler",
+        "--json",
+        "--standby-retry",
+        "3",
+        "--max-sleep",
+        "5",
+    ]
     assert _argv("exec " + types["runner"], "scrinalia-runner", {}) == [
-        "scrinalia-runner", "--json", "--lease", "30", "--handlers", "scrinalia_workers.demo.handlers"]
+        "scrinalia-runner",
+        "--json",
+        "--lease",
+        "30",
+        "--handlers",
+        "scrinalia_workers.demo.handlers",
+    ]
     assert _argv("exec " + types["runner"], "scrinalia-runner", {"SCRINALIA_RUNNER_HANDLERS": "my.h"})[-2:] == [
-        "--handlers", "my.h"]
+        "--handlers",
+        "my.h",
+    ]

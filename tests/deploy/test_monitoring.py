@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+
 from helpers import claim, finish, make_worker, put_schedule, set_next_run, tick
 from scrinalia_workers.testkit.cluster import free_port
 
@@ -39,28 +40,41 @@ def world(db):
             db.execute("SELECT * FROM scrinalia.create_retries()")
             db.execute("UPDATE scrinalia.archive_worker_runs SET not_before = now() WHERE retry_of = %s", (run_id,))
     manual = db.execute("SELECT run_id FROM scrinalia.enqueue('ocr')").fetchone()[0]
-    db.execute("UPDATE scrinalia.archive_worker_runs SET created_at = now() - interval '400 seconds'"
-               " WHERE run_id = %s", (manual,))
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET created_at = now() - interval '400 seconds' WHERE run_id = %s",
+        (manual,),
+    )
     set_next_run(db, "ocr", "1 second")
     assert [d[1] for d in tick(db, only=["ocr"])[1]] == ["SKIPPED"]
     put_schedule(db, "late", "*/5 * * * *", "UTC")
-    db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() - interval '10 minutes'"
-               " WHERE worker_name = 'late'")
+    db.execute(
+        "UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() - interval '10 minutes'"
+        " WHERE worker_name = 'late'"
+    )
     put_schedule(db, "mars", "* * * * *", "UTC")
-    db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() + interval '1 hour',"
-               " arm_error = 'cannot compute the next occurrence here: unknown zone', arm_error_since = now(),"
-               " arm_retry_at = now() + interval '1 minute' WHERE worker_name = 'mars'")
+    db.execute(
+        "UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() + interval '1 hour',"
+        " arm_error = 'cannot compute the next occurrence here: unknown zone', arm_error_since = now(),"
+        " arm_retry_at = now() + interval '1 minute' WHERE worker_name = 'mars'"
+    )
     gone = db.execute("SELECT run_id FROM scrinalia.enqueue('gone')").fetchone()[0]
     db.execute("SELECT * FROM scrinalia.claim_next('runner-7', '1 second', ARRAY['gone'])")
-    db.execute("UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() - interval '1 second'"
-               " WHERE run_id = %s", (gone,))
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() - interval '1 second' WHERE run_id = %s",
+        (gone,),
+    )
     assert db.execute("SELECT count(*) FROM scrinalia.reap_expired_leases()").fetchone()[0] == 1
     return {"attempts": attempts, "manual": manual, "gone": gone}
 
 
 def test_current_alerts_say_what_to_act_on_to_a_reader(world, connect_as):
-    rows = connect_as("reader").execute(
-        "SELECT kind, worker_name, run_ids, message FROM scrinalia.current_alerts() ORDER BY kind, worker_name").fetchall()
+    rows = (
+        connect_as("reader")
+        .execute(
+            "SELECT kind, worker_name, run_ids, message FROM scrinalia.current_alerts() ORDER BY kind, worker_name"
+        )
+        .fetchall()
+    )
     by_kind = {(k, w): (ids, msg) for k, w, ids, msg in rows}
     ids, msg = by_kind[("FAILED_AFTER_ALL_ATTEMPTS", "ocr")]
     assert ids == world["attempts"] and "ended FAILED after 3 attempt(s)" in msg and "disk full (attempt 3)" in msg
@@ -119,14 +133,22 @@ def test_the_real_exporter_exposes_the_metrics(world, db_dsn, role_logins):
     if exporter is None:
         _missing("prometheus-postgres-exporter is not installed (Debian package; .ci/run installs it)")
     info = psycopg.conninfo.conninfo_to_dict(db_dsn)
-    dsn = (f"postgresql://{role_logins['reader']}@{info['host']}:{info['port']}/{info['dbname']}"
-           "?sslmode=disable")
+    dsn = f"postgresql://{role_logins['reader']}@{info['host']}:{info['port']}/{info['dbname']}?sslmode=disable"
     port = free_port()
-    p = subprocess.Popen([exporter, f"--web.listen-address=127.0.0.1:{port}",
-                          f"--extend.query-path={MONITORING / 'queries.yaml'}",
-                          "--disable-default-metrics", "--disable-settings-metrics", "--log.level=warn"],
-                         env={"DATA_SOURCE_NAME": dsn, "PATH": "/usr/bin:/bin"},
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = subprocess.Popen(
+        [
+            exporter,
+            f"--web.listen-address=127.0.0.1:{port}",
+            f"--extend.query-path={MONITORING / 'queries.yaml'}",
+            "--disable-default-metrics",
+            "--disable-settings-metrics",
+            "--log.level=warn",
+        ],
+        env={"DATA_SOURCE_NAME": dsn, "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         body = _scrape(f"http://127.0.0.1:{port}/metrics", time.monotonic() + 20)
     finally:
@@ -169,12 +191,14 @@ def _missing(why: str) -> None:
 
 def test_the_alert_rules_pass_promtool_check_and_unit_tests():
     tool = _promtool()
-    check = subprocess.run([tool, "check", "rules", str(MONITORING / "alerts.rules.yml")],
-                           capture_output=True, text=True, timeout=60)
+    check = subprocess.run(
+        [tool, "check", "rules", str(MONITORING / "alerts.rules.yml")], capture_output=True, text=True, timeout=60
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     assert "SUCCESS: 6 rules found" in check.stdout
-    unit = subprocess.run([tool, "test", "rules", str(MONITORING / "alerts.test.yml")],
-                          capture_output=True, text=True, timeout=60)
+    unit = subprocess.run(
+        [tool, "test", "rules", str(MONITORING / "alerts.test.yml")], capture_output=True, text=True, timeout=60
+    )
     assert unit.returncode == 0, unit.stdout + unit.stderr
 
 

@@ -67,7 +67,9 @@ def test_files_named_in_the_deploy_files_exist(name):
 
 def test_the_link_check_catches_a_dead_link(tmp_path):
     md = tmp_path / "x.md"
-    md.write_text("# Title\n[a](missing.md) [b](#title) [c](https://example.com)\n```\n[d](ignored)\n```\n"
-                  '<a id="old-name"></a>\n## Two words, `code`\n')
+    md.write_text(
+        "# Title\n[a](missing.md) [b](#title) [c](https://example.com)\n```\n[d](ignored)\n```\n"
+        '<a id="old-name"></a>\n## Two words, `code`\n'
+    )
     assert links(md) == ["missing.md", "#title", "https://example.com"]
     assert anchors(md) == {"title", "old-name", "two-words-code"}

@@ -22,14 +22,42 @@ GROUPS = ("scrinalia_reader", "scrinalia_operator", "scrinalia_runner", "scrinal
 
 # Granted to no group, called only by other functions: the doc lists them in a table.
 INTERNAL = {
-    "require_worker", "validate_request", "check_options", "option_value_problem", "resolve_config",
-    "describe_slot_holder", "raise_slot_busy", "check_runner", "raise_lease_lost", "raise_no_schedule",
-    "retry_backoff", "check_actor", "max_actor_length", "owes_retry", "arm_retry_interval",
-    "heartbeat_interval", "scheduler_stale_after", "overdue_grace", "scheduler_lock_holder",
-    "role_can_schedule", "latest_finished_periods", "setting_interval", "holder_last_seen", "overdue_schedules",
-    "lease_problem", "check_run_arrays", "max_claim_batch", "tick_schedules", "write_schedules", "max_tick_ahead",
-    "period_start", "period_end",
-    "outcome_error", "outcome_fingerprint", "check_outcome_status", "check_array_lengths",
+    "require_worker",
+    "validate_request",
+    "check_options",
+    "option_value_problem",
+    "resolve_config",
+    "describe_slot_holder",
+    "raise_slot_busy",
+    "check_runner",
+    "raise_lease_lost",
+    "raise_no_schedule",
+    "retry_backoff",
+    "check_actor",
+    "max_actor_length",
+    "owes_retry",
+    "arm_retry_interval",
+    "heartbeat_interval",
+    "scheduler_stale_after",
+    "overdue_grace",
+    "scheduler_lock_holder",
+    "role_can_schedule",
+    "latest_finished_periods",
+    "setting_interval",
+    "holder_last_seen",
+    "overdue_schedules",
+    "lease_problem",
+    "check_run_arrays",
+    "max_claim_batch",
+    "tick_schedules",
+    "write_schedules",
+    "max_tick_ahead",
+    "period_start",
+    "period_end",
+    "outcome_error",
+    "outcome_fingerprint",
+    "check_outcome_status",
+    "check_array_lengths",
 }
 
 # Blocks (by a fragment of their SQL) that fail as their documented role because of a
@@ -67,9 +95,9 @@ def parse_blocks(text: str) -> list[Block]:
                 if re.sub(r"--.*$", "", s).rstrip().endswith(";"):
                     b.statements.append(("\n".join(current), False))
                     current = []
-        assert not "".join(current).strip() or all(
-            c.strip().startswith("--") or not c.strip() for c in current
-        ), f"line {b.line}: a statement does not end with ; or \\gset"
+        assert not "".join(current).strip() or all(c.strip().startswith("--") or not c.strip() for c in current), (
+            f"line {b.line}: a statement does not end with ; or \\gset"
+        )
         blocks.append(b)
     return blocks
 
@@ -130,10 +158,14 @@ def test_the_examples_run_in_order(db, doc):
                 pytest.fail(f"docs/sql-api.md line {b.line}: [{e.sqlstate}] {e}")
     # the walk-through did what it says: the scheduled run failed, its retry was cancelled
     assert db.execute(
-        "SELECT array_agg(status::text ORDER BY attempt) FROM scrinalia.archive_worker_runs"
-        " WHERE worker_name = 'ocr'").fetchone()[0] == ["FAILED", "CANCELLED"]
-    assert db.execute("SELECT status::text FROM scrinalia.archive_worker_runs WHERE run_id = %s",
-                      (int(variables["thumb_id"]),)).fetchone()[0] == "INTERRUPTED"
+        "SELECT array_agg(status::text ORDER BY attempt) FROM scrinalia.archive_worker_runs WHERE worker_name = 'ocr'"
+    ).fetchone()[0] == ["FAILED", "CANCELLED"]
+    assert (
+        db.execute(
+            "SELECT status::text FROM scrinalia.archive_worker_runs WHERE run_id = %s", (int(variables["thumb_id"]),)
+        ).fetchone()[0]
+        == "INTERRUPTED"
+    )
 
 
 def test_the_runner_honours_expect_and_role(db, doc):
@@ -148,7 +180,8 @@ def test_the_runner_honours_expect_and_role(db, doc):
 def _functions(db) -> dict[str, str]:
     rows = db.execute(
         "SELECT p.proname, pg_get_function_identity_arguments(p.oid) FROM pg_proc p"
-        " JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'scrinalia'").fetchall()
+        " JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'scrinalia'"
+    ).fetchall()
     names = [r[0] for r in rows]
     assert len(names) == len(set(names)), "an overloaded function: this test keys on names"
     return dict(rows)
@@ -191,10 +224,16 @@ def test_roles_are_the_grants(db, doc):
     for name, (_, text) in _sections(doc).items():
         line = re.search(r"^\*\*Roles:\*\* (.*)$", text, re.M).group(1)
         documented = set(re.findall(r"scrinalia_\w+", line))
-        oid = db.execute("SELECT p.oid FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
-                         " WHERE n.nspname = 'scrinalia' AND p.proname = %s", (name,)).fetchone()[0]
-        granted = {g for g in GROUPS + ("public",) if db.execute(
-            "SELECT has_function_privilege(%s, %s, 'EXECUTE')", (g, oid)).fetchone()[0]}
+        oid = db.execute(
+            "SELECT p.oid FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " WHERE n.nspname = 'scrinalia' AND p.proname = %s",
+            (name,),
+        ).fetchone()[0]
+        granted = {
+            g
+            for g in GROUPS + ("public",)
+            if db.execute("SELECT has_function_privilege(%s, %s, 'EXECUTE')", (g, oid)).fetchone()[0]
+        }
         assert documented == granted, f"{name}: documented {sorted(documented)}, granted {sorted(granted)}"
 
 
@@ -203,8 +242,12 @@ def test_every_view_is_documented(db, doc):
     documented = set(re.findall(r"^### view `scrinalia\.(\w+)`", doc, re.M))
     assert views == documented
     for v in views:
-        cols = [r[0] for r in db.execute(
-            "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0", (f"scrinalia.{v}",))]
+        cols = [
+            r[0]
+            for r in db.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0", (f"scrinalia.{v}",)
+            )
+        ]
         section = doc.split(f"### view `scrinalia.{v}`", 1)[1].split("###", 1)[0]
         missing = [c for c in cols if f"`{c}`" not in section]
         assert not missing, f"{v}: columns not documented: {missing}"
@@ -279,9 +322,15 @@ def test_the_examples_run_in_real_psql(db_dsn, doc):
     script = ["\\set VERBOSITY sqlstate"]
     for b in blocks:
         script += [f'SET ROLE "{b.role}";' if b.role else "", b.sql, "RESET ROLE;"]
-    p = subprocess.run([psql, db_dsn, "-X", "-q", "-v", "ON_ERROR_STOP=0"], input="\n".join(script),
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [psql, db_dsn, "-X", "-q", "-v", "ON_ERROR_STOP=0"],
+        input="\n".join(script),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     got = re.findall(r"^ERROR:\s+(\w{5})\s*$", p.stderr, re.M)
-    expected = [b.expect or "42501" for b in blocks
-                if b.expect or (b.role and any(k in b.sql for k in KNOWN_ROLE_BUGS))]
+    expected = [
+        b.expect or "42501" for b in blocks if b.expect or (b.role and any(k in b.sql for k in KNOWN_ROLE_BUGS))
+    ]
     assert got == expected, p.stderr

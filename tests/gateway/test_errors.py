@@ -8,6 +8,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+
 from scrinalia_workers import errors
 
 SQL = Path(__file__).resolve().parents[2] / "sql"

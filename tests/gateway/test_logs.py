@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from uuid import UUID
 
@@ -45,10 +45,16 @@ def test_a_closed_stream_does_not_stop_a_batch():
 
 def test_a_json_line_writes_what_json_cannot_hold_as_text():
     out = io.StringIO()
-    EventLog(json_lines=True, stream=out)("claimed", run_id=7, at=datetime(2026, 1, 2, tzinfo=timezone.utc),
-                                          token=UUID(int=1), share=Decimal("0.5"), note="é\n")
+    EventLog(json_lines=True, stream=out)(
+        "claimed", run_id=7, at=datetime(2026, 1, 2, tzinfo=UTC), token=UUID(int=1), share=Decimal("0.5"), note="é\n"
+    )
     line = out.getvalue()
     assert line.count("\n") == 1  # one line, whatever the fields hold
     got = json.loads(line)
     assert (got["run_id"], got["at"], got["token"], got["share"], got["note"]) == (
-        7, "2026-01-02 00:00:00+00:00", "00000000-0000-0000-0000-000000000001", "0.5", "é\n")
+        7,
+        "2026-01-02 00:00:00+00:00",
+        "00000000-0000-0000-0000-000000000001",
+        "0.5",
+        "é\n",
+    )

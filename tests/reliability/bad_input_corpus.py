@@ -37,8 +37,23 @@ def invalid_crons() -> list[tuple[str, str]]:
         for tok in ("L", "W", "#", "?", "H", "5L", "15W", "LW", "H/5", "H(0-29)", "MON#2", "?" * 2, "6#3", "L-3"):
             add("L/W/#/?/H", _with(f, tok))
     # macros
-    add("macro", "@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly",
-        "@reboot", "@every 5m", "@DAILY", " @daily", "@daily ", "@ daily", "@daily * * * *")
+    add(
+        "macro",
+        "@yearly",
+        "@annually",
+        "@monthly",
+        "@weekly",
+        "@daily",
+        "@midnight",
+        "@hourly",
+        "@reboot",
+        "@every 5m",
+        "@DAILY",
+        " @daily",
+        "@daily ",
+        "@ daily",
+        "@daily * * * *",
+    )
     # out of range, per field, both ends and far
     for f in range(5):
         for v in (LOWS[f] - 1, HIGHS[f] + 1, 99, 100, 999, 2**31, -5):
@@ -54,15 +69,37 @@ def invalid_crons() -> list[tuple[str, str]]:
             add("bad step", _with(f, s))
     add("bad step", "5/10 * * * *", "0 3/2 * * *")  # a step needs * or a range
     # reversed ranges
-    add("reversed range", "30-10 * * * *", "0 20-5 * * *", "0 0 20-10 * *", "0 0 * 11-2 *",
-        "0 0 * * 5-1", "0 0 * DEC-JAN *", "0 0 * * FRI-MON", "59-0 * * * *", "0 23-0 * * *")
+    add(
+        "reversed range",
+        "30-10 * * * *",
+        "0 20-5 * * *",
+        "0 0 20-10 * *",
+        "0 0 * 11-2 *",
+        "0 0 * * 5-1",
+        "0 0 * DEC-JAN *",
+        "0 0 * * FRI-MON",
+        "59-0 * * * *",
+        "0 23-0 * * *",
+    )
     # empty items and list punctuation
     for f in range(5):
         for tok in (",", "1,", ",1", "1,,2", "-", "1-", "-1", "1--2", ",,", "1-2-3"):
             add("empty item", _with(f, tok))
     # names where they are not allowed, bad names
-    add("bad name", "MON * * * *", "0 JAN * * *", "0 0 MON * *", "0 0 * MON *", "0 0 * * JAN",
-        "0 0 * JANUARY *", "0 0 * * MONDAY", "0 0 * * SU", "0 0 * JA *", "0 0 * * XYZ", "0 0 * * MON-7x")
+    add(
+        "bad name",
+        "MON * * * *",
+        "0 JAN * * *",
+        "0 0 MON * *",
+        "0 0 * MON *",
+        "0 0 * * JAN",
+        "0 0 * JANUARY *",
+        "0 0 * * MONDAY",
+        "0 0 * * SU",
+        "0 0 * JA *",
+        "0 0 * * XYZ",
+        "0 0 * * MON-7x",
+    )
     # unicode digits and look-alikes
     for digit in ("\u0663", "\u0967", "\uff10", "\uff12", "\u00b2", "\u2082", "\u0e51", "\U0001d7ce", "\u2460"):
         add("unicode digit", _with(0, digit), _with(1, f"1{digit}"), _with(2, digit))
@@ -72,10 +109,28 @@ def invalid_crons() -> list[tuple[str, str]]:
         add("whitespace", ws.join(FIELDS), "0 2 * *" + ws + "*", ws + "0 2 * * *x")
     add("whitespace", "0 2 * * *\n", "\n0 2 * * *", "0\n2 * * *", "0 2 * * *\r\n", "0 2 * * *\x00"[:-1] + "\u200b")
     # junk, injection, overlength
-    add("junk", "0 2 * * *;", "0 2 * * * ; DROP TABLE x", "0 2 * * *'", "'0 2 * * *'", "0 2 * * %s",
-        "0 2 * * \\*", "0 2 * * $1", "0 2 * * (1)", "0 2 * * {1}", "0 2 * * [1]", "0x1 2 * * *",
-        "1e1 2 * * *", "+1 2 * * *", "1.0 2 * * *", "0 2 * * 1;2", "0 2 * * ~", "0 2 * * *" + "," * 300,
-        " ".join(["1"] * 5) + " " + "1" * 300, "0 2 * * " + ",".join(["1"] * 150))
+    add(
+        "junk",
+        "0 2 * * *;",
+        "0 2 * * * ; DROP TABLE x",
+        "0 2 * * *'",
+        "'0 2 * * *'",
+        "0 2 * * %s",
+        "0 2 * * \\*",
+        "0 2 * * $1",
+        "0 2 * * (1)",
+        "0 2 * * {1}",
+        "0 2 * * [1]",
+        "0x1 2 * * *",
+        "1e1 2 * * *",
+        "+1 2 * * *",
+        "1.0 2 * * *",
+        "0 2 * * 1;2",
+        "0 2 * * ~",
+        "0 2 * * *" + "," * 300,
+        " ".join(["1"] * 5) + " " + "1" * 300,
+        "0 2 * * " + ",".join(["1"] * 150),
+    )
     # day-of-month that exists in none of the selected months (would never fire)
     add("never fires", "0 0 30 2 *", "0 0 31 4 *", "0 0 31 APR,JUN *", "0 0 30-31 FEB *")
     seen, dedup = set(), []
@@ -87,17 +142,40 @@ def invalid_crons() -> list[tuple[str, str]]:
 
 
 INVALID_ZONES = [
-    "", " ", "UTC ", " UTC", "Europe/berlin", "europe/berlin", "Mars/Olympus_Mons", "Europe/",
-    "/Europe/Berlin", "Europe//Berlin", "../../etc/passwd", "posix/Europe/Berlin", "right/UTC",
-    "localtime", "posixrules", "Factory", "GMT+25", "+25:00", "UTC+99", "Europe/Berlin\n",
-    "Europe/Berlin;", "Europe/Berlin' OR '1'='1", "%s", "\\", "Z" * 65, "Europe/Berlin" + "x" * 100,
-    "Europe/Berl\u0131n", "Europe\u2215Berlin", "Ameri\u0441a/Sao_Paulo",  # dotless i, division slash, Cyrillic s
+    "",
+    " ",
+    "UTC ",
+    " UTC",
+    "Europe/berlin",
+    "europe/berlin",
+    "Mars/Olympus_Mons",
+    "Europe/",
+    "/Europe/Berlin",
+    "Europe//Berlin",
+    "../../etc/passwd",
+    "posix/Europe/Berlin",
+    "right/UTC",
+    "localtime",
+    "posixrules",
+    "Factory",
+    "GMT+25",
+    "+25:00",
+    "UTC+99",
+    "Europe/Berlin\n",
+    "Europe/Berlin;",
+    "Europe/Berlin' OR '1'='1",
+    "%s",
+    "\\",
+    "Z" * 65,
+    "Europe/Berlin" + "x" * 100,
+    "Europe/Berl\u0131n",
+    "Europe\u2215Berlin",
+    "Ameri\u0441a/Sao_Paulo",  # dotless i, division slash, Cyrillic s
 ]
 
 
 def oversized_request() -> dict:
-    return {"options": {"lang": "por"}, "engine_options": {"psm": 3}, "preset": "fast",
-            "x": "a" * 70_000}
+    return {"options": {"lang": "por"}, "engine_options": {"psm": 3}, "preset": "fast", "x": "a" * 70_000}
 
 
 def deep_request(depth: int = 200) -> dict:
@@ -145,10 +223,35 @@ def bad_requests() -> list[tuple[str, object]]:
 def hostile_strings() -> list[str]:
     """Names no worker or runner may have; each must be refused, quoted, not executed."""
     base = [
-        "'", "''", "\"", "ocr'; DROP TABLE scrinalia.archive_worker_runs; --", "ocr;", "ocr\\",
-        "\\x00", "%s", "%(x)s", "$1", "{}", "ocr OR 1=1", "ocr' OR '1'='1", "../ocr", "ocr\n",
-        "ocr\r\n", "\tocr", " ocr", "ocr ", "OCR", "ócr", "ocr\u200b", "ocr\u202e", "o" * 64,
-        "o" * 10_000, "\u00a0", "😀", "ocr\x1b[31m", "",
+        "'",
+        "''",
+        '"',
+        "ocr'; DROP TABLE scrinalia.archive_worker_runs; --",
+        "ocr;",
+        "ocr\\",
+        "\\x00",
+        "%s",
+        "%(x)s",
+        "$1",
+        "{}",
+        "ocr OR 1=1",
+        "ocr' OR '1'='1",
+        "../ocr",
+        "ocr\n",
+        "ocr\r\n",
+        "\tocr",
+        " ocr",
+        "ocr ",
+        "OCR",
+        "ócr",
+        "ocr\u200b",
+        "ocr\u202e",
+        "o" * 64,
+        "o" * 10_000,
+        "\u00a0",
+        "😀",
+        "ocr\x1b[31m",
+        "",
     ]
     controls = [f"ocr{chr(c)}x" for c in itertools.chain(range(1, 32), [127])]
     return base + controls

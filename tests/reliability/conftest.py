@@ -5,6 +5,7 @@ from __future__ import annotations
 import pathlib
 
 import pytest
+
 from helpers import table_fingerprints
 
 _HERE = pathlib.Path(__file__).parent

@@ -25,13 +25,14 @@ import time
 from pathlib import Path
 
 import pytest
+
 from scrinalia_workers.testkit.cluster import LocalCluster, find_bin_dir, free_port
 
 
 def pgbouncer_binary() -> str | None:
     """SCRINALIA_PGBOUNCER, else pgbouncer on PATH or in /usr/sbin (Debian's package)."""
     given = os.environ.get("SCRINALIA_PGBOUNCER")
-    for candidate in ([given] if given else [shutil.which("pgbouncer"), "/usr/sbin/pgbouncer"]):
+    for candidate in [given] if given else [shutil.which("pgbouncer"), "/usr/sbin/pgbouncer"]:
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     return None
@@ -59,8 +60,9 @@ def require_server_binaries() -> Path:
 
 
 def pgbouncer_version(binary: str | None = None) -> tuple[int, ...]:
-    out = subprocess.run([binary or require_pgbouncer(), "--version"], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        [binary or require_pgbouncer(), "--version"], capture_output=True, text=True, check=True
+    ).stdout
     # "PgBouncer 1.18.0\nlibevent ..."
     return tuple(int(x) for x in out.split()[1].split("."))
 
@@ -84,10 +86,16 @@ class PgBouncer:
     1.18 refuses otherwise (extra_float_digits is psycopg's, options ours).
     """
 
-    def __init__(self, cluster: LocalCluster, pool_mode: str = "transaction", *,
-                 users: tuple[str, ...] = ("postgres",), pool_size: int = 20,
-                 ignore_startup_parameters: str = "extra_float_digits,options",
-                 extra: dict[str, str] | None = None):
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        pool_mode: str = "transaction",
+        *,
+        users: tuple[str, ...] = ("postgres",),
+        pool_size: int = 20,
+        ignore_startup_parameters: str = "extra_float_digits,options",
+        extra: dict[str, str] | None = None,
+    ):
         self.binary = require_pgbouncer()
         self.cluster = cluster
         self.pool_mode = pool_mode
@@ -122,9 +130,10 @@ class PgBouncer:
         self.ini.write_text(
             "[databases]\n"
             f"* = host=127.0.0.1 port={self.cluster.port}\n"
-            "[pgbouncer]\n" + "".join(f"{k} = {v}\n" for k, v in settings.items()))
+            "[pgbouncer]\n" + "".join(f"{k} = {v}\n" for k, v in settings.items())
+        )
 
-    def start(self) -> "PgBouncer":
+    def start(self) -> PgBouncer:
         self._write_config()
         self.logfile.touch()
         kwargs = {}
@@ -134,8 +143,9 @@ class PgBouncer:
                 os.chown(p, pw.pw_uid, pw.pw_gid)
             kwargs = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
         # foreground (no -d): the pid we hold is PgBouncer's own
-        self.proc = subprocess.Popen([self.binary, str(self.ini)], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, **kwargs)
+        self.proc = subprocess.Popen(
+            [self.binary, str(self.ini)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs
+        )
         _wait_port(self.port, 10, self.proc, self.logfile)
         return self
 
@@ -160,8 +170,7 @@ def multi_host_dsn(*clusters: LocalCluster, dbname: str = "postgres", user: str 
     """One libpq string naming every node; libpq picks the one that accepts writes."""
     hosts = ",".join("127.0.0.1" for _ in clusters)
     ports = ",".join(str(c.port) for c in clusters)
-    return (f"host={hosts} port={ports} user={user} dbname={dbname} "
-            "target_session_attrs=read-write")
+    return f"host={hosts} port={ports} user={user} dbname={dbname} target_session_attrs=read-write"
 
 
 def stop_all(procs) -> list[int | str]:

@@ -10,11 +10,12 @@ The checks read the tables directly: connect as the owner (the test superuser).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Iterable
 
 import psycopg
+
 from scrinalia_workers import cron
 
 # ADR 0015: the delay after attempt n is min(60 * 2^(n-1), 1800) s, jittered by
@@ -39,11 +40,14 @@ def double_periods(conn: psycopg.Connection) -> list[str]:
     """No period enqueued twice: one attempt-1 SCHEDULE row per (worker, scheduled_for)."""
     return [
         f"period {w} @ {sf} enqueued {n} times (runs {ids})"
-        for w, sf, n, ids in _rows(conn, """
+        for w, sf, n, ids in _rows(
+            conn,
+            """
             SELECT worker_name, scheduled_for, count(*), array_agg(run_id ORDER BY run_id)
               FROM scrinalia.archive_worker_runs
              WHERE trigger = 'SCHEDULE' AND attempt = 1
-             GROUP BY 1, 2 HAVING count(*) > 1""")
+             GROUP BY 1, 2 HAVING count(*) > 1""",
+        )
     ]
 
 
@@ -51,11 +55,14 @@ def busy_slots(conn: psycopg.Connection) -> list[str]:
     """Never two QUEUED/RUNNING rows for a worker (sample it during a run too)."""
     return [
         f"worker {w} has {n} live runs {ids}"
-        for w, n, ids in _rows(conn, """
+        for w, n, ids in _rows(
+            conn,
+            """
             SELECT worker_name, count(*), array_agg(run_id ORDER BY run_id)
               FROM scrinalia.archive_worker_runs
              WHERE status IN ('QUEUED', 'RUNNING')
-             GROUP BY 1 HAVING count(*) > 1""")
+             GROUP BY 1 HAVING count(*) > 1""",
+        )
     ]
 
 
@@ -69,13 +76,15 @@ def retry_shape(conn: psycopg.Connection) -> list[str]:
     or CLI run none; a parent whose retry exists no longer owes one.
     """
     out = []
-    for (rid, att, trig, nb, created, req, sf, pid, patt, ptrig, pstatus, preq, psf,
-         ppending) in _rows(conn, """
+    for rid, att, trig, nb, created, req, sf, pid, patt, ptrig, pstatus, preq, psf, ppending in _rows(
+        conn,
+        """
             SELECT r.run_id, r.attempt, r.trigger, r.not_before, r.created_at, r.request, r.scheduled_for,
                    p.run_id, p.attempt, p.trigger, p.status, p.request, p.scheduled_for, p.retry_pending
               FROM scrinalia.archive_worker_runs r
               LEFT JOIN scrinalia.archive_worker_runs p ON p.run_id = r.retry_of
-             WHERE r.retry_of IS NOT NULL OR r.attempt > 1"""):
+             WHERE r.retry_of IS NOT NULL OR r.attempt > 1""",
+    ):
         where = f"retry #{rid} (attempt {att}) of #{pid}"
         if pid is None:
             out.append(f"{where}: attempt {att} without a parent")
@@ -99,23 +108,32 @@ def retry_shape(conn: psycopg.Connection) -> list[str]:
                 out.append(f"{where}: waits {wait:.3f}s, outside [{lo:.1f}, {hi:.1f}]")
     out += [
         f"run #{rid} ({trig}) attempt {att} status {st}: a MANUAL/CLI run must never be retried"
-        for rid, trig, att, st in _rows(conn, """
+        for rid, trig, att, st in _rows(
+            conn,
+            """
             SELECT run_id, trigger, attempt, status FROM scrinalia.archive_worker_runs
              WHERE trigger <> 'SCHEDULE' AND (attempt <> 1 OR retry_pending
-                   OR run_id IN (SELECT retry_of FROM scrinalia.archive_worker_runs WHERE retry_of IS NOT NULL))""")
+                   OR run_id IN (SELECT retry_of FROM scrinalia.archive_worker_runs WHERE retry_of IS NOT NULL))""",
+        )
     ]
     out += [
         f"run #{rid} attempt 3 has a retry or owes one"
-        for (rid,) in _rows(conn, """
+        for (rid,) in _rows(
+            conn,
+            """
             SELECT p.run_id FROM scrinalia.archive_worker_runs p
              WHERE p.attempt >= 3 AND (p.retry_pending
-                   OR EXISTS (SELECT 1 FROM scrinalia.archive_worker_runs c WHERE c.retry_of = p.run_id))""")
+                   OR EXISTS (SELECT 1 FROM scrinalia.archive_worker_runs c WHERE c.retry_of = p.run_id))""",
+        )
     ]
     out += [
         f"run #{rid} has {n} retries"
-        for rid, n in _rows(conn, """
+        for rid, n in _rows(
+            conn,
+            """
             SELECT retry_of, count(*) FROM scrinalia.archive_worker_runs
-             WHERE retry_of IS NOT NULL GROUP BY 1 HAVING count(*) > 1""")
+             WHERE retry_of IS NOT NULL GROUP BY 1 HAVING count(*) > 1""",
+        )
     ]
     return out
 
@@ -134,7 +152,9 @@ def owed_retries(conn: psycopg.Connection, settled_at: datetime | None = None) -
         return []
     return [
         f"run #{rid} ({w}, attempt {att}, {st} at {fin}) has no retry although a retry pass ran at {settled_at}"
-        for rid, w, att, st, fin in _rows(conn, """
+        for rid, w, att, st, fin in _rows(
+            conn,
+            """
             SELECT p.run_id, p.worker_name, p.attempt, p.status, p.finished_at
               FROM scrinalia.archive_worker_runs p
              WHERE p.trigger = 'SCHEDULE' AND p.attempt < 3
@@ -144,7 +164,8 @@ def owed_retries(conn: psycopg.Connection, settled_at: datetime | None = None) -
                                 WHERE m.worker_name = p.worker_name AND m.trigger <> 'SCHEDULE'
                                   AND m.created_at <= %(t)s
                                   AND (m.finished_at IS NULL OR m.finished_at >= %(t)s))""",
-            {"t": settled_at})
+            {"t": settled_at},
+        )
     ]
 
 
@@ -156,6 +177,7 @@ def check_all(conn: psycopg.Connection, settled_at: datetime | None = None) -> l
 @dataclass
 class Decision:
     """One tick decision as the scheduler logged it (or tick() returned it)."""
+
     worker: str
     decision: str  # ENQUEUED | SKIPPED | ARMED
     scheduled_for: datetime | None
@@ -182,9 +204,16 @@ def lost_periods(
     ticked and are not counted.
     """
     start, end = window
-    ran = {r[0] for r in _rows(conn, """
+    ran = {
+        r[0]
+        for r in _rows(
+            conn,
+            """
         SELECT scheduled_for FROM scrinalia.archive_worker_runs
-         WHERE worker_name = %s AND trigger = 'SCHEDULE' AND attempt = 1""", (worker,))}
+         WHERE worker_name = %s AND trigger = 'SCHEDULE' AND attempt = 1""",
+            (worker,),
+        )
+    }
     ds = [d for d in decisions if d.worker == worker and d.decision in ("ENQUEUED", "SKIPPED")]
     skipped = {d.scheduled_for for d in ds if d.decision == "SKIPPED"}
     out = []

@@ -12,6 +12,7 @@ import random
 import time
 
 import psycopg
+
 from scrinalia_workers import cron
 
 DECISIONS_DDL = """
@@ -28,11 +29,13 @@ def scheduler_pass(conn: psycopg.Connection, name: str) -> int:
             return 0
         now = due[0][3]
         nexts = cron.next_occurrences([(d[1], d[2]) for d in due], now)
-        conn.execute("""
+        conn.execute(
+            """
             INSERT INTO public.load_decisions
             SELECT worker_name, decision, scheduled_for, now(), clock_timestamp()
               FROM scrinalia.tick(%s::text[], %s::timestamptz[], %s)""",
-                     ([d[0] for d in due], nexts, name))
+            ([d[0] for d in due], nexts, name),
+        )
         return len(due)
 
 
@@ -52,8 +55,9 @@ def runner_loop(dsn: str, runner_id: str, stop, fail_rate: float, seed: int, don
     rnd = random.Random(seed)
     conn = psycopg.connect(dsn, autocommit=True, application_name=f"load runner {runner_id}")
     while not stop.is_set():
-        row = conn.execute("SELECT run_id, lease_token FROM scrinalia.claim_next(%s, '1 minute')",
-                           (runner_id,)).fetchone()
+        row = conn.execute(
+            "SELECT run_id, lease_token FROM scrinalia.claim_next(%s, '1 minute')", (runner_id,)
+        ).fetchone()
         if row is None:
             time.sleep(0.05)
             continue

@@ -14,9 +14,10 @@ import sys
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
+
 from bad_input_corpus import INVALID_ZONES, bad_requests, hostile_strings, invalid_crons
 from helpers import claim, make_worker, put_schedule
-from psycopg.types.json import Jsonb
 from scrinalia_workers import cron
 
 
@@ -59,12 +60,17 @@ def test_invalid_cron_corpus_is_refused_by_sql_and_python(world, fingerprint):
     assert fingerprint(world) == before
     # the stored schedule is the one saved before, untouched
     assert world.execute("SELECT cron, timezone FROM scrinalia.archive_worker_schedules").fetchall() == [
-        ("0 2 * * *", "Europe/Berlin")]
+        ("0 2 * * *", "Europe/Berlin")
+    ]
 
 
 def test_invalid_cron_messages_name_the_field(world):
-    for expr, field in [("0 24 * * *", "field 2 (hour)"), ("0 0 * * MON#2", "field 5 (day-of-week)"),
-                        ("*/0 * * * *", "field 1 (minute)"), ("0 0 0 * *", "field 3 (day-of-month)")]:
+    for expr, field in [
+        ("0 24 * * *", "field 2 (hour)"),
+        ("0 0 * * MON#2", "field 5 (day-of-week)"),
+        ("*/0 * * * *", "field 1 (minute)"),
+        ("0 0 0 * *", "field 3 (day-of-month)"),
+    ]:
         e = refusal(world, "SELECT scrinalia.validate_cron(%s)", (expr,))
         assert field in e.diag.message_primary, e.diag.message_primary
 
@@ -74,9 +80,11 @@ def test_unknown_zones_are_refused(world, fingerprint):
     for z in INVALID_ZONES:
         with pytest.raises(cron.ZoneError):
             cron.validate_timezone(z)
-        for sql in ("SELECT scrinalia.validate_timezone(%s)",
-                    "SELECT scrinalia.put_schedule('ocr', '0 3 * * *', %s)",
-                    "SELECT scrinalia.set_default_timezone(%s)"):
+        for sql in (
+            "SELECT scrinalia.validate_timezone(%s)",
+            "SELECT scrinalia.put_schedule('ocr', '0 3 * * *', %s)",
+            "SELECT scrinalia.set_default_timezone(%s)",
+        ):
             assert_class(refusal(world, sql, (z,)), "SW004", f"{sql} {z!r}")
     assert fingerprint(world) == before
 
@@ -84,9 +92,11 @@ def test_unknown_zones_are_refused(world, fingerprint):
 @pytest.mark.parametrize("what,request_body", bad_requests(), ids=[w for w, _ in bad_requests()])
 def test_malformed_requests_are_refused_everywhere(world, fingerprint, what, request_body):
     before = fingerprint(world)
-    for sql in ("SELECT scrinalia.put_schedule('ocr', '0 3 * * *', 'UTC', %s)",
-                "SELECT scrinalia.enqueue('ocr', %s)",
-                "SELECT scrinalia.put_settings('ocr', %s)"):
+    for sql in (
+        "SELECT scrinalia.put_schedule('ocr', '0 3 * * *', 'UTC', %s)",
+        "SELECT scrinalia.enqueue('ocr', %s)",
+        "SELECT scrinalia.put_settings('ocr', %s)",
+    ):
         e = refusal(world, sql, (Jsonb(request_body),))
         assert_class(e, "SW002", f"{what}: {sql}")
         assert "ocr" in e.diag.message_primary
@@ -131,8 +141,11 @@ WRONG_TYPES = [
     ("SELECT * FROM scrinalia.tick(ARRAY['ocr'], ARRAY[now() - interval '1 s'])", (), "SW030"),
     ("SELECT * FROM scrinalia.tick(ARRAY['ocr'], ARRAY[NULL]::timestamptz[])", (), "SW030"),
     ("SELECT * FROM scrinalia.tick(ARRAY[NULL], ARRAY[now() + interval '1 h'])", (), "SW030"),
-    ("SELECT * FROM scrinalia.tick(ARRAY['ocr','ocr'], ARRAY[now() + interval '1 h', now() + interval '2 h'])",
-     (), "SW030"),
+    (
+        "SELECT * FROM scrinalia.tick(ARRAY['ocr','ocr'], ARRAY[now() + interval '1 h', now() + interval '2 h'])",
+        (),
+        "SW030",
+    ),
     ("SELECT scrinalia.retry_delay(0, 0)", (), "SW002"),
     ("SELECT scrinalia.retry_delay(1, 0.5)", (), "SW002"),
     ("SELECT scrinalia.retry_delay(NULL, 0)", (), "SW002"),
@@ -154,12 +167,14 @@ def test_wrong_types_and_values_are_refused(world, fingerprint, sql, params, exp
 
 def test_unknown_workers_are_refused(world, fingerprint):
     before = fingerprint(world)
-    for sql, expected in [("SELECT scrinalia.enqueue('nope')", "SW001"),
-                          ("SELECT scrinalia.put_schedule('nope', '0 3 * * *')", "SW001"),
-                          ("SELECT scrinalia.put_settings('nope', '{}')", "SW001"),
-                          ("SELECT scrinalia.add_units('nope', ARRAY['u1'])", "SW001"),
-                          ("SELECT scrinalia.delete_schedule('nope')", "SW001"),
-                          ("SELECT scrinalia.set_schedule_enabled('nope', false)", "SW001")]:
+    for sql, expected in [
+        ("SELECT scrinalia.enqueue('nope')", "SW001"),
+        ("SELECT scrinalia.put_schedule('nope', '0 3 * * *')", "SW001"),
+        ("SELECT scrinalia.put_settings('nope', '{}')", "SW001"),
+        ("SELECT scrinalia.add_units('nope', ARRAY['u1'])", "SW001"),
+        ("SELECT scrinalia.delete_schedule('nope')", "SW001"),
+        ("SELECT scrinalia.set_schedule_enabled('nope', false)", "SW001"),
+    ]:
         e = refusal(world, sql)
         assert_class(e, expected, sql)
         assert "'nope'" in e.diag.message_primary
@@ -179,12 +194,14 @@ _RUNNER_OK = re.compile(r"[A-Za-z0-9_.:@/-]{1,200}")
 def test_hostile_worker_names_are_refused_and_quoted(world, fingerprint):
     before = fingerprint(world)
     for s in hostile_strings():
-        for sql, expected in [("SELECT scrinalia.enqueue(%s)", "SW001"),
-                              ("SELECT scrinalia.put_schedule(%s, '0 3 * * *')", "SW001"),
-                              ("SELECT scrinalia.put_settings(%s, '{}')", "SW001"),
-                              ("SELECT scrinalia.add_units(%s, ARRAY['u'])", "SW001"),
-                              ("SELECT scrinalia.delete_schedule(%s)", "SW001"),
-                              ("SELECT scrinalia.register_worker(%s)", "SW002")]:
+        for sql, expected in [
+            ("SELECT scrinalia.enqueue(%s)", "SW001"),
+            ("SELECT scrinalia.put_schedule(%s, '0 3 * * *')", "SW001"),
+            ("SELECT scrinalia.put_settings(%s, '{}')", "SW001"),
+            ("SELECT scrinalia.add_units(%s, ARRAY['u'])", "SW001"),
+            ("SELECT scrinalia.delete_schedule(%s)", "SW001"),
+            ("SELECT scrinalia.register_worker(%s)", "SW002"),
+        ]:
             e = refusal(world, sql, (s,))
             assert_class(e, expected, f"{sql} {s!r}")
         assert world.execute("SELECT * FROM scrinalia.get_schedule(%s)", (s,)).fetchall() == []
@@ -210,8 +227,11 @@ def test_nul_is_refused_by_the_driver_before_the_database(db_dsn, fingerprint):
         conn.commit()
         before = fingerprint(conn)
         conn.commit()
-        for sql in ("SELECT scrinalia.enqueue(%s)", "SELECT * FROM scrinalia.claim_next(%s)",
-                    "SELECT scrinalia.validate_cron(%s)"):
+        for sql in (
+            "SELECT scrinalia.enqueue(%s)",
+            "SELECT * FROM scrinalia.claim_next(%s)",
+            "SELECT scrinalia.validate_cron(%s)",
+        ):
             with pytest.raises(psycopg.DataError) as ei:
                 conn.execute(sql, ("ocr\x00; DROP TABLE x",))
             assert ei.value.sqlstate is None  # raised by psycopg while adapting, not by PostgreSQL
@@ -251,8 +271,12 @@ CLI_CASES = [
 def test_cli_refuses_bad_input_in_one_line(world, db_dsn, fingerprint):
     before = fingerprint(world)
     for argv, fragment in CLI_CASES:
-        p = subprocess.run([sys.executable, "-m", "scrinalia_workers", *argv, *_dsn_arg(argv, db_dsn)],
-                           capture_output=True, text=True, timeout=60)
+        p = subprocess.run(
+            [sys.executable, "-m", "scrinalia_workers", *argv, *_dsn_arg(argv, db_dsn)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         where = f"{argv}: rc={p.returncode} stderr={p.stderr!r}"
         assert p.returncode != 0, where
         assert "Traceback" not in p.stderr, where

@@ -25,13 +25,14 @@ import json
 import os
 import textwrap
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
+from psycopg.rows import dict_row
+
 from infra import multi_host_dsn, require_server_binaries, stop_all
 from invariants import check_all
-from psycopg.rows import dict_row
 from scrinalia_workers.admin.migrate import migrate
 from scrinalia_workers.testkit.cluster import LocalCluster, free_port
 from scrinalia_workers.testkit.procs import start_runner, start_scheduler
@@ -39,14 +40,14 @@ from scrinalia_workers.testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
-PERIODS = 24          # one schedule per second, the first FIRST_AT s after seeding
+PERIODS = 24  # one schedule per second, the first FIRST_AT s after seeding
 FIRST_AT = 4
-FAIL_EVERY = 6        # p06, p12, p18, p24 raise
-LAG = 3.0             # seconds the replica receives nothing before the primary dies
-OUTAGE = 2.0          # seconds with no writable node: a failover manager's detection time
-FAILOVER_AFTER = 5    # successful runs before the lag starts
+FAIL_EVERY = 6  # p06, p12, p18, p24 raise
+LAG = 3.0  # seconds the replica receives nothing before the primary dies
+OUTAGE = 2.0  # seconds with no writable node: a failover manager's detection time
+FAILOVER_AFTER = 5  # successful runs before the lag starts
 TAKEOVER_BOUND = 10.0  # s from promotion to a lock held on the new primary
-RETRY = "0.5"         # --standby-retry
+RETRY = "0.5"  # --standby-retry
 
 HANDLERS = textwrap.dedent("""
     import time
@@ -69,26 +70,35 @@ def _utc(ts: str) -> datetime:
 
 def _seed(conn: psycopg.Connection) -> datetime:
     """PERIODS workers, p01..pNN, each armed on its own second after now(); returns the first."""
-    first = conn.execute("SELECT date_trunc('second', now()) + %s * interval '1 second'",
-                         (FIRST_AT,)).fetchone()[0]
-    conn.execute("INSERT INTO scrinalia.archive_workers (worker_name) "
-                 "SELECT 'p' || lpad(g::text, 2, '0') FROM generate_series(1, %s) g", (PERIODS,))
-    conn.execute("""
+    first = conn.execute("SELECT date_trunc('second', now()) + %s * interval '1 second'", (FIRST_AT,)).fetchone()[0]
+    conn.execute(
+        "INSERT INTO scrinalia.archive_workers (worker_name) "
+        "SELECT 'p' || lpad(g::text, 2, '0') FROM generate_series(1, %s) g",
+        (PERIODS,),
+    )
+    conn.execute(
+        """
         INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)
         SELECT 'p' || lpad(g::text, 2, '0'), '0 0 1 1 *', 'UTC', %(first)s + (g - 1) * interval '1 second'
-          FROM generate_series(1, %(n)s) g""", {"n": PERIODS, "first": first})
+          FROM generate_series(1, %(n)s) g""",
+        {"n": PERIODS, "first": first},
+    )
     return first
 
 
 def _streaming(primary_conn: psycopg.Connection) -> bool:
-    return primary_conn.execute(
-        "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'").fetchone()[0] == 1
+    return primary_conn.execute("SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'").fetchone()[0] == 1
 
 
 def _runs(conn: psycopg.Connection) -> list[dict]:
-    return conn.cursor(row_factory=dict_row).execute(
-        "SELECT run_id, worker_name, attempt, trigger, status, scheduled_for, created_at, retry_of "
-        "FROM scrinalia.archive_worker_runs ORDER BY run_id").fetchall()
+    return (
+        conn.cursor(row_factory=dict_row)
+        .execute(
+            "SELECT run_id, worker_name, attempt, trigger, status, scheduled_for, created_at, retry_of "
+            "FROM scrinalia.archive_worker_runs ORDER BY run_id"
+        )
+        .fetchall()
+    )
 
 
 @pytest.fixture
@@ -124,30 +134,42 @@ def test_failover_under_the_real_daemons(pair, handlers_module, replication):
         pconn.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
         pconn.execute("ALTER SYSTEM SET synchronous_commit = 'remote_apply'")
         pconn.execute("SELECT pg_reload_conf()")
-        wait_for(lambda: pconn.execute("SELECT sync_state FROM pg_stat_replication").fetchone() == ("sync",),
-                 timeout=10, what="a synchronous standby")
+        wait_for(
+            lambda: pconn.execute("SELECT sync_state FROM pg_stat_replication").fetchone() == ("sync",),
+            timeout=10,
+            what="a synchronous standby",
+        )
     first = _seed(pconn)
     last = first + timedelta(seconds=PERIODS - 1)
 
     dsn = multi_host_dsn(primary, replica)
-    scheds = [start_scheduler(dsn, "--standby-retry", RETRY, "--max-sleep", "0.5", "--name", f"s{i}")
-              for i in (1, 2)]
+    scheds = [start_scheduler(dsn, "--standby-retry", RETRY, "--max-sleep", "0.5", "--name", f"s{i}") for i in (1, 2)]
     runners = [start_runner(dsn, handlers_module, "--lease", "3", "--runner-id", f"r{i}") for i in (1, 2)]
     new_conn = None
     try:
-        wait_for(lambda: pconn.execute("SELECT count(*) FROM scrinalia.archive_worker_runs "
-                                       "WHERE status = 'SUCCEEDED'").fetchone()[0] >= FAILOVER_AFTER,
-                 timeout=FIRST_AT + FAILOVER_AFTER + 15, what="the first runs done on the primary")
+        wait_for(
+            lambda: (
+                pconn.execute(
+                    "SELECT count(*) FROM scrinalia.archive_worker_runs WHERE status = 'SUCCEEDED'"
+                ).fetchone()[0]
+                >= FAILOVER_AFTER
+            ),
+            timeout=FIRST_AT + FAILOVER_AFTER + 15,
+            what="the first runs done on the primary",
+        )
 
         # replication lag: the replica stops receiving WAL, the primary goes on (or waits)
         rconn.execute("ALTER SYSTEM SET primary_conninfo = ''")
         rconn.execute("SELECT pg_reload_conf()")
-        wait_for(lambda: rconn.execute("SELECT count(*) FROM pg_stat_wal_receiver").fetchone()[0] == 0,
-                 timeout=10, what="the replica's WAL receiver gone")
-        lag_started = datetime.now(timezone.utc)
+        wait_for(
+            lambda: rconn.execute("SELECT count(*) FROM pg_stat_wal_receiver").fetchone()[0] == 0,
+            timeout=10,
+            what="the replica's WAL receiver gone",
+        )
+        lag_started = datetime.now(UTC)
         time.sleep(LAG)  # the lag itself is the scenario: the primary works (or waits) meanwhile
         primary_lsn = pconn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
-        killed = datetime.now(timezone.utc)
+        killed = datetime.now(UTC)
         primary.kill()
         pconn.close()
         replica_lsn = rconn.execute("SELECT pg_last_wal_receive_lsn()").fetchone()[0]
@@ -155,24 +177,39 @@ def test_failover_under_the_real_daemons(pair, handlers_module, replication):
         exited = [(p.popen.args[2:4], "".join(p.raw[-5:])) for p in scheds + runners if p.popen.poll() is not None]
         assert not exited, f"a daemon exited during the outage: {exited}"
         replica.promote()
-        promoted = datetime.now(timezone.utc)
+        promoted = datetime.now(UTC)
         rconn.close()
         new_conn = psycopg.connect(replica.dsn(), autocommit=True)
 
         def lock_after_promotion():
-            evs = [(_utc(e["ts"]), s) for s in scheds for e in list(s.events)
-                   if e.get("event") == "lock acquired" and _utc(e["ts"]) > killed]
+            evs = [
+                (_utc(e["ts"]), s)
+                for s in scheds
+                for e in list(s.events)
+                if e.get("event") == "lock acquired" and _utc(e["ts"]) > killed
+            ]
             return min(evs, key=lambda x: x[0]) if evs else None
 
-        took, new_holder = wait_for(lock_after_promotion, timeout=TAKEOVER_BOUND + 5,
-                                    what="a scheduler holding the lock on the new primary")
-        old_holder = next(s for s in scheds if any(
-            e.get("event") == "lock acquired" and _utc(e["ts"]) < killed for e in list(s.events)))
+        took, new_holder = wait_for(
+            lock_after_promotion, timeout=TAKEOVER_BOUND + 5, what="a scheduler holding the lock on the new primary"
+        )
+        old_holder = next(
+            s
+            for s in scheds
+            if any(e.get("event") == "lock acquired" and _utc(e["ts"]) < killed for e in list(s.events))
+        )
         # the runners found the new primary by themselves (their connection is kept)
-        wait_for(lambda: new_conn.execute(
-            "SELECT count(DISTINCT application_name) FROM pg_stat_activity "
-            "WHERE application_name IN ('scrinalia-runner r1', 'scrinalia-runner r2')").fetchone()[0] == 2,
-            timeout=15, what="both runners connected to the new primary")
+        wait_for(
+            lambda: (
+                new_conn.execute(
+                    "SELECT count(DISTINCT application_name) FROM pg_stat_activity "
+                    "WHERE application_name IN ('scrinalia-runner r1', 'scrinalia-runner r2')"
+                ).fetchone()[0]
+                == 2
+            ),
+            timeout=15,
+            what="both runners connected to the new primary",
+        )
         takeover = (took - promoted).total_seconds()
 
         # run on until every armed period has passed and been ticked, and the runners drained
@@ -181,8 +218,11 @@ def test_failover_under_the_real_daemons(pair, handlers_module, replication):
             pending = new_conn.execute(
                 "SELECT (SELECT count(*) FROM scrinalia.archive_worker_schedules WHERE next_run_at <= %s)"
                 " + (SELECT count(*) FROM scrinalia.archive_worker_runs WHERE status IN ('QUEUED', 'RUNNING')"
-                "    AND (not_before IS NULL OR not_before <= now()))", (last,)).fetchone()[0]
+                "    AND (not_before IS NULL OR not_before <= now()))",
+                (last,),
+            ).fetchone()[0]
             return now > last + timedelta(seconds=1) and pending == 0
+
         wait_for(settled, timeout=PERIODS + FIRST_AT + 20, interval=0.2, what="all periods ticked and run")
     finally:
         sched_codes, runner_codes = stop_all(scheds), stop_all(runners)
@@ -218,24 +258,33 @@ def test_failover_under_the_real_daemons(pair, handlers_module, replication):
     assert after and all(r[0]["status"] in ("SUCCEEDED", "FAILED") for r in after)
 
     # what the clients were told (the daemons log after each commit) against what survived
-    acked_enqueues = {(e["worker"], _utc(e["scheduled_for"]), e["run_id"])
-                      for s in scheds for e in s.events if e.get("event") == "enqueued"}
+    acked_enqueues = {
+        (e["worker"], _utc(e["scheduled_for"]), e["run_id"])
+        for s in scheds
+        for e in s.events
+        if e.get("event") == "enqueued"
+    }
     kept = {(r["worker_name"], r["scheduled_for"], r["run_id"]) for r in runs if r["attempt"] == 1}
     lost_enqueues = sorted(acked_enqueues - kept)
     acked_finishes = {(e["run_id"], e["status"]) for p in runners for e in p.events if e.get("event") == "finished"}
     by_id = {r["run_id"]: r for r in runs}
-    lost_finishes = sorted(f for f in acked_finishes
-                           if f[0] not in by_id or by_id[f[0]]["status"] != f[1])
+    lost_finishes = sorted(f for f in acked_finishes if f[0] not in by_id or by_id[f[0]]["status"] != f[1])
     # the old primary's last state, read from its data directory on a side port
     primary.port = free_port()
     primary.pg_ctl("start", "-w", "-t", "60", "-o", f"-p {primary.port}", "-l", str(primary.logfile))
     with psycopg.connect(primary.dsn(), autocommit=True) as old:
         old_runs = _runs(old)
-    on_old_only = [r for r in old_runs
-                   if (r["worker_name"], r["scheduled_for"], r["run_id"], r["attempt"])
-                   not in {(x["worker_name"], x["scheduled_for"], x["run_id"], x["attempt"]) for x in runs}]
-    redone = [by_period[(r["worker_name"], r["scheduled_for"])][0] for r in on_old_only
-              if r["attempt"] == 1 and r["trigger"] == "SCHEDULE"]
+    on_old_only = [
+        r
+        for r in old_runs
+        if (r["worker_name"], r["scheduled_for"], r["run_id"], r["attempt"])
+        not in {(x["worker_name"], x["scheduled_for"], x["run_id"], x["attempt"]) for x in runs}
+    ]
+    redone = [
+        by_period[(r["worker_name"], r["scheduled_for"])][0]
+        for r in on_old_only
+        if r["attempt"] == 1 and r["trigger"] == "SCHEDULE"
+    ]
     late = max(((r["created_at"] - r["scheduled_for"]).total_seconds() for r in redone), default=0.0)
     new_conn.close()
 
@@ -253,8 +302,9 @@ def test_failover_under_the_real_daemons(pair, handlers_module, replication):
         "old_primary_rows_not_on_new": len(on_old_only),
         "periods_enqueued_again": len(redone),
         "max_lateness_of_those_s": round(late, 2),
-        "max_lateness_of_any_period_s": round(max((v[0]["created_at"] - v[0]["scheduled_for"]).total_seconds()
-                                                  for v in by_period.values()), 2),
+        "max_lateness_of_any_period_s": round(
+            max((v[0]["created_at"] - v[0]["scheduled_for"]).total_seconds() for v in by_period.values()), 2
+        ),
         "periods_due_while_no_primary": sum(1 for (_, sf) in by_period if killed < sf <= promoted),
         "retries": len(children),
     }

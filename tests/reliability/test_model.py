@@ -16,25 +16,52 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
-from helpers import make_worker
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from helpers import make_worker
 from invariants import check_all, retry_window
 from scrinalia_workers import cron
 
-ZONES = ["UTC", "Europe/Berlin", "America/New_York", "America/Sao_Paulo", "Australia/Lord_Howe",
-         "Asia/Kolkata", "Pacific/Chatham", "America/St_Johns"]
-CRONS = ["* * * * *", "*/5 * * * *", "0 * * * *", "30 2 * * *", "0 2 * * *", "15 1-3 * * *",
-         "0 0 * * MON", "0 6 * * 1-5", "0 0 1 * *", "*/15 2 * * *", "0 */6 * * *", "59 23 * * *"]
+ZONES = [
+    "UTC",
+    "Europe/Berlin",
+    "America/New_York",
+    "America/Sao_Paulo",
+    "Australia/Lord_Howe",
+    "Asia/Kolkata",
+    "Pacific/Chatham",
+    "America/St_Johns",
+]
+CRONS = [
+    "* * * * *",
+    "*/5 * * * *",
+    "0 * * * *",
+    "30 2 * * *",
+    "0 2 * * *",
+    "15 1-3 * * *",
+    "0 0 * * MON",
+    "0 6 * * 1-5",
+    "0 0 1 * *",
+    "*/15 2 * * *",
+    "0 */6 * * *",
+    "59 23 * * *",
+]
 # starting instants next to DST changes of the zones above (and one plain day)
-STARTS = [datetime(2026, 3, 29, 0, 30, tzinfo=timezone.utc), datetime(2026, 10, 25, 0, 30, tzinfo=timezone.utc),
-          datetime(2026, 3, 8, 6, 30, tzinfo=timezone.utc), datetime(2026, 11, 1, 5, 30, tzinfo=timezone.utc),
-          datetime(2026, 4, 4, 14, 45, tzinfo=timezone.utc), datetime(2026, 10, 3, 15, 20, tzinfo=timezone.utc),
-          datetime(2026, 9, 26, 13, 10, tzinfo=timezone.utc), datetime(2026, 6, 15, 12, 0, tzinfo=timezone.utc)]
+STARTS = [
+    datetime(2026, 3, 29, 0, 30, tzinfo=UTC),
+    datetime(2026, 10, 25, 0, 30, tzinfo=UTC),
+    datetime(2026, 3, 8, 6, 30, tzinfo=UTC),
+    datetime(2026, 11, 1, 5, 30, tzinfo=UTC),
+    datetime(2026, 4, 4, 14, 45, tzinfo=UTC),
+    datetime(2026, 10, 3, 15, 20, tzinfo=UTC),
+    datetime(2026, 9, 26, 13, 10, tzinfo=UTC),
+    datetime(2026, 6, 15, 12, 0, tzinfo=UTC),
+]
 WORKERS = ["m0", "m1", "m2"]
 EXAMPLES = int(os.environ.get("RELIABILITY_MODEL_EXAMPLES", "150"))
 
@@ -70,8 +97,7 @@ class Model:
     runs: dict[int, Run] = field(default_factory=dict)
 
     def live(self, worker: str) -> Run | None:
-        return next((r for r in self.runs.values() if r.worker == worker and r.status in ("QUEUED", "RUNNING")),
-                    None)
+        return next((r for r in self.runs.values() if r.worker == worker and r.status in ("QUEUED", "RUNNING")), None)
 
     def owed(self, worker: str) -> Run | None:
         return next((r for r in self.runs.values() if r.worker == worker and r.pending), None)
@@ -107,15 +133,18 @@ class Sim:
 
     def _shift(self, seconds: float) -> None:
         d = timedelta(seconds=seconds, microseconds=137)
-        for sql in ("""
+        for sql in (
+            """
             UPDATE scrinalia.archive_worker_runs SET created_at = created_at - %(d)s,
                    started_at = started_at - %(d)s, finished_at = finished_at - %(d)s,
                    not_before = not_before - %(d)s, lease_expires_at = lease_expires_at - %(d)s,
-                   heartbeat_at = heartbeat_at - %(d)s, scheduled_for = scheduled_for - %(d)s""", """
+                   heartbeat_at = heartbeat_at - %(d)s, scheduled_for = scheduled_for - %(d)s""",
+            """
             UPDATE scrinalia.archive_worker_schedules SET next_run_at = next_run_at - %(d)s,
                    last_enqueued_at = last_enqueued_at - %(d)s, last_skipped_at = last_skipped_at - %(d)s,
                    created_at = created_at - %(d)s, updated_at = updated_at - %(d)s""",
-                    "UPDATE scrinalia.scheduler_state SET last_tick_at = last_tick_at - %(d)s"):
+            "UPDATE scrinalia.scheduler_state SET last_tick_at = last_tick_at - %(d)s",
+        ):
             self.db.execute(sql, {"d": d})
         self.offset += d
 
@@ -135,10 +164,12 @@ class Sim:
                 r.status, r.token = "INTERRUPTED", None
                 r.pending = r.trigger == "SCHEDULE" and r.attempt < 3
 
-            got = self.db.execute("SELECT run_id, retry_of, worker_name, attempt, not_before "
-                                  "FROM scrinalia.create_retries()").fetchall()
-            want = [p for p in sorted(m.runs.values(), key=lambda r: r.run_id)
-                    if p.pending and m.live(p.worker) is None]
+            got = self.db.execute(
+                "SELECT run_id, retry_of, worker_name, attempt, not_before FROM scrinalia.create_retries()"
+            ).fetchall()
+            want = [
+                p for p in sorted(m.runs.values(), key=lambda r: r.run_id) if p.pending and m.live(p.worker) is None
+            ]
             assert sorted(g[1] for g in got) == [p.run_id for p in want], (got, want)
             for rid, parent_id, w, attempt, nb in got:
                 p = m.runs[parent_id]
@@ -149,10 +180,10 @@ class Sim:
                 p.pending = False
                 m.runs[rid] = Run(rid, w, "SCHEDULE", attempt, t, p.scheduled_for, parent_id, self.v(nb))
 
-            due = self.db.execute("SELECT worker_name, cron, timezone, next_run_at FROM scrinalia.due_schedules()"
-                                  ).fetchall()
-            want_due = sorted(w for w, s in m.scheds.items()
-                              if s.enabled and (s.next_run is None or s.next_run <= t))
+            due = self.db.execute(
+                "SELECT worker_name, cron, timezone, next_run_at FROM scrinalia.due_schedules()"
+            ).fetchall()
+            want_due = sorted(w for w, s in m.scheds.items() if s.enabled and (s.next_run is None or s.next_run <= t))
             assert sorted(d[0] for d in due) == want_due
             if not due:
                 return
@@ -160,7 +191,8 @@ class Sim:
             dec = self.db.execute(
                 "SELECT worker_name, decision, run_id, scheduled_for, next_run_at "
                 "FROM scrinalia.tick(%s::text[], %s::timestamptz[], 'model')",
-                ([d[0] for d in due], [n - self.offset for n in nexts])).fetchall()
+                ([d[0] for d in due], [n - self.offset for n in nexts]),
+            ).fetchall()
             assert sorted(d[0] for d in dec) == sorted(d[0] for d in due)
             # tick() answers in worker order, not in due order: match by name
             next_of = {d[0]: n for d, n in zip(due, nexts)}
@@ -185,18 +217,22 @@ class Sim:
     # -- a runner and an operator -------------------------------------------------
     def claim(self, lease_s: int) -> None:
         t0 = self.vnow()
-        row = self.db.execute("SELECT run_id, lease_token, lease_expires_at, now() "
-                              "FROM scrinalia.claim_next('model-runner', make_interval(secs => %s))",
-                              (lease_s,)).fetchone()
+        row = self.db.execute(
+            "SELECT run_id, lease_token, lease_expires_at, now() "
+            "FROM scrinalia.claim_next('model-runner', make_interval(secs => %s))",
+            (lease_s,),
+        ).fetchone()
         if row is None:
             # nothing claimable at the claim's instant (>= t0): nothing was at t0 either
-            assert not [r for r in self.m.runs.values() if r.status == "QUEUED"
-                        and (r.not_before is None or r.not_before <= t0)]
+            assert not [
+                r for r in self.m.runs.values() if r.status == "QUEUED" and (r.not_before is None or r.not_before <= t0)
+            ]
             return
         rid, token, exp, now = row
         t = now + self.offset
-        claimable = [r for r in self.m.runs.values()
-                     if r.status == "QUEUED" and (r.not_before is None or r.not_before <= t)]
+        claimable = [
+            r for r in self.m.runs.values() if r.status == "QUEUED" and (r.not_before is None or r.not_before <= t)
+        ]
         assert claimable and rid == min(claimable, key=lambda r: (r.created, r.run_id)).run_id
         r = self.m.runs[rid]
         r.status, r.token, r.lease_expires, r.lease = "RUNNING", token, self.v(exp), timedelta(seconds=lease_s)
@@ -211,8 +247,10 @@ class Sim:
             return
         status = "SUCCEEDED" if ok else "FAILED"
         try:
-            row = self.db.execute("SELECT status, retry_pending, now() FROM scrinalia.finish(%s, %s, %s, 'model')",
-                                  (r.run_id, r.token, status)).fetchone()
+            row = self.db.execute(
+                "SELECT status, retry_pending, now() FROM scrinalia.finish(%s, %s, %s, 'model')",
+                (r.run_id, r.token, status),
+            ).fetchone()
         except psycopg.Error as e:
             assert e.sqlstate == "SW020" and r.lease_expires <= self.vnow(), e
             return  # the reaper will make it INTERRUPTED
@@ -239,15 +277,15 @@ class Sim:
         if not queued:
             return
         r = queued[pick % len(queued)]
-        assert self.db.execute("SELECT status FROM scrinalia.cancel_run(%s)", (r.run_id,)).fetchone() == (
-            "CANCELLED",)
+        assert self.db.execute("SELECT status FROM scrinalia.cancel_run(%s)", (r.run_id,)).fetchone() == ("CANCELLED",)
         r.status = "CANCELLED"
 
     def manual(self, w: str, trigger: str) -> None:
         t = self.vnow()
         try:
-            row = self.db.execute("SELECT run_id, created_at FROM scrinalia.enqueue(%s, '{}', %s)",
-                                  (w, trigger)).fetchone()
+            row = self.db.execute(
+                "SELECT run_id, created_at FROM scrinalia.enqueue(%s, '{}', %s)", (w, trigger)
+            ).fetchone()
         except psycopg.Error as e:
             # busy: a live run, or a failed attempt whose retry is owed (it owns the slot)
             assert e.sqlstate == "SW010" and (self.m.live(w) is not None or self.m.owed(w) is not None), e
@@ -265,22 +303,30 @@ class Sim:
 
     # -- the end --------------------------------------------------------------
     def compare(self) -> None:
-        rows = self.db.execute("SELECT run_id, worker_name, status, trigger, attempt, retry_of, scheduled_for, "
-                               "retry_pending FROM scrinalia.archive_worker_runs ORDER BY run_id").fetchall()
+        rows = self.db.execute(
+            "SELECT run_id, worker_name, status, trigger, attempt, retry_of, scheduled_for, "
+            "retry_pending FROM scrinalia.archive_worker_runs ORDER BY run_id"
+        ).fetchall()
         assert [(r[0], r[1], str(r[2]), str(r[3]), r[4], r[5], self.v(r[6]), r[7]) for r in rows] == [
             (r.run_id, r.worker, r.status, r.trigger, r.attempt, r.retry_of, r.scheduled_for, r.pending)
-            for r in sorted(self.m.runs.values(), key=lambda r: r.run_id)]
+            for r in sorted(self.m.runs.values(), key=lambda r: r.run_id)
+        ]
         nexts = dict(self.db.execute("SELECT worker_name, next_run_at FROM scrinalia.archive_worker_schedules"))
         assert {w: self.v(n) for w, n in nexts.items()} == {w: s.next_run for w, s in self.m.scheds.items()}
 
 
 step = st.one_of(
     # time passes; with the scheduler up (True) a pass follows at once, else it was down
-    st.tuples(st.just("advance"), st.one_of(st.integers(1, 120), st.integers(120, 3600),
-                                            st.integers(3600, 3 * 86400)), st.booleans()),
+    st.tuples(
+        st.just("advance"),
+        st.one_of(st.integers(1, 120), st.integers(120, 3600), st.integers(3600, 3 * 86400)),
+        st.booleans(),
+    ),
     st.tuples(st.just("work"), st.integers(30, 900), st.booleans()),
     st.tuples(st.just("work"), st.integers(30, 900), st.booleans()),
-    st.just(("pass",)), st.just(("pass",)), st.just(("pass",)),
+    st.just(("pass",)),
+    st.just(("pass",)),
+    st.just(("pass",)),
     st.tuples(st.just("claim"), st.integers(5, 120)),  # claimed and never reported: the runner died
     st.tuples(st.just("claim"), st.integers(30, 900)),
     st.tuples(st.just("finish"), st.integers(0, 5), st.booleans()),
@@ -299,10 +345,17 @@ def model_db(db):
     return db
 
 
-@settings(max_examples=EXAMPLES, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(scheds=st.lists(schedule, min_size=1, max_size=len(WORKERS)), start=st.sampled_from(STARTS),
-       program=st.lists(step, min_size=10, max_size=80))
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    scheds=st.lists(schedule, min_size=1, max_size=len(WORKERS)),
+    start=st.sampled_from(STARTS),
+    program=st.lists(step, min_size=10, max_size=80),
+)
 def test_sql_follows_the_model(model_db, scheds, start, program):
     db = model_db
     db.execute("TRUNCATE scrinalia.archive_worker_runs, scrinalia.archive_worker_schedules RESTART IDENTITY")

@@ -25,6 +25,8 @@ import time
 
 import psycopg
 import pytest
+from psycopg.rows import dict_row
+
 from infra import (
     PgBouncer,
     pgbouncer_version,
@@ -32,7 +34,6 @@ from infra import (
     require_server_binaries,
     stop_all,
 )
-from psycopg.rows import dict_row
 from scrinalia_workers.admin.migrate import migrate
 from scrinalia_workers.testkit.cluster import LocalCluster
 from scrinalia_workers.testkit.procs import start_runner, start_scheduler
@@ -52,6 +53,7 @@ HANDLERS = textwrap.dedent("""
 
     HANDLERS = {"*": work}
 """)
+
 
 @pytest.fixture(scope="module")
 def cluster():
@@ -75,8 +77,11 @@ def dbname(cluster, request):
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
     with psycopg.connect(cluster.dsn(name), autocommit=True) as conn:
-        conn.execute("INSERT INTO scrinalia.archive_workers (worker_name) "
-                     "SELECT 'w' || lpad(g::text, 2, '0') FROM generate_series(1, %s) g", (WORKERS,))
+        conn.execute(
+            "INSERT INTO scrinalia.archive_workers (worker_name) "
+            "SELECT 'w' || lpad(g::text, 2, '0') FROM generate_series(1, %s) g",
+            (WORKERS,),
+        )
     yield name
     with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -105,15 +110,22 @@ def handlers_module(tmp_path, monkeypatch):
 
 def _due_schedule(conn: psycopg.Connection, worker: str = "w01") -> None:
     """A `* * * * *` schedule whose period passed a minute ago: the first tick enqueues it."""
-    conn.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at) "
-                 "VALUES (%s, '* * * * *', 'UTC', date_trunc('minute', now()) - interval '1 minute')",
-                 (worker,))
+    conn.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at) "
+        "VALUES (%s, '* * * * *', 'UTC', date_trunc('minute', now()) - interval '1 minute')",
+        (worker,),
+    )
 
 
 def _state(conn: psycopg.Connection) -> dict:
-    return conn.cursor(row_factory=dict_row).execute(
-        "SELECT s.ticks, s.last_tick_by, (SELECT count(*) FROM scrinalia.archive_worker_runs) AS runs "
-        "FROM scrinalia.scheduler_state s").fetchone()
+    return (
+        conn.cursor(row_factory=dict_row)
+        .execute(
+            "SELECT s.ticks, s.last_tick_by, (SELECT count(*) FROM scrinalia.archive_worker_runs) AS runs "
+            "FROM scrinalia.scheduler_state s"
+        )
+        .fetchone()
+    )
 
 
 def _exit_code(proc, timeout: float) -> int | None:
@@ -133,22 +145,32 @@ def test_scheduler_works_through_a_session_pool(cluster, dbname, bouncers):
     bouncer = bouncers("session")
     direct = psycopg.connect(cluster.dsn(dbname), autocommit=True)
     _due_schedule(direct)
-    scheds = [start_scheduler(bouncer.dsn(dbname), "--standby-retry", "0.5", "--max-sleep", "0.5",
-                              "--name", f"pooled{i}") for i in (1, 2)]
+    scheds = [
+        start_scheduler(bouncer.dsn(dbname), "--standby-retry", "0.5", "--max-sleep", "0.5", "--name", f"pooled{i}")
+        for i in (1, 2)
+    ]
     try:
         wait_for(lambda: _state(direct)["ticks"] > 0, timeout=15, what="a tick through the pool")
-        run = wait_for(lambda: direct.execute(
-            "SELECT run_id, scheduled_for FROM scrinalia.archive_worker_runs "
-            "WHERE worker_name = 'w01' AND trigger = 'SCHEDULE'").fetchone(), timeout=10,
-            what="the due period enqueued")
+        run = wait_for(
+            lambda: direct.execute(
+                "SELECT run_id, scheduled_for FROM scrinalia.archive_worker_runs "
+                "WHERE worker_name = 'w01' AND trigger = 'SCHEDULE'"
+            ).fetchone(),
+            timeout=10,
+            what="the due period enqueued",
+        )
         assert run is not None
         # exactly one of the two holds the lock; the other stands by through the same pool
-        wait_for(lambda: sum(s.count("lock acquired") for s in scheds) == 1
-                 and sum(s.count("standby") for s in scheds) == 1, timeout=10, what="one holder, one standby")
+        wait_for(
+            lambda: sum(s.count("lock acquired") for s in scheds) == 1 and sum(s.count("standby") for s in scheds) == 1,
+            timeout=10,
+            what="one holder, one standby",
+        )
         holder = direct.execute(
             "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
             "WHERE l.locktype = 'advisory' AND l.granted "
-            "AND ((l.classid::bigint << 32) | l.objid::bigint) = scrinalia.scheduler_lock_key()").fetchone()
+            "AND ((l.classid::bigint << 32) | l.objid::bigint) = scrinalia.scheduler_lock_key()"
+        ).fetchone()
         assert holder == ("scrinalia-scheduler lock",)
         time.sleep(1.5)  # a few more 0.5 s ticks: still healthy, still one enqueue
         assert all(s.popen.poll() is None for s in scheds)
@@ -167,20 +189,32 @@ def test_standby_takes_over_through_a_session_pool(cluster, dbname, bouncers):
     bouncer = bouncers("session")
     direct = psycopg.connect(cluster.dsn(dbname), autocommit=True)
     _due_schedule(direct)
-    scheds = [start_scheduler(bouncer.dsn(dbname), "--standby-retry", "0.5", "--max-sleep", "0.5",
-                              "--name", f"pooled{i}") for i in (1, 2)]
+    scheds = [
+        start_scheduler(bouncer.dsn(dbname), "--standby-retry", "0.5", "--max-sleep", "0.5", "--name", f"pooled{i}")
+        for i in (1, 2)
+    ]
     try:
-        wait_for(lambda: sum(s.count("lock acquired") for s in scheds) == 1
-                 and sum(s.count("standby") for s in scheds) == 1, timeout=15, what="one holder, one standby")
+        wait_for(
+            lambda: sum(s.count("lock acquired") for s in scheds) == 1 and sum(s.count("standby") for s in scheds) == 1,
+            timeout=15,
+            what="one holder, one standby",
+        )
         holder, standby = sorted(scheds, key=lambda s: s.count("lock acquired"), reverse=True)
         killed = time.monotonic()
         holder.kill(signal.SIGKILL)
         standby.wait_event("lock acquired", timeout=10)
         takeover = time.monotonic() - killed
         _due_schedule(direct, "w02")
-        wait_for(lambda: direct.execute("SELECT count(*) FROM scrinalia.archive_worker_runs "
-                                        "WHERE worker_name = 'w02'").fetchone()[0] == 1,
-                 timeout=10, what="the new holder enqueuing a due period")
+        wait_for(
+            lambda: (
+                direct.execute(
+                    "SELECT count(*) FROM scrinalia.archive_worker_runs WHERE worker_name = 'w02'"
+                ).fetchone()[0]
+                == 1
+            ),
+            timeout=10,
+            what="the new holder enqueuing a due period",
+        )
     finally:
         codes = stop_all(s for s in scheds if s.popen.poll() is None)
         direct.close()
@@ -224,8 +258,9 @@ def test_scheduler_names_a_pooler_that_refuses_its_startup_options(cluster, dbna
 
 
 def _cli(dsn: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scrinalia_workers.cli", *args, "--dsn", dsn],
-                          capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [sys.executable, "-m", "scrinalia_workers.cli", *args, "--dsn", dsn], capture_output=True, text=True, timeout=30
+    )
 
 
 def test_operator_clients_through_a_transaction_pool(cluster, dbname, bouncers):
@@ -239,17 +274,33 @@ def test_operator_clients_through_a_transaction_pool(cluster, dbname, bouncers):
         r = _cli(dsn, "enqueue", "w01", "--json")
         assert r.returncode == 0, r.stderr
         psql = cluster.bin_dir / "psql"
-        r = subprocess.run([str(psql), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-At", "-c",
-                            "SELECT run_id FROM scrinalia.enqueue('w02')"],
-                           capture_output=True, text=True, timeout=30)
+        r = subprocess.run(
+            [
+                str(psql),
+                "-X",
+                "-q",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-d",
+                dsn,
+                "-At",
+                "-c",
+                "SELECT run_id FROM scrinalia.enqueue('w02')",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert r.returncode == 0 and r.stdout.strip().isdigit(), r.stderr
         with psycopg.connect(dsn, autocommit=True, prepare_threshold=None) as op:
             for i in range(3, WORKERS + 1):  # far more than 5 executions of one statement
                 op.execute("SELECT scrinalia.enqueue(%s)", (f"w{i:02d}",))
         r = _cli(dsn, "status", "--json")
         assert r.returncode == 0, r.stderr
-        assert direct.execute("SELECT count(*) FROM scrinalia.archive_worker_runs "
-                              "WHERE status = 'QUEUED'").fetchone()[0] == WORKERS
+        assert (
+            direct.execute("SELECT count(*) FROM scrinalia.archive_worker_runs WHERE status = 'QUEUED'").fetchone()[0]
+            == WORKERS
+        )
         # a busy slot through the pool is still the distinguishable SW010 (CLI exit 3)
         r = _cli(dsn, "enqueue", "w01")
         assert r.returncode == 3, (r.returncode, r.stderr)
@@ -257,31 +308,37 @@ def test_operator_clients_through_a_transaction_pool(cluster, dbname, bouncers):
         direct.close()
 
 
-@pytest.mark.parametrize("pool_mode", [
-    "session",
-    "transaction",
-])
+@pytest.mark.parametrize(
+    "pool_mode",
+    [
+        "session",
+        "transaction",
+    ],
+)
 def test_runners_through_a_pool(cluster, dbname, bouncers, handlers_module, pool_mode):
     """Three runners claim 2 x 30 runs through the pool (each connection executes
     claim_next and finish far more than 5 times)."""
     bouncer = bouncers(pool_mode, pool_size=4)
     direct = psycopg.connect(cluster.dsn(dbname), autocommit=True)
-    runners = [start_runner(bouncer.dsn(dbname), handlers_module, "--lease", "3", "--runner-id", f"r{i}")
-               for i in range(3)]
+    runners = [
+        start_runner(bouncer.dsn(dbname), handlers_module, "--lease", "3", "--runner-id", f"r{i}") for i in range(3)
+    ]
     rounds = 2
 
     def drained(status_sql: str, expected: int):
         def check():
             dead = [r for r in runners if r.popen.poll() is not None]
             assert not dead, "a runner died:\n" + "".join(line for r in dead for line in r.raw[-8:])
-            return direct.execute(f"SELECT count(*) FROM scrinalia.archive_worker_runs WHERE {status_sql}"
-                                  ).fetchone()[0] == expected
+            return (
+                direct.execute(f"SELECT count(*) FROM scrinalia.archive_worker_runs WHERE {status_sql}").fetchone()[0]
+                == expected
+            )
+
         return check
 
     try:
         for _ in range(rounds):
-            wait_for(drained("status IN ('QUEUED', 'RUNNING')", 0), timeout=20,
-                     what="the runners to drain the queue")
+            wait_for(drained("status IN ('QUEUED', 'RUNNING')", 0), timeout=20, what="the runners to drain the queue")
             direct.execute("SELECT scrinalia.enqueue(worker_name) FROM scrinalia.archive_workers")
         wait_for(drained("status = 'SUCCEEDED'", rounds * WORKERS), timeout=20, what="every run SUCCEEDED")
     finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+
 from helpers import (
     claim,
     make_worker,
@@ -20,20 +21,72 @@ from invariants import check_all
 
 DENIED = "42501"
 
-SHARED = {"schema_head", "validate_cron", "validate_timezone", "retry_delay",
-          "max_attempts", "active_statuses", "terminal_statuses"}
-READER = SHARED | {"get_schedule", "scheduler_status", "scheduler_health", "default_timezone",
-                   "current_alerts", "worker_metrics", "run_counts", "scheduler_metrics"}
-OPERATOR = READER | {"put_schedule", "put_schedules", "set_schedule_enabled", "delete_schedule", "put_settings",
-                     "set_default_timezone", "enqueue", "cancel_run", "add_units", "prune_runs"}
-SCHEDULER = SHARED | {"due_schedules", "tick", "tick_due_at", "schedules_due_at", "create_retries", "reap_expired_leases", "next_wakeup",
-                      "scheduler_lock_key", "scheduler_status", "scheduler_health", "scheduler_heartbeat",
-                      "check_scheduler_lock", "evict_stale_scheduler", "set_schedules_aside"}
-RUNNER = SHARED | {"claim_next", "heartbeat", "finish", "next_claimable_at", "mark_units_processed",
-                   "claim_runs", "heartbeat_runs", "finish_runs", "release_runs"}
+SHARED = {
+    "schema_head",
+    "validate_cron",
+    "validate_timezone",
+    "retry_delay",
+    "max_attempts",
+    "active_statuses",
+    "terminal_statuses",
+}
+READER = SHARED | {
+    "get_schedule",
+    "scheduler_status",
+    "scheduler_health",
+    "default_timezone",
+    "current_alerts",
+    "worker_metrics",
+    "run_counts",
+    "scheduler_metrics",
+}
+OPERATOR = READER | {
+    "put_schedule",
+    "put_schedules",
+    "set_schedule_enabled",
+    "delete_schedule",
+    "put_settings",
+    "set_default_timezone",
+    "enqueue",
+    "cancel_run",
+    "add_units",
+    "prune_runs",
+}
+SCHEDULER = SHARED | {
+    "due_schedules",
+    "tick",
+    "tick_due_at",
+    "schedules_due_at",
+    "create_retries",
+    "reap_expired_leases",
+    "next_wakeup",
+    "scheduler_lock_key",
+    "scheduler_status",
+    "scheduler_health",
+    "scheduler_heartbeat",
+    "check_scheduler_lock",
+    "evict_stale_scheduler",
+    "set_schedules_aside",
+}
+RUNNER = SHARED | {
+    "claim_next",
+    "heartbeat",
+    "finish",
+    "next_claimable_at",
+    "mark_units_processed",
+    "claim_runs",
+    "heartbeat_runs",
+    "finish_runs",
+    "release_runs",
+}
 # ADR 0015: the API's (operator) login and a runner login may run the scheduler too
-ALLOWED = {"reader": READER, "operator": OPERATOR | SCHEDULER, "runner": RUNNER | SCHEDULER,
-           "scheduler": SCHEDULER, "nobody": set()}
+ALLOWED = {
+    "reader": READER,
+    "operator": OPERATOR | SCHEDULER,
+    "runner": RUNNER | SCHEDULER,
+    "scheduler": SCHEDULER,
+    "nobody": set(),
+}
 VIEWS = {"worker_agenda", "worker_run_history", "worker_queue_counters"}
 
 
@@ -96,8 +149,9 @@ def test_no_table_is_readable_or_writable(world, connect_as, group):
             with raises_sqlstate(DENIED):
                 c.execute(f"SELECT * FROM {q} LIMIT 1")
         if group != "nobody":  # nobody cannot even resolve the name (no USAGE on the schema)
-            assert not c.execute("SELECT has_table_privilege(%s::regclass, 'INSERT, UPDATE, DELETE, TRUNCATE')",
-                                 (f"scrinalia.{rel}",)).fetchone()[0], rel
+            assert not c.execute(
+                "SELECT has_table_privilege(%s::regclass, 'INSERT, UPDATE, DELETE, TRUNCATE')", (f"scrinalia.{rel}",)
+            ).fetchone()[0], rel
         for write in (f"DELETE FROM {q}", f'UPDATE {q} SET "{col}" = "{col}"', f"INSERT INTO {q} DEFAULT VALUES"):
             try:
                 c.execute(write)
@@ -110,8 +164,10 @@ def test_no_table_is_readable_or_writable(world, connect_as, group):
 
 
 def _expire(db, run_id):
-    db.execute("UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() - interval '1 s' "
-               "WHERE run_id = %s", (run_id,))
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() - interval '1 s' WHERE run_id = %s",
+        (run_id,),
+    )
 
 
 def test_a_stale_lease_cannot_heartbeat_or_finish(world, connect_as):
@@ -127,15 +183,21 @@ def test_a_stale_lease_cannot_heartbeat_or_finish(world, connect_as):
     with raises_sqlstate("SW020", "expired"):
         a.execute("SELECT scrinalia.heartbeat(%s, %s)", (run_id, token))
     assert [r[0] for r in s.execute("SELECT run_id FROM scrinalia.reap_expired_leases()")] == [run_id]
-    for sql in ("SELECT scrinalia.heartbeat(%s, %s)", "SELECT scrinalia.finish(%s, %s, 'SUCCEEDED')",
-                "SELECT scrinalia.finish(%s, %s, 'FAILED', 'late')"):
+    for sql in (
+        "SELECT scrinalia.heartbeat(%s, %s)",
+        "SELECT scrinalia.finish(%s, %s, 'SUCCEEDED')",
+        "SELECT scrinalia.finish(%s, %s, 'FAILED', 'late')",
+    ):
         with raises_sqlstate("SW020", "INTERRUPTED"):
             a.execute(sql, (run_id, token))
     # the retry is created and claimed by another runner: the old token still fails, on both rows
     retry_id = s.execute("SELECT run_id FROM scrinalia.create_retries()").fetchone()[0]
     # the backoff passes: move the row's clock back (created_at with it, so its shape stays true)
-    world.execute("UPDATE scrinalia.archive_worker_runs SET created_at = created_at - (not_before - now()), "
-                  "not_before = now() WHERE run_id = %s", (retry_id,))
+    world.execute(
+        "UPDATE scrinalia.archive_worker_runs SET created_at = created_at - (not_before - now()), "
+        "not_before = now() WHERE run_id = %s",
+        (retry_id,),
+    )
     r2, token2, *_ = claim(b, "runner-b")
     assert r2 == retry_id
     for rid in (run_id, retry_id):
@@ -143,11 +205,13 @@ def test_a_stale_lease_cannot_heartbeat_or_finish(world, connect_as):
             a.execute("SELECT scrinalia.finish(%s, %s, 'FAILED', 'stale')", (rid, token))
         with raises_sqlstate("SW020"):
             a.execute("SELECT scrinalia.heartbeat(%s, %s)", (rid, token))
-    row = world.execute("SELECT status, lease_owner, error FROM scrinalia.archive_worker_runs "
-                        "WHERE run_id = %s", (retry_id,)).fetchone()
+    row = world.execute(
+        "SELECT status, lease_owner, error FROM scrinalia.archive_worker_runs WHERE run_id = %s", (retry_id,)
+    ).fetchone()
     assert row == ("RUNNING", "runner-b", None)
     assert b.execute("SELECT status FROM scrinalia.finish(%s, %s, 'SUCCEEDED')", (r2, token2)).fetchone() == (
-        "SUCCEEDED",)
+        "SUCCEEDED",
+    )
     assert check_all(world) == []
 
 
@@ -214,16 +278,19 @@ def test_traps_work_for_the_attacker_but_not_inside_our_functions(world, evil):
     evil.execute("BEGIN")
     due = evil.execute("SELECT worker_name, db_now FROM scrinalia.due_schedules()").fetchall()
     assert [d[0] for d in due] == ["ocr"]
-    dec = evil.execute("SELECT worker_name, decision, run_id FROM scrinalia.tick(ARRAY['ocr'], "
-                       "ARRAY[pg_catalog.now() + interval '1 day'], 'evil')").fetchall()
+    dec = evil.execute(
+        "SELECT worker_name, decision, run_id FROM scrinalia.tick(ARRAY['ocr'], "
+        "ARRAY[pg_catalog.now() + interval '1 day'], 'evil')"
+    ).fetchall()
     evil.execute("COMMIT")
     assert [(d[0], d[1]) for d in dec] == [("ocr", "ENQUEUED")]
     run_id = dec[0][2]
     got = evil.execute("SELECT run_id, lease_token FROM scrinalia.claim_next('evil-runner', '1 minute')").fetchone()
     assert got[0] == run_id and str(got[1]) != "00000000-0000-0000-0000-000000000000"
     evil.execute("SELECT scrinalia.heartbeat(%s, %s)", got)
-    fin = evil.execute("SELECT status, error_fingerprint FROM scrinalia.finish(%s, %s, 'FAILED', 'boom 42')",
-                       got).fetchone()
+    fin = evil.execute(
+        "SELECT status, error_fingerprint FROM scrinalia.finish(%s, %s, 'FAILED', 'boom 42')", got
+    ).fetchone()
     assert fin[0] == "FAILED" and fin[1] != "pwned"
     retry = evil.execute("SELECT attempt, retry_of FROM scrinalia.create_retries()").fetchall()
     assert retry == [(2, run_id)]
@@ -241,11 +308,14 @@ def test_traps_work_for_the_attacker_but_not_inside_our_functions(world, evil):
     evil.execute("SELECT scrinalia.set_schedule_enabled('ocr', false)")
     evil.execute("SELECT scrinalia.prune_runs('30 days')")
 
-    assert evil.execute("SELECT count(*) FROM evil.calls").fetchone()[0] == 0, \
-        evil.execute("SELECT array_agg(DISTINCT what) FROM evil.calls").fetchone()
+    assert evil.execute("SELECT count(*) FROM evil.calls").fetchone()[0] == 0, evil.execute(
+        "SELECT array_agg(DISTINCT what) FROM evil.calls"
+    ).fetchone()
     # the results are the real ones: the real clock, the real tables
-    row = world.execute("SELECT created_at > now() - interval '1 hour', error FROM scrinalia.archive_worker_runs "
-                        "WHERE run_id = %s", (run_id,)).fetchone()
+    row = world.execute(
+        "SELECT created_at > now() - interval '1 hour', error FROM scrinalia.archive_worker_runs WHERE run_id = %s",
+        (run_id,),
+    ).fetchone()
     assert row == (True, "boom 42")
     assert evil.execute("SELECT count(*) FROM evil.archive_worker_runs").fetchone()[0] == 0
     assert evil.execute("SELECT count(*) FROM pg_temp.archive_worker_runs").fetchone()[0] == 0

@@ -14,6 +14,7 @@ from datetime import timedelta
 
 import psycopg
 import pytest
+
 from helpers import make_workers
 from invariants import Decision, busy_slots, check_all, double_periods, lost_periods
 from scrinalia_workers import cron
@@ -32,14 +33,19 @@ def one_tick(conn: psycopg.Connection, name: str) -> list[Decision]:
             return []
         now = due[0][3]
         nexts = cron.next_occurrences([(d[1], d[2]) for d in due], now)
-        rows = conn.execute("SELECT worker_name, decision, scheduled_for FROM scrinalia.tick(%s::text[], "
-                            "%s::timestamptz[], %s)", ([d[0] for d in due], nexts, name)).fetchall()
+        rows = conn.execute(
+            "SELECT worker_name, decision, scheduled_for FROM scrinalia.tick(%s::text[], %s::timestamptz[], %s)",
+            ([d[0] for d in due], nexts, name),
+        ).fetchall()
     return [Decision(w, d, sf, now) for w, d, sf in rows]
 
 
 def _arm_all_due(db, workers, cron_expr="* * * * *"):
-    db.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at) "
-               "SELECT w, %s, 'UTC', now() - interval '1 minute' FROM unnest(%s::text[]) w", (cron_expr, workers))
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at) "
+        "SELECT w, %s, 'UTC', now() - interval '1 minute' FROM unnest(%s::text[]) w",
+        (cron_expr, workers),
+    )
 
 
 def test_three_schedulers_racing_enqueue_each_period_once(db, db_dsn):
@@ -65,10 +71,14 @@ def test_three_schedulers_racing_enqueue_each_period_once(db, db_dsn):
                 t.join()
             # the period passes: free every slot on odd rounds (even rounds: the tick must skip)
             if rnd % 2:
-                db.execute("UPDATE scrinalia.archive_worker_runs SET status = 'SUCCEEDED', finished_at = now() "
-                           "WHERE status = 'QUEUED'")
-            db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() - interval '1 second' "
-                       "WHERE next_run_at > now()")
+                db.execute(
+                    "UPDATE scrinalia.archive_worker_runs SET status = 'SUCCEEDED', finished_at = now() "
+                    "WHERE status = 'QUEUED'"
+                )
+            db.execute(
+                "UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() - interval '1 second' "
+                "WHERE next_run_at > now()"
+            )
     finally:
         for c in conns:
             c.close()
@@ -83,8 +93,13 @@ def test_three_schedulers_racing_enqueue_each_period_once(db, db_dsn):
     assert check_all(db) == []
     # even rounds find every slot free (enqueue), odd rounds find it taken (skip)
     assert enq == N_WORKERS * ((ROUNDS + 1) // 2)
-    RESULTS["racing"] = {"racers": len(conns), "workers": N_WORKERS, "rounds": ROUNDS,
-                         "decisions_per_racer": [len(d) for d in decisions], "enqueued": enq}
+    RESULTS["racing"] = {
+        "racers": len(conns),
+        "workers": N_WORKERS,
+        "rounds": ROUNDS,
+        "decisions_per_racer": [len(d) for d in decisions],
+        "enqueued": enq,
+    }
 
 
 def test_holder_killed_between_due_and_tick_loses_nothing(db, db_dsn, admin):
@@ -100,8 +115,10 @@ def test_holder_killed_between_due_and_tick_loses_nothing(db, db_dsn, admin):
     pid = a.info.backend_pid
     admin.execute("SELECT pg_terminate_backend(%s)", (pid,))  # what SIGKILL of the holder amounts to
     with pytest.raises(psycopg.OperationalError):
-        a.execute("SELECT * FROM scrinalia.tick(%s::text[], %s::timestamptz[])",
-                  ([h[0] for h in held], [h[1] + timedelta(minutes=1) for h in held]))
+        a.execute(
+            "SELECT * FROM scrinalia.tick(%s::text[], %s::timestamptz[])",
+            ([h[0] for h in held], [h[1] + timedelta(minutes=1) for h in held]),
+        )
     a.close()
     t0 = time.monotonic()
     ds = []
@@ -122,9 +139,10 @@ def test_lock_dies_with_its_connection_and_the_standby_takes_it(db, db_dsn):
     assert not standby.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
     st = db.execute("SELECT lock_held, holder_pid, holder_application FROM scrinalia.scheduler_status()").fetchone()
     assert st == (True, holder.info.backend_pid, "scrinalia-scheduler lock (test)")
-    victims = db.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                         "WHERE application_name LIKE 'scrinalia-scheduler lock%%' AND datname = current_database()"
-                         ).fetchall()
+    victims = db.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE application_name LIKE 'scrinalia-scheduler lock%%' AND datname = current_database()"
+    ).fetchall()
     assert victims == [(True,)]
     t0 = time.monotonic()
     got = False
@@ -163,9 +181,12 @@ def test_postgres_restart_mid_tick_neither_loses_nor_doubles(own_cluster):
     conn = psycopg.connect(dsn, autocommit=True)
     workers = make_workers(conn, 100, "rs")
     # armed on a real period two minutes ago: the scheduler was "down" for one period since
-    conn.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at) "
-                 "SELECT w, '* * * * *', 'UTC', date_trunc('minute', now()) - interval '2 minutes' "
-                 "FROM unnest(%s::text[]) w", (workers,))
+    conn.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at) "
+        "SELECT w, '* * * * *', 'UTC', date_trunc('minute', now()) - interval '2 minutes' "
+        "FROM unnest(%s::text[]) w",
+        (workers,),
+    )
     window_start = conn.execute("SELECT date_trunc('minute', now()) - interval '2 minutes 1 second'").fetchone()[0]
     # a tick in flight when the server goes down
     conn.execute("BEGIN")
@@ -174,8 +195,10 @@ def test_postgres_restart_mid_tick_neither_loses_nor_doubles(own_cluster):
     t0 = time.monotonic()
     own_cluster.restart()
     with pytest.raises(psycopg.OperationalError):
-        conn.execute("SELECT * FROM scrinalia.tick(%s::text[], %s::timestamptz[])",
-                     ([d[0] for d in due], [d[1] + timedelta(minutes=1) for d in due]))
+        conn.execute(
+            "SELECT * FROM scrinalia.tick(%s::text[], %s::timestamptz[])",
+            ([d[0] for d in due], [d[1] + timedelta(minutes=1) for d in due]),
+        )
     conn.close()
     # reconnect (with a deadline) and carry on
     deadline = time.monotonic() + 30

@@ -11,8 +11,9 @@ import time
 
 import psycopg
 import pytest
-from invariants import check_all
 from psycopg.types.json import Jsonb
+
+from invariants import check_all
 from scrinalia_workers.admin import migrate as m
 from scrinalia_workers.demo.load_handlers import DEMO_OPTIONS
 from scrinalia_workers.testkit.procs import start_runner, start_scheduler
@@ -24,22 +25,37 @@ SCHEDULED = 30
 MANUAL = 10
 MIGRATES = 8
 # events that mean a daemon met an error (a deploy must cause none of them)
-TROUBLE = {"pass error", "lock lost", "database unavailable", "database error", "runner error",
-           "heartbeat error", "report abandoned", "lease lost"}
+TROUBLE = {
+    "pass error",
+    "lock lost",
+    "database unavailable",
+    "database error",
+    "runner error",
+    "heartbeat error",
+    "report abandoned",
+    "lease lost",
+}
 
 
 def test_migrate_while_the_daemons_and_clients_work(db, db_dsn, role_logins):
-    db.execute("""INSERT INTO scrinalia.archive_workers (worker_name, options)
+    db.execute(
+        """INSERT INTO scrinalia.archive_workers (worker_name, options)
                   SELECT w, %s FROM unnest(%s::text[]) w""",
-               (Jsonb(DEMO_OPTIONS), [f"s{i:02d}" for i in range(SCHEDULED)] + [f"m{i:02d}" for i in range(MANUAL)]))
-    db.execute("""INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, request)
+        (Jsonb(DEMO_OPTIONS), [f"s{i:02d}" for i in range(SCHEDULED)] + [f"m{i:02d}" for i in range(MANUAL)]),
+    )
+    db.execute(
+        """INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, request)
                   SELECT worker_name, '* * * * *', 'UTC', %s FROM scrinalia.archive_workers
                    WHERE worker_name LIKE 's%%'""",
-               (Jsonb({"options": {"seconds": 0.01, "fail_rate": 0.2}}),))
-    scheds = [start_scheduler(db_dsn, "--standby-retry", "0.5", "--max-sleep", "0.3", "--name", f"sched{i}")
-              for i in (1, 2)]
-    runners = [start_runner(db_dsn, "scrinalia_workers.demo.load_handlers", "--lease", "5", "--runner-id", f"r{i}")
-               for i in range(4)]
+        (Jsonb({"options": {"seconds": 0.01, "fail_rate": 0.2}}),),
+    )
+    scheds = [
+        start_scheduler(db_dsn, "--standby-retry", "0.5", "--max-sleep", "0.3", "--name", f"sched{i}") for i in (1, 2)
+    ]
+    runners = [
+        start_runner(db_dsn, "scrinalia_workers.demo.load_handlers", "--lease", "5", "--runner-id", f"r{i}")
+        for i in range(4)
+    ]
     stop = threading.Event()
     client_errors: list[str] = []
     latencies: list[tuple[float, float]] = []  # (start, seconds)
@@ -53,8 +69,10 @@ def test_migrate_while_the_daemons_and_clients_work(db, db_dsn, role_logins):
                 i += 1
                 t0 = time.monotonic()
                 try:
-                    c.execute("SELECT run_id FROM scrinalia.enqueue(%s, %s)",
-                              (f"m{i % MANUAL:02d}", Jsonb({"options": {"seconds": 0.01}}))).fetchone()
+                    c.execute(
+                        "SELECT run_id FROM scrinalia.enqueue(%s, %s)",
+                        (f"m{i % MANUAL:02d}", Jsonb({"options": {"seconds": 0.01}})),
+                    ).fetchone()
                     c.execute("SELECT count(*) FROM scrinalia.worker_agenda").fetchone()
                 except psycopg.Error as e:
                     if e.sqlstate != "SW010":  # a busy slot is an answer, not an error
@@ -68,9 +86,10 @@ def test_migrate_while_the_daemons_and_clients_work(db, db_dsn, role_logins):
             k = 0
             while not stop.is_set():
                 k += 1
-                c.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = now()"
-                          " WHERE worker_name IN (%s, %s)",
-                          (f"s{(2 * k) % SCHEDULED:02d}", f"s{(2 * k + 1) % SCHEDULED:02d}"))
+                c.execute(
+                    "UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() WHERE worker_name IN (%s, %s)",
+                    (f"s{(2 * k) % SCHEDULED:02d}", f"s{(2 * k + 1) % SCHEDULED:02d}"),
+                )
                 c.execute("NOTIFY scrinalia_scheduler")
                 stop.wait(0.1)
 
@@ -81,9 +100,17 @@ def test_migrate_while_the_daemons_and_clients_work(db, db_dsn, role_logins):
             r.wait_event("runner started")
         for t in threads:
             t.start()
-        wait_for(lambda: db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs"
-                                    " WHERE status = 'SUCCEEDED' AND trigger = 'SCHEDULE'").fetchone()[0] >= 10,
-                 timeout=30, what="scheduled runs flowing")
+        wait_for(
+            lambda: (
+                db.execute(
+                    "SELECT count(*) FROM scrinalia.archive_worker_runs"
+                    " WHERE status = 'SUCCEEDED' AND trigger = 'SCHEDULE'"
+                ).fetchone()[0]
+                >= 10
+            ),
+            timeout=30,
+            what="scheduled runs flowing",
+        )
         for _ in range(MIGRATES):
             t0 = time.monotonic()
             assert m.migrate(db_dsn) == []
@@ -95,23 +122,31 @@ def test_migrate_while_the_daemons_and_clients_work(db, db_dsn, role_logins):
     finally:
         stop.set()
         codes = [p.stop(timeout=30) for p in runners + scheds]
-    trouble = [(e.get("event"), e.get("reason")) for p in scheds + runners for e in p.events
-               if e.get("event") in TROUBLE or e.get("level") == "error"]
+    trouble = [
+        (e.get("event"), e.get("reason"))
+        for p in scheds + runners
+        for e in p.events
+        if e.get("event") in TROUBLE or e.get("level") == "error"
+    ]
     assert trouble == [], trouble
     assert client_errors == [], client_errors[:5]
     assert codes == [0] * len(codes)
     assert check_all(db) == []
     # the schedulers really ticked and the runners really worked during the deploys
     first, last = migrating[0][0], migrating[-1][1]
-    worked = db.execute("SELECT count(*) FILTER (WHERE trigger = 'SCHEDULE'), count(*) FILTER (WHERE retry_of IS NOT NULL),"
-                        " count(*) FILTER (WHERE trigger = 'MANUAL') FROM scrinalia.archive_worker_runs").fetchone()
+    worked = db.execute(
+        "SELECT count(*) FILTER (WHERE trigger = 'SCHEDULE'), count(*) FILTER (WHERE retry_of IS NOT NULL),"
+        " count(*) FILTER (WHERE trigger = 'MANUAL') FROM scrinalia.archive_worker_runs"
+    ).fetchone()
     assert worked[0] >= 20 and worked[2] >= 20, worked
     during = [d for t, d in latencies if any(a <= t <= b for a, b in migrating)]
     outside = [d for t, d in latencies if first <= t <= last and not any(a <= t <= b for a, b in migrating)]
     assert during, "no client call overlapped a migrate"
-    print(f"\nRELIABILITY rolling deploy, real daemons: {MIGRATES} migrates "
-          f"(median {statistics.median(b - a for a, b in migrating) * 1000:.0f} ms each); "
-          f"runs: {worked[0]} scheduled ({worked[1]} retries), {worked[2]} manual; client calls overlapping a "
-          f"migrate: {len(during)}, max {max(during) * 1000:.0f} ms (median {statistics.median(during) * 1000:.1f} ms); "
-          f"outside: max {max(outside) * 1000:.0f} ms (median {statistics.median(outside) * 1000:.1f} ms); "
-          "errors: 0")
+    print(
+        f"\nRELIABILITY rolling deploy, real daemons: {MIGRATES} migrates "
+        f"(median {statistics.median(b - a for a, b in migrating) * 1000:.0f} ms each); "
+        f"runs: {worked[0]} scheduled ({worked[1]} retries), {worked[2]} manual; client calls overlapping a "
+        f"migrate: {len(during)}, max {max(during) * 1000:.0f} ms (median {statistics.median(during) * 1000:.1f} ms); "
+        f"outside: max {max(outside) * 1000:.0f} ms (median {statistics.median(outside) * 1000:.1f} ms); "
+        "errors: 0"
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
+
 from scrinalia_workers.admin.migrate import migrate
 from scrinalia_workers.testkit.procs import start_runner
 from scrinalia_workers.testkit.waiting import wait_for
@@ -17,8 +18,11 @@ pytestmark = pytest.mark.slow
 
 def _status(dsn, run_id):
     with psycopg.connect(dsn, autocommit=True) as c:
-        return c.execute("SELECT status::text, heartbeat_at > started_at, lease_owner"
-                         " FROM scrinalia.archive_worker_runs WHERE run_id = %s", (run_id,)).fetchone()
+        return c.execute(
+            "SELECT status::text, heartbeat_at > started_at, lease_owner"
+            " FROM scrinalia.archive_worker_runs WHERE run_id = %s",
+            (run_id,),
+        ).fetchone()
 
 
 def test_runner_through_an_outage(own_cluster):
@@ -27,8 +31,9 @@ def test_runner_through_an_outage(own_cluster):
     migrate(dsn, create_groups=True)
     with psycopg.connect(dsn, autocommit=True) as db:
         for w in ("report", "beat", "after"):
-            db.execute("SELECT scrinalia.register_worker(%s, '{}', '{}', %s)",
-                       (w, Jsonb({"seconds": {"type": "number"}})))
+            db.execute(
+                "SELECT scrinalia.register_worker(%s, '{}', '{}', %s)", (w, Jsonb({"seconds": {"type": "number"}}))
+            )
         enqueue = "SELECT run_id FROM scrinalia.enqueue(%s, %s)"
         report = db.execute(enqueue, ("report", Jsonb({"options": {"seconds": 2}}))).fetchone()[0]
     p = start_runner(dsn, "scrinalia_workers.demo.load_handlers", "--runner-id", "outage", "--lease", "9")
@@ -64,5 +69,7 @@ def test_runner_through_an_outage(own_cluster):
             p.kill()
     assert not any("Traceback" in line for line in p.raw), "".join(p.raw[-20:])
     with psycopg.connect(dsn, autocommit=True) as db:
-        assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs WHERE status <> 'SUCCEEDED'"
-                          ).fetchone()[0] == 0
+        assert (
+            db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs WHERE status <> 'SUCCEEDED'").fetchone()[0]
+            == 0
+        )

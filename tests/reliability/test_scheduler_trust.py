@@ -10,6 +10,7 @@ import time
 
 import psycopg
 import pytest
+
 from helpers import make_worker, make_workers, put_schedule
 from scrinalia_workers.testkit.procs import start_scheduler
 from scrinalia_workers.testkit.waiting import wait_for
@@ -32,14 +33,14 @@ def _health(db):
 
 
 def _stale_after(db, seconds: int) -> None:
-    db.execute("INSERT INTO scrinalia.settings (name, value) VALUES ('SCHEDULER_STALE_AFTER', %s)",
-               (f"{seconds} seconds",))
+    db.execute(
+        "INSERT INTO scrinalia.settings (name, value) VALUES ('SCHEDULER_STALE_AFTER', %s)", (f"{seconds} seconds",)
+    )
 
 
 def test_a_squatter_on_the_key_is_named_loudly_then_evicted(db, db_dsn, role_logins, procs):
     _stale_after(db, 2)
-    squatter = psycopg.connect(_as(db_dsn, role_logins["nobody"]), autocommit=True,
-                               application_name="not-a-scheduler")
+    squatter = psycopg.connect(_as(db_dsn, role_logins["nobody"]), autocommit=True, application_name="not-a-scheduler")
     key = db.execute("SELECT scrinalia.scheduler_lock_key()").fetchone()[0]  # public knowledge
     try:
         assert squatter.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
@@ -97,8 +98,12 @@ def test_a_login_that_cannot_schedule_gets_one_line_and_exit_2(db_dsn, role_logi
     import subprocess
     import sys
 
-    r = subprocess.run([sys.executable, "-m", "scrinalia_workers.scheduler", "--dsn",
-                        _as(db_dsn, role_logins[group])], capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        [sys.executable, "-m", "scrinalia_workers.scheduler", "--dsn", _as(db_dsn, role_logins[group])],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 2, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     assert "cannot run the scheduler" in r.stderr and "GRANT scrinalia_scheduler TO" in r.stderr
@@ -109,51 +114,74 @@ def test_a_login_that_cannot_schedule_gets_one_line_and_exit_2(db_dsn, role_logi
 def test_one_poisoned_schedule_never_stalls_or_spins_the_others(db, db_dsn, procs):
     healthy = make_workers(db, 40, "h")
     make_worker(db, "poison")
-    db.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone)"
-               " SELECT w, '* * * * *', 'UTC' FROM unnest(%s::text[]) w", (healthy,))
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone)"
+        " SELECT w, '* * * * *', 'UTC' FROM unnest(%s::text[]) w",
+        (healthy,),
+    )
     # a zone the server knows but the scheduler's tzdata does not (an old image)
-    db.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
-               " VALUES ('poison', '* * * * *', 'Mars/Olympus', now() - interval '1 minute')")
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
+        " VALUES ('poison', '* * * * *', 'Mars/Olympus', now() - interval '1 minute')"
+    )
     a = _start(procs, db_dsn, "--log-level", "debug", "--max-sleep", "1")
     a.wait_event("lock acquired")
     aside = a.wait_event("schedule set aside", worker="poison")
     assert "Mars/Olympus" in aside["reason"]
     for w in healthy:
         a.wait_event("armed", worker=w)
-    db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() - interval '1 second'"
-               " WHERE worker_name <> 'poison'")
+    db.execute(
+        "UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() - interval '1 second'"
+        " WHERE worker_name <> 'poison'"
+    )
     db.execute("NOTIFY scrinalia_scheduler")
-    wait_for(lambda: db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == len(healthy),
-             timeout=10, what="every healthy schedule enqueued")
+    wait_for(
+        lambda: db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == len(healthy),
+        timeout=10,
+        what="every healthy schedule enqueued",
+    )
     mark = a.mark()
     t0 = time.monotonic()
     wait_for(lambda: time.monotonic() - t0 > 2, what="two seconds")
     passes = sum(1 for e in a.events[mark:] if e.get("event") == "pass")
     assert passes <= 2 / 1 + 3, passes  # idle: one pass per --max-sleep, not 120 a second
     assert a.count("schedule set aside", worker="poison") == 1  # retried a minute later, not at once
-    row = db.execute("SELECT arm_error, next_run_at FROM scrinalia.worker_agenda WHERE worker_name = 'poison'").fetchone()
+    row = db.execute(
+        "SELECT arm_error, next_run_at FROM scrinalia.worker_agenda WHERE worker_name = 'poison'"
+    ).fetchone()
     assert "Mars/Olympus" in row[0]
     healthy_now, reason = _health(db)
     assert not healthy_now and "poison" in reason and "set aside" in reason
     # fixing the zone clears the error and arms it
     db.execute("SELECT scrinalia.put_schedule('poison', '* * * * *', 'UTC')")
     a.wait_event("armed", worker="poison")
-    assert db.execute("SELECT arm_error FROM scrinalia.archive_worker_schedules WHERE worker_name = 'poison'").fetchone()[0] is None
+    assert (
+        db.execute("SELECT arm_error FROM scrinalia.archive_worker_schedules WHERE worker_name = 'poison'").fetchone()[
+            0
+        ]
+        is None
+    )
 
 
 def test_non_finite_instants_in_rows_neither_crash_nor_spin(db, db_dsn, procs):
     for w in ("inf", "neginf", "far", "ok", "nb", "lease_inf", "lease_neginf", "start_neginf"):
         make_worker(db, w)
-    db.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at) VALUES"
-               " ('inf', '* * * * *', 'UTC', 'infinity'), ('neginf', '* * * * *', 'UTC', '-infinity'),"
-               " ('far', '* * * * *', 'UTC', '9999-12-31 23:59:00+00'), ('ok', '* * * * *', 'UTC', now() - interval '1 minute')")
-    db.execute("INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, not_before) VALUES ('nb', 'MANUAL', 'infinity')")
-    db.execute("INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, status, lease_owner, lease_token,"
-               " lease_duration, lease_expires_at, started_at, heartbeat_at) VALUES"
-               " ('lease_inf', 'MANUAL', 'RUNNING', 'r', gen_random_uuid(), '1 minute', 'infinity', now(), now()),"
-               " ('lease_neginf', 'MANUAL', 'RUNNING', 'r', gen_random_uuid(), '1 minute', '-infinity', now(), now()),"
-               # an expired lease whose start is -infinity: its reap once failed every pass
-               " ('start_neginf', 'MANUAL', 'RUNNING', 'r', gen_random_uuid(), '1 minute', now(), '-infinity', now())")
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at) VALUES"
+        " ('inf', '* * * * *', 'UTC', 'infinity'), ('neginf', '* * * * *', 'UTC', '-infinity'),"
+        " ('far', '* * * * *', 'UTC', '9999-12-31 23:59:00+00'), ('ok', '* * * * *', 'UTC', now() - interval '1 minute')"
+    )
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, not_before) VALUES ('nb', 'MANUAL', 'infinity')"
+    )
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, status, lease_owner, lease_token,"
+        " lease_duration, lease_expires_at, started_at, heartbeat_at) VALUES"
+        " ('lease_inf', 'MANUAL', 'RUNNING', 'r', gen_random_uuid(), '1 minute', 'infinity', now(), now()),"
+        " ('lease_neginf', 'MANUAL', 'RUNNING', 'r', gen_random_uuid(), '1 minute', '-infinity', now(), now()),"
+        # an expired lease whose start is -infinity: its reap once failed every pass
+        " ('start_neginf', 'MANUAL', 'RUNNING', 'r', gen_random_uuid(), '1 minute', now(), '-infinity', now())"
+    )
     for attempt in range(2):  # and again after a restart
         a = _start(procs, db_dsn, "--log-level", "debug", "--max-sleep", "0.5")
         a.wait_event("lock acquired")
@@ -171,7 +199,9 @@ def test_non_finite_instants_in_rows_neither_crash_nor_spin(db, db_dsn, procs):
         assert passes <= 1.5 / 0.5 + 3, passes
         assert a.count("pass error") == 0, [e for e in a.events if e.get("event") == "pass error"]
         assert a.stop() == 0
-    far = db.execute("SELECT next_run_at FROM scrinalia.archive_worker_schedules WHERE worker_name = 'far'").fetchone()[0]
+    far = db.execute("SELECT next_run_at FROM scrinalia.archive_worker_schedules WHERE worker_name = 'far'").fetchone()[
+        0
+    ]
     assert far.year == 9999
 
 
@@ -183,12 +213,14 @@ def test_instants_the_shim_cannot_read_neither_stop_nor_slow_the_scheduler(db, d
     row is re-armed like 'infinity', with no run for it, and the others fire."""
     for w in ("bc", "year1", "y20k", "ok1", "ok2"):
         make_worker(db, w)
-    db.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at) VALUES"
-               " ('bc', '0 0 * * *', 'America/New_York', '4713-01-01 00:00+00 BC'),"
-               " ('year1', '0 0 * * *', 'America/New_York', '0001-01-01 00:00+00'),"
-               " ('y20k', '0 0 * * *', 'UTC', '20000-01-01 00:00+00'),"
-               " ('ok1', '* * * * *', 'UTC', now() - interval '1 minute'),"
-               " ('ok2', '* * * * *', 'America/New_York', now() - interval '1 minute')")
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at) VALUES"
+        " ('bc', '0 0 * * *', 'America/New_York', '4713-01-01 00:00+00 BC'),"
+        " ('year1', '0 0 * * *', 'America/New_York', '0001-01-01 00:00+00'),"
+        " ('y20k', '0 0 * * *', 'UTC', '20000-01-01 00:00+00'),"
+        " ('ok1', '* * * * *', 'UTC', now() - interval '1 minute'),"
+        " ('ok2', '* * * * *', 'America/New_York', now() - interval '1 minute')"
+    )
     a = _start(procs, db_dsn, "--log-level", "debug", "--max-sleep", "0.5")
     a.wait_event("lock acquired")
     for w in ("ok1", "ok2"):
@@ -202,10 +234,19 @@ def test_instants_the_shim_cannot_read_neither_stop_nor_slow_the_scheduler(db, d
     passes = sum(1 for e in a.events[mark:] if e.get("event") == "pass")
     assert passes <= 1.5 / 0.5 + 3, passes  # sleeping on next_wakeup(), not spinning
     assert a.count("pass error") == 0, [e for e in a.events if e.get("event") == "pass error"]
-    assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs"
-                      " WHERE worker_name IN ('bc', 'year1', 'y20k')").fetchone()[0] == 0
-    assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_schedules"
-                      " WHERE next_run_at > now() AND next_run_at < now() + interval '2 days'").fetchone()[0] == 5
+    assert (
+        db.execute(
+            "SELECT count(*) FROM scrinalia.archive_worker_runs WHERE worker_name IN ('bc', 'year1', 'y20k')"
+        ).fetchone()[0]
+        == 0
+    )
+    assert (
+        db.execute(
+            "SELECT count(*) FROM scrinalia.archive_worker_schedules"
+            " WHERE next_run_at > now() AND next_run_at < now() + interval '2 days'"
+        ).fetchone()[0]
+        == 5
+    )
     assert a.stop() == 0
 
 
@@ -228,8 +269,11 @@ def test_an_idle_scheduler_stays_healthy_past_the_alert_threshold(db, db_dsn, pr
 def test_a_frozen_holder_is_replaced_and_does_not_tick_when_it_resumes(db, db_dsn, procs):
     _stale_after(db, 2)
     workers = make_workers(db, 5, "f")
-    db.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone)"
-               " SELECT w, '* * * * *', 'UTC' FROM unnest(%s::text[]) w", (workers,))
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone)"
+        " SELECT w, '* * * * *', 'UTC' FROM unnest(%s::text[]) w",
+        (workers,),
+    )
     a = _start(procs, db_dsn, "--standby-retry", "0.3", "--max-sleep", "0.3", "--name", "a")
     a.wait_event("lock acquired")
     b = _start(procs, db_dsn, "--standby-retry", "0.3", "--max-sleep", "0.3", "--name", "b")
@@ -254,8 +298,10 @@ def test_a_frozen_holder_is_replaced_and_does_not_tick_when_it_resumes(db, db_ds
     wait_for(lambda: b.count("skipped") >= len(workers), what="the new holder's next pass")
     ticks = [e for e in a.events[mark:] if e.get("event") in ("enqueued", "skipped", "armed")]
     assert ticks == [], f"the resumed process ticked: {ticks}"
-    periods = db.execute("SELECT worker_name, scheduled_for, count(*) FROM scrinalia.archive_worker_runs"
-                         " GROUP BY 1, 2 HAVING count(*) > 1").fetchall()
+    periods = db.execute(
+        "SELECT worker_name, scheduled_for, count(*) FROM scrinalia.archive_worker_runs"
+        " GROUP BY 1, 2 HAVING count(*) > 1"
+    ).fetchall()
     assert periods == []
     print(f"\nRELIABILITY frozen holder replaced in {took:.2f} s (stale after 2 s, standby retry 0.3 s)")
 
@@ -275,9 +321,13 @@ def test_a_notify_flood_costs_an_idle_runner_a_bounded_number_of_claims(db, db_d
             sent += 1
         # a real run enqueued in the flood is still claimed promptly
         run_id = db.execute("SELECT run_id FROM scrinalia.enqueue('ocr')").fetchone()[0]
-        wait_for(lambda: db.execute("SELECT status = 'SUCCEEDED' FROM scrinalia.archive_worker_runs"
-                                    " WHERE run_id = %s", (run_id,)).fetchone()[0], timeout=5,
-                 what="the run enqueued during the flood done")
+        wait_for(
+            lambda: db.execute(
+                "SELECT status = 'SUCCEEDED' FROM scrinalia.archive_worker_runs WHERE run_id = %s", (run_id,)
+            ).fetchone()[0],
+            timeout=5,
+            what="the run enqueued during the flood done",
+        )
     assert r.stop() == 0
     claims = r.wait_event("stopped")["claim_attempts"]
     assert sent > 1000

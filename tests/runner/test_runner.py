@@ -8,8 +8,9 @@ import threading
 import time
 from datetime import timedelta
 
-import demo_handlers
 import pytest
+
+import demo_handlers
 from helpers import make_worker, run_row, scheduled_run
 from scrinalia_workers.logs import EventLog
 from scrinalia_workers.runner.daemon import Runner
@@ -90,8 +91,10 @@ def test_lease_lost_mid_run_is_not_overwritten(db, db_dsn, quiet):
     t = threading.Thread(target=lambda: result.update(r.run_once()))
     t.start()
     assert started.wait(10)
-    db.execute("UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() - interval '1 second'"
-               " WHERE run_id = %s", (run_id,))
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() - interval '1 second' WHERE run_id = %s",
+        (run_id,),
+    )
     assert [x[0] for x in db.execute("SELECT run_id FROM scrinalia.reap_expired_leases()")] == [run_id]
     release.set()
     t.join(10)
@@ -145,8 +148,13 @@ def test_notify_wakes_an_idle_runner(db, db_dsn):
 def test_bad_handlers_module_is_one_line_exit_2(db_dsn):
     import subprocess
     import sys
-    r = subprocess.run([sys.executable, "-m", "scrinalia_workers.runner", "--dsn", db_dsn,
-                        "--handlers", "no_such_module_xyz"], capture_output=True, text=True, timeout=30)
+
+    r = subprocess.run(
+        [sys.executable, "-m", "scrinalia_workers.runner", "--dsn", db_dsn, "--handlers", "no_such_module_xyz"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 2 and "no_such_module_xyz" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -154,6 +162,7 @@ def test_a_notify_backlog_costs_one_claim_attempt(db, db_dsn, quiet):
     # NOTIFYs that arrive while a handler runs pile up in the connection's backlog;
     # the next idle drains them all at once instead of one claim attempt each
     import psycopg
+
     make_worker(db, "noisy")
     _enqueue(db, "noisy")
 
@@ -181,6 +190,7 @@ def test_a_report_whose_answer_was_lost_is_not_called_a_lost_lease(db, db_dsn):
     import json
 
     import psycopg
+
     make_worker(db, "ok")
     run_id = _enqueue(db, "ok")
     out = io.StringIO()

@@ -10,6 +10,7 @@ import threading
 import time
 
 import psycopg
+
 from helpers import FlushCountingStream, make_workers, run_row
 from scrinalia_workers.logs import EventLog
 from scrinalia_workers.runner import daemon as runner_mod
@@ -26,8 +27,11 @@ def _events(out: io.StringIO) -> list[dict]:
 
 
 def _statuses(db, ids):
-    return dict(db.execute("SELECT run_id, status::text FROM scrinalia.archive_worker_runs WHERE run_id = ANY(%s)",
-                           (ids,)).fetchall())
+    return dict(
+        db.execute(
+            "SELECT run_id, status::text FROM scrinalia.archive_worker_runs WHERE run_id = ANY(%s)", (ids,)
+        ).fetchall()
+    )
 
 
 def _drain(db, r: Runner, ids: list[int]) -> None:
@@ -46,16 +50,22 @@ def test_a_backlog_is_claimed_in_growing_batches(db, db_dsn):
     ids = _enqueue_all(db, workers)
     done = []
     out = io.StringIO()
-    r = Runner(db_dsn, {"*": lambda run: done.append(run["run_id"])}, log=EventLog(json_lines=True, stream=out),
-               batch=32)
+    r = Runner(
+        db_dsn, {"*": lambda run: done.append(run["run_id"])}, log=EventLog(json_lines=True, stream=out), batch=32
+    )
     _drain(db, r, ids)
     assert sorted(done) == sorted(ids)
     # one run at a time would be 200 claims; doubling batches (1, 2, 4, .. 32) take about 10
     assert r.claim_attempts <= 20, r.claim_attempts
     finished = [e for e in _events(out) if e["event"] == "finished"]
     assert sorted(e["run_id"] for e in finished) == sorted(ids)
-    assert max(row[0] for row in db.execute(
-        "SELECT count(*) FROM scrinalia.archive_worker_runs GROUP BY lease_owner, started_at")) > 1
+    assert (
+        max(
+            row[0]
+            for row in db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs GROUP BY lease_owner, started_at")
+        )
+        > 1
+    )
 
 
 def test_batch_one_claims_one_run_at_a_time(db, db_dsn):
@@ -87,8 +97,9 @@ def test_runs_held_up_by_a_slow_handler_go_back_to_the_queue(db, db_dsn):
         t0 = time.monotonic()
         assert _statuses(db, ids[1:]) == {ids[1]: "RUNNING", ids[2]: "RUNNING"}  # claimed with it
         # the two runs behind the slow one are QUEUED again, for any runner
-        wait_for(lambda: _statuses(db, ids[1:]) == {ids[1]: "QUEUED", ids[2]: "QUEUED"}, 10,
-                 what="the held runs released")
+        wait_for(
+            lambda: _statuses(db, ids[1:]) == {ids[1]: "QUEUED", ids[2]: "QUEUED"}, 10, what="the held runs released"
+        )
         waited = time.monotonic() - t0
         assert runner_mod.RELEASE_AFTER - 0.1 <= waited < 5, waited
         with psycopg.connect(db_dsn, autocommit=True) as other:
@@ -157,11 +168,18 @@ def test_an_instant_python_cannot_hold_does_not_cost_its_batch(db, db_dsn):
     with no handler until its lease ran out. Now the batch runs, that one included."""
     workers = make_workers(db, 5)
     ids = _enqueue_all(db, workers)
-    db.execute("UPDATE scrinalia.archive_worker_runs SET not_before = '-infinity', created_at = '4713-01-01 BC'"
-               " WHERE run_id = %s", (ids[2],))
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET not_before = '-infinity', created_at = '4713-01-01 BC'"
+        " WHERE run_id = %s",
+        (ids[2],),
+    )
     seen = {}
-    r = Runner(db_dsn, {"*": lambda run: seen.update({run["run_id"]: run["not_before"]})},
-               log=EventLog(stream=io.StringIO()), batch=32)
+    r = Runner(
+        db_dsn,
+        {"*": lambda run: seen.update({run["run_id"]: run["not_before"]})},
+        log=EventLog(stream=io.StringIO()),
+        batch=32,
+    )
     claimed = r.run_batch(32)
     assert sorted(x["run_id"] for x in claimed) == sorted(ids)
     assert _statuses(db, ids) == {i: "SUCCEEDED" for i in ids}
@@ -193,8 +211,12 @@ def test_a_run_queued_for_ever_neither_errs_nor_slows_an_idle_runner(db, db_dsn)
         t.join(10)
     events = _events(out)
     assert [e for e in events if e["event"] in ("database error", "runner error")] == []
-    assert db.execute("SELECT status::text FROM scrinalia.archive_worker_runs WHERE worker_name = %s",
-                      (parked,)).fetchone()[0] == "QUEUED"
+    assert (
+        db.execute(
+            "SELECT status::text FROM scrinalia.archive_worker_runs WHERE worker_name = %s", (parked,)
+        ).fetchone()[0]
+        == "QUEUED"
+    )
 
 
 def test_a_batch_of_runs_is_logged_with_a_write_per_batch_not_per_line(db, db_dsn):

@@ -13,6 +13,7 @@ import sys
 
 import psycopg
 import pytest
+
 from helpers import make_worker, raises_sqlstate, run_row
 from scrinalia_workers.testkit.procs import start_runner
 
@@ -20,8 +21,13 @@ pytestmark = pytest.mark.slow  # each test starts the real process
 
 
 def _run(*args: str, env: dict | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scrinalia_workers.runner", *args], capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "scrinalia_workers.runner", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _one_line_exit_2(r: subprocess.CompletedProcess, *fragments: str) -> str:
@@ -39,23 +45,26 @@ def test_without_handlers_it_refuses_to_start(db_dsn):
     assert line.startswith("scrinalia-runner: ")
 
 
-@pytest.mark.parametrize("flag,value,fragment", [
-    ("--runner-id", "bad id", "invalid runner id"),
-    ("--runner-id", "r\u00e9sum\u00e9", "ASCII"),
-    ("--runner-id", "\u0440unner", "ASCII"),          # a Cyrillic lookalike
-    ("--runner-id", "r" * 201, "1 to 200"),
-    ("--runner-id", "", "invalid runner id"),
-    ("--lease", "-5", "between 1 and 86400"),
-    ("--lease", "0", "between 1 and 86400"),
-    ("--lease", "1e12", "between 1 and 86400"),
-    ("--lease", "nan", "between 1 and 86400"),
-    ("--lease", "thirty", "between 1 and 86400"),
-    ("--grace", "0", "between 0.1 and 3600"),
-    ("--grace", "-1", "between 0.1 and 3600"),
-    ("--grace", "inf", "between 0.1 and 3600"),
-    ("--grace", "99999999", "between 0.1 and 3600"),
-    ("--no-such-flag", "x", "unrecognized"),
-])
+@pytest.mark.parametrize(
+    "flag,value,fragment",
+    [
+        ("--runner-id", "bad id", "invalid runner id"),
+        ("--runner-id", "r\u00e9sum\u00e9", "ASCII"),
+        ("--runner-id", "\u0440unner", "ASCII"),  # a Cyrillic lookalike
+        ("--runner-id", "r" * 201, "1 to 200"),
+        ("--runner-id", "", "invalid runner id"),
+        ("--lease", "-5", "between 1 and 86400"),
+        ("--lease", "0", "between 1 and 86400"),
+        ("--lease", "1e12", "between 1 and 86400"),
+        ("--lease", "nan", "between 1 and 86400"),
+        ("--lease", "thirty", "between 1 and 86400"),
+        ("--grace", "0", "between 0.1 and 3600"),
+        ("--grace", "-1", "between 0.1 and 3600"),
+        ("--grace", "inf", "between 0.1 and 3600"),
+        ("--grace", "99999999", "between 0.1 and 3600"),
+        ("--no-such-flag", "x", "unrecognized"),
+    ],
+)
 def test_bad_flag_values_are_one_line_exit_2(db_dsn, flag, value, fragment):
     _one_line_exit_2(_run("--dsn", db_dsn, "--handlers", "scrinalia_workers.demo.handlers", flag, value), fragment)
 
@@ -81,8 +90,15 @@ def test_a_module_name_that_is_not_one(db_dsn):
 
 
 def test_unreachable_database_at_start_up(tmp_path):
-    _one_line_exit_2(_run("--dsn", f"host={tmp_path} port=1 dbname=x connect_timeout=2",
-                          "--handlers", "scrinalia_workers.demo.handlers"), "cannot connect")
+    _one_line_exit_2(
+        _run(
+            "--dsn",
+            f"host={tmp_path} port=1 dbname=x connect_timeout=2",
+            "--handlers",
+            "scrinalia_workers.demo.handlers",
+        ),
+        "cannot connect",
+    )
 
 
 @pytest.mark.parametrize("dsn", ["not a dsn", "dbname='unterminated", "postgresql://[::1"])
@@ -93,9 +109,13 @@ def test_a_malformed_dsn_is_one_line_exit_2(dsn):
 @pytest.mark.parametrize("group", ["reader", "operator", "scheduler", "nobody"])
 def test_a_login_that_cannot_claim_is_told_which_group(db_dsn, role_logins, group):
     dsn = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins[group])
-    line = _one_line_exit_2(_run("--dsn", dsn, "--handlers", "scrinalia_workers.demo.handlers"),
-                            f"login {role_logins[group]}", "not in scrinalia_runner",
-                            "EXECUTE on scrinalia.claim_runs(", f"GRANT scrinalia_runner TO {role_logins[group]}")
+    line = _one_line_exit_2(
+        _run("--dsn", dsn, "--handlers", "scrinalia_workers.demo.handlers"),
+        f"login {role_logins[group]}",
+        "not in scrinalia_runner",
+        "EXECUTE on scrinalia.claim_runs(",
+        f"GRANT scrinalia_runner TO {role_logins[group]}",
+    )
     if group == "nobody":
         assert "USAGE on schema scrinalia" in line
 
@@ -103,12 +123,15 @@ def test_a_login_that_cannot_claim_is_told_which_group(db_dsn, role_logins, grou
 def test_a_runner_group_missing_a_grant_is_named(db, db_dsn, role_logins):
     db.execute("REVOKE EXECUTE ON FUNCTION scrinalia.heartbeat_runs(bigint[], uuid[]) FROM scrinalia_runner")
     dsn = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["runner"])
-    _one_line_exit_2(_run("--dsn", dsn, "--handlers", "scrinalia_workers.demo.handlers"),
-                     "is in scrinalia_runner but lacks EXECUTE on scrinalia.heartbeat_runs(bigint[], uuid[])")
+    _one_line_exit_2(
+        _run("--dsn", dsn, "--handlers", "scrinalia_workers.demo.handlers"),
+        "is in scrinalia_runner but lacks EXECUTE on scrinalia.heartbeat_runs(bigint[], uuid[])",
+    )
 
 
 def test_json_start_up_errors_are_one_json_line(db_dsn, role_logins):
     import json
+
     dsn = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["reader"])
     r = _run("--dsn", dsn, "--handlers", "scrinalia_workers.demo.handlers", "--json")
     line = _one_line_exit_2(r)
@@ -133,8 +156,21 @@ def test_the_runner_login_claims(db, db_dsn, role_logins):
 
 def test_sql_and_the_parser_agree_on_runner_ids(db):
     from scrinalia_workers.runner.daemon import RUNNER_ID
-    samples = ["runner-1@gpu01", "a.b:c/d_e", "r" * 200, "r" * 201, "r\u00e9", "\u0440", "\uff21",
-               "runner 1", "r\u00b2", "\u0663", "tab\there", ""]
+
+    samples = [
+        "runner-1@gpu01",
+        "a.b:c/d_e",
+        "r" * 200,
+        "r" * 201,
+        "r\u00e9",
+        "\u0440",
+        "\uff21",
+        "runner 1",
+        "r\u00b2",
+        "\u0663",
+        "tab\there",
+        "",
+    ]
     for s in samples:
         allowed = RUNNER_ID.fullmatch(s) is not None
         if allowed:
@@ -149,6 +185,7 @@ def test_default_runner_id_is_valid(monkeypatch):
     import socket
 
     from scrinalia_workers.runner import daemon as runner
+
     monkeypatch.setattr(socket, "gethostname", lambda: "h\u00f4te d'\u00e9t\u00e9" + "x" * 300)
     assert runner.RUNNER_ID.fullmatch(runner.default_runner_id())
 
@@ -179,10 +216,14 @@ def test_a_privilege_lost_while_running_is_one_line_exit_2(db, db_dsn, role_logi
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_during_start_up_exits_without_a_traceback(db_dsn, tmp_path, sig):
     (tmp_path / "slow_import.py").write_text(
-        "import sys, time\nprint('importing', file=sys.stderr, flush=True)\ntime.sleep(30)\nHANDLERS = {}\n")
-    p = subprocess.Popen([sys.executable, "-m", "scrinalia_workers.runner", "--dsn", db_dsn,
-                          "--handlers", "slow_import"], stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "PYTHONPATH": str(tmp_path)})
+        "import sys, time\nprint('importing', file=sys.stderr, flush=True)\ntime.sleep(30)\nHANDLERS = {}\n"
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-m", "scrinalia_workers.runner", "--dsn", db_dsn, "--handlers", "slow_import"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
     try:
         assert p.stderr.readline().strip() == "importing"
         p.send_signal(sig)
@@ -198,27 +239,38 @@ def test_the_checked_signatures_are_the_schemas(db):
     # the start-up check skips what does not exist: a renamed or re-typed function
     # must fail here rather than go unchecked
     from scrinalia_workers.runner.daemon import RUNNER_FUNCTIONS
-    found = {r[0] for r in db.execute(
-        "SELECT format('%s(%s)', p.proname, replace(oidvectortypes(p.proargtypes), 'scrinalia.', ''))"
-        "  FROM pg_proc p WHERE p.pronamespace = 'scrinalia'::regnamespace")}
+
+    found = {
+        r[0]
+        for r in db.execute(
+            "SELECT format('%s(%s)', p.proname, replace(oidvectortypes(p.proargtypes), 'scrinalia.', ''))"
+            "  FROM pg_proc p WHERE p.pronamespace = 'scrinalia'::regnamespace"
+        )
+    }
     assert set(RUNNER_FUNCTIONS) <= found, set(RUNNER_FUNCTIONS) - found
 
 
 def test_a_revoked_finish_is_named_with_its_signature(db, db_dsn, role_logins):
-    db.execute("REVOKE EXECUTE ON FUNCTION"
-               " scrinalia.finish_runs(bigint[], uuid[], scrinalia.run_status[], text[], text[]) FROM scrinalia_runner")
+    db.execute(
+        "REVOKE EXECUTE ON FUNCTION"
+        " scrinalia.finish_runs(bigint[], uuid[], scrinalia.run_status[], text[], text[]) FROM scrinalia_runner"
+    )
     dsn = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["runner"])
-    _one_line_exit_2(_run("--dsn", dsn, "--handlers", "scrinalia_workers.demo.handlers"),
-                     "lacks EXECUTE on scrinalia.finish_runs(bigint[], uuid[], run_status[], text[], text[])")
+    _one_line_exit_2(
+        _run("--dsn", dsn, "--handlers", "scrinalia_workers.demo.handlers"),
+        "lacks EXECUTE on scrinalia.finish_runs(bigint[], uuid[], run_status[], text[], text[])",
+    )
 
 
 def test_an_unmigrated_database_is_one_line_exit_2(empty_db_dsn):
-    _one_line_exit_2(_run("--dsn", empty_db_dsn, "--handlers", "scrinalia_workers.demo.handlers"),
-                     "scrinalia-workers migrate")
+    _one_line_exit_2(
+        _run("--dsn", empty_db_dsn, "--handlers", "scrinalia_workers.demo.handlers"), "scrinalia-workers migrate"
+    )
 
 
 def test_the_installed_console_script_refuses_the_same_way():
     from pathlib import Path
+
     script = Path(sys.executable).parent / "scrinalia-runner"
     if not script.exists():
         pytest.skip("scrinalia-runner is not installed beside this interpreter")
@@ -230,6 +282,9 @@ def test_sql_code_older_than_the_runner_is_one_line_exit_2(db, db_dsn):
     # a release may add functions without a migration: a runner deployed before the
     # migrate re-installed the code is told so, instead of failing on every claim
     db.execute("DROP FUNCTION scrinalia.release_runs(bigint[], uuid[])")
-    _one_line_exit_2(_run("--dsn", db_dsn, "--handlers", "scrinalia_workers.demo.handlers"),
-                     "lacks scrinalia.release_runs(bigint[], uuid[])", "older than this scrinalia-workers",
-                     "scrinalia-workers migrate")
+    _one_line_exit_2(
+        _run("--dsn", db_dsn, "--handlers", "scrinalia_workers.demo.handlers"),
+        "lacks scrinalia.release_runs(bigint[], uuid[])",
+        "older than this scrinalia-workers",
+        "scrinalia-workers migrate",
+    )

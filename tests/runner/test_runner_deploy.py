@@ -4,6 +4,7 @@ adding a column to the runs table) must not make the runner see an error."""
 from __future__ import annotations
 
 import pytest
+
 from helpers import make_worker, run_row
 from scrinalia_workers.admin.migrate import apply_code
 from scrinalia_workers.testkit.procs import start_runner

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from helpers import make_worker
 from scrinalia_workers.runner.failure import (
     MAX_ERROR_CHARS,
@@ -45,16 +46,19 @@ class StrReturnsSly(Exception):
         return Sly("sly text")
 
 
-@pytest.mark.parametrize("exc,head", [
-    (StrReturnsSly(), "StrReturnsSly: sly text"),
-    (RuntimeError("a\x00b"), "RuntimeError: a\\x00b"),
-    (RuntimeError(os.fsdecode(b"\xff\xfe.pdf")), "RuntimeError: \\udcff\\udcfe.pdf"),
-    (RuntimeError("bell\x07 esc\x1b del\x7f c1\x85"), "RuntimeError: bell\\x07 esc\\x1b del\\x7f c1\\x85"),
-    (StrReturnsBytes(), "StrReturnsBytes: <exception str() failed>"),
-    (StrRaisesBase(), "StrRaisesBase: <exception str() failed>"),
-    (SystemExit(), "SystemExit"),
-    (KeyError("k\u00e9"), "KeyError: 'k\u00e9'"),
-])
+@pytest.mark.parametrize(
+    "exc,head",
+    [
+        (StrReturnsSly(), "StrReturnsSly: sly text"),
+        (RuntimeError("a\x00b"), "RuntimeError: a\\x00b"),
+        (RuntimeError(os.fsdecode(b"\xff\xfe.pdf")), "RuntimeError: \\udcff\\udcfe.pdf"),
+        (RuntimeError("bell\x07 esc\x1b del\x7f c1\x85"), "RuntimeError: bell\\x07 esc\\x1b del\\x7f c1\\x85"),
+        (StrReturnsBytes(), "StrReturnsBytes: <exception str() failed>"),
+        (StrRaisesBase(), "StrRaisesBase: <exception str() failed>"),
+        (SystemExit(), "SystemExit"),
+        (KeyError("k\u00e9"), "KeyError: 'k\u00e9'"),
+    ],
+)
 def test_texts_are_printable_and_say_what_happened(exc, head):
     text, fp = describe_failure(_raised(exc))
     assert text.splitlines()[0] == head
@@ -93,10 +97,18 @@ def test_printable_keeps_tab_newline_and_letters():
     assert printable("a\tb\nc \u00e9\u4e2d") == "a\tb\nc \u00e9\u4e2d"
 
 
-@pytest.mark.parametrize("value,status", [
-    (None, "SUCCEEDED"), ("ok", "SUCCEEDED"), ({"n": 1}, "SUCCEEDED"),
-    (False, "FAILED"), (0, "FAILED"), ([1], "FAILED"), (object(), "FAILED"),
-])
+@pytest.mark.parametrize(
+    "value,status",
+    [
+        (None, "SUCCEEDED"),
+        ("ok", "SUCCEEDED"),
+        ({"n": 1}, "SUCCEEDED"),
+        (False, "FAILED"),
+        (0, "FAILED"),
+        ([1], "FAILED"),
+        (object(), "FAILED"),
+    ],
+)
 def test_the_return_rule(value, status):
     assert call(lambda run: value, {}).status == status
 
@@ -110,6 +122,7 @@ def test_a_dict_whose_repr_fails_is_still_success():
     class Weird(dict):
         def __repr__(self):
             raise RuntimeError("no repr")
+
     out = call(lambda run: Weird(), {})
     assert out.status == "SUCCEEDED" and out.summary == "<unprintable summary>"
 
@@ -123,19 +136,26 @@ def test_the_handler_gets_a_copy():
 def test_every_text_is_accepted_by_finish(db):
     # the database is the judge of "storable": each text goes through finish()
     make_worker(db, "t")
-    samples = [RuntimeError("\x00"), RuntimeError(os.fsdecode(b"\xff")), RuntimeError("x" * 10_000_000),
-               StrRaisesBase(), RuntimeError("\ud800 lone high surrogate")]
+    samples = [
+        RuntimeError("\x00"),
+        RuntimeError(os.fsdecode(b"\xff")),
+        RuntimeError("x" * 10_000_000),
+        StrRaisesBase(),
+        RuntimeError("\ud800 lone high surrogate"),
+    ]
     for exc in samples:
         db.execute("SELECT scrinalia.enqueue('t')")
         run_id, token = db.execute("SELECT run_id, lease_token FROM scrinalia.claim_next('t1')").fetchone()
         text, fp = describe_failure(_raised(exc))
-        row = db.execute("SELECT status::text, error FROM scrinalia.finish(%s, %s, 'FAILED', %s, %s)",
-                         (run_id, token, text, fp)).fetchone()
+        row = db.execute(
+            "SELECT status::text, error FROM scrinalia.finish(%s, %s, 'FAILED', %s, %s)", (run_id, token, text, fp)
+        ).fetchone()
         assert row == ("FAILED", text)
 
 
 def test_cap_says_what_was_cut():
     from scrinalia_workers.runner.failure import cap
+
     assert cap("short", 100) == "short"
     long = cap("x" * 10_000, 200)
     assert len(long) <= 200 and long.endswith(f"[... {10_000 - long.index(' [')} characters cut]")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+
 from helpers import run_row
 from scrinalia_workers.testkit.procs import start_runner
 
@@ -49,8 +50,9 @@ def test_the_documented_example_runs_as_written(db, db_dsn, role_logins, tmp_pat
         ev = p.wait_event("finished", run_id=first, status="SUCCEEDED")
         assert ev["summary"] == "{'files': 2, 'made': 2}"
         assert sorted(f.name for f in (inbox / "thumbnails").glob("*.thumb128")) == ["a.thumb128", "b.thumb128"]
-        assert db.execute("SELECT pending, processed FROM scrinalia.worker_queue_counters"
-                          " WHERE worker_name = 'thumbnails'").fetchone() == (0, 2)
+        assert db.execute(
+            "SELECT pending, processed FROM scrinalia.worker_queue_counters WHERE worker_name = 'thumbnails'"
+        ).fetchone() == (0, 2)
 
         # run again (a retry would): nothing is made twice
         again = db.execute(enqueue).fetchone()[0]
@@ -65,7 +67,9 @@ def test_the_documented_example_runs_as_written(db, db_dsn, role_logins, tmp_pat
 
 
 def test_the_log_table_names_every_event_the_runner_logs():
-    source = (Path(__file__).resolve().parents[2] / "py_shim" / "scrinalia_workers" / "runner" / "daemon.py").read_text()
+    source = (
+        Path(__file__).resolve().parents[2] / "py_shim" / "scrinalia_workers" / "runner" / "daemon.py"
+    ).read_text()
     logged = set(re.findall(r'\blog\(\s*"([^"]+)"', source))
     for a, b in re.findall(r'\blog\(\s*"([a-z ]+)" if [^,]+ else "([a-z ]+)"', source):
         logged |= {a, b}

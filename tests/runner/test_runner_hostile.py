@@ -11,13 +11,14 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+
 from helpers import make_worker, run_row
 from scrinalia_workers.testkit.procs import start_runner
 from scrinalia_workers.testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
-HOSTILE = textwrap.dedent('''
+HOSTILE = textwrap.dedent("""
     import os
 
     class Custom(BaseException):
@@ -71,10 +72,23 @@ HOSTILE = textwrap.dedent('''
         "ret_dict": lambda run: {"pages": 3},
         "ret_str": lambda run: "done",
     }
-''')
+""")
 
-FAILING = ["nul", "surrogate", "huge", "sysexit", "kbint", "genexit", "custom", "badstr", "worsestr",
-           "ret_int", "ret_false", "ret_coro", "ret_gen"]
+FAILING = [
+    "nul",
+    "surrogate",
+    "huge",
+    "sysexit",
+    "kbint",
+    "genexit",
+    "custom",
+    "badstr",
+    "worsestr",
+    "ret_int",
+    "ret_false",
+    "ret_coro",
+    "ret_gen",
+]
 SUCCEEDING = ["ret_none", "ret_dict", "ret_str", "stray"]
 MAX_ERROR = 4000  # failure.MAX_ERROR_CHARS, restated as the fact under test
 
@@ -89,13 +103,16 @@ def hostile_module(tmp_path, monkeypatch):
 def test_hostile_handlers_end_failed_and_the_runner_goes_on(db, db_dsn, hostile_module):
     for w in FAILING + SUCCEEDING:
         make_worker(db, w)
-    runs = {w: db.execute("SELECT run_id FROM scrinalia.enqueue(%s)", (w,)).fetchone()[0]
-            for w in FAILING + SUCCEEDING}
+    runs = {w: db.execute("SELECT run_id FROM scrinalia.enqueue(%s)", (w,)).fetchone()[0] for w in FAILING + SUCCEEDING}
     p = start_runner(db_dsn, hostile_module, "--runner-id", "hostile")
     try:
-        wait_for(lambda: db.execute(
-            "SELECT count(*) = 0 FROM scrinalia.archive_worker_runs WHERE status IN ('QUEUED', 'RUNNING')"
-        ).fetchone()[0], timeout=30, what="every run finished")
+        wait_for(
+            lambda: db.execute(
+                "SELECT count(*) = 0 FROM scrinalia.archive_worker_runs WHERE status IN ('QUEUED', 'RUNNING')"
+            ).fetchone()[0],
+            timeout=30,
+            what="every run finished",
+        )
         for w in FAILING:
             row = run_row(db, runs[w])
             assert row["status"] == "FAILED", (w, row["status"], row["error"])
@@ -138,7 +155,9 @@ def latin1_dsn(admin, admin_dsn):
     import os
 
     import psycopg
+
     from scrinalia_workers.admin.migrate import migrate
+
     name = f"sw_latin1_{os.getpid()}"
     admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
     admin.execute(f"CREATE DATABASE \"{name}\" ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
@@ -150,9 +169,11 @@ def latin1_dsn(admin, admin_dsn):
 
 def test_a_text_the_database_encoding_cannot_hold_is_stored_escaped(latin1_dsn, tmp_path, monkeypatch):
     import psycopg
+
     (tmp_path / "cjk_handlers.py").write_text(
         "def fail(run):\n    raise FileNotFoundError('\u6587\u6863.pdf missing, caf\u00e9 closed')\n"
-        "HANDLERS = {'cjk': fail, 'ok': lambda run: None}\n")
+        "HANDLERS = {'cjk': fail, 'ok': lambda run: None}\n"
+    )
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     with psycopg.connect(latin1_dsn, autocommit=True) as db:
         for w in ("cjk", "ok"):

@@ -4,6 +4,7 @@ admin or a failover does): idle or mid-run, it logs, reconnects, and goes on."""
 from __future__ import annotations
 
 import pytest
+
 from helpers import make_worker, run_row
 from scrinalia_workers.testkit.procs import start_runner
 from scrinalia_workers.testkit.waiting import wait_for
@@ -12,8 +13,9 @@ pytestmark = pytest.mark.slow
 
 
 def _backend(db, runner_id):
-    row = db.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
-                     (f"scrinalia-runner {runner_id}",)).fetchone()
+    row = db.execute(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (f"scrinalia-runner {runner_id}",)
+    ).fetchone()
     return row[0] if row else None
 
 
@@ -30,8 +32,7 @@ def test_killed_while_idle_it_reconnects_and_claims(db, db_dsn):
         p.wait_event("runner started")
         old = _terminate(db, "idle-victim")
         p.wait_event("database unavailable")
-        new = wait_for(lambda: (b := _backend(db, "idle-victim")) and b != old and b,
-                       what="a new backend")
+        new = wait_for(lambda: (b := _backend(db, "idle-victim")) and b != old and b, what="a new backend")
         run_id = db.execute("SELECT run_id FROM scrinalia.enqueue('ok')").fetchone()[0]
         p.wait_event("finished", run_id=run_id, status="SUCCEEDED")
         assert _backend(db, "idle-victim") == new

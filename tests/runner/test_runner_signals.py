@@ -8,6 +8,7 @@ import signal
 import time
 
 import pytest
+
 from helpers import make_worker, run_row, scheduled_run
 from scrinalia_workers.testkit.procs import start_runner
 
@@ -20,7 +21,7 @@ def _exit_code(p, timeout: float) -> int:
     except Exception:
         p.kill()
         p.popen.wait()
-        raise AssertionError(f"the runner did not exit within {timeout}s:\n" + "".join(p.raw[-20:]))
+        raise AssertionError(f"the runner did not exit within {timeout}s:\n" + "".join(p.raw[-20:])) from None
 
 
 def test_sigterm_during_a_long_handler_interrupts_after_the_grace(db, db_dsn):
@@ -39,8 +40,11 @@ def test_sigterm_during_a_long_handler_interrupts_after_the_grace(db, db_dsn):
             p.kill()
     assert 1.5 <= waited < 10, waited
     row = run_row(db, run_id)
-    assert (row["status"], row["error"], row["error_fingerprint"]) == ("INTERRUPTED", "runner shut down",
-                                                                        "runner-shutdown")
+    assert (row["status"], row["error"], row["error_fingerprint"]) == (
+        "INTERRUPTED",
+        "runner shut down",
+        "runner-shutdown",
+    )
     assert row["retry_pending"] is True and row["lease_token"] is None
     assert p.count("interrupted", run_id=run_id) == 1
     # no waiting for the lease: the scheduler's next create_retries() makes attempt 2
@@ -130,7 +134,8 @@ def test_threads_a_handler_leaves_behind_do_not_hold_the_exit(db, db_dsn, tmp_pa
         "import threading, time\n"
         "def leak(run):\n"
         "    threading.Thread(target=time.sleep, args=(600,)).start()  # not a daemon\n"
-        "HANDLERS = {'leak': leak}\n")
+        "HANDLERS = {'leak': leak}\n"
+    )
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     make_worker(db, "leak")
     run_id = db.execute("SELECT run_id FROM scrinalia.enqueue('leak')").fetchone()[0]

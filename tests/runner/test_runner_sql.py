@@ -4,6 +4,7 @@ holder (a runner shutting down) with the reaper's retry rule; the fence still ho
 from __future__ import annotations
 
 import pytest
+
 from helpers import claim, finish, make_worker, raises_sqlstate, run_row, scheduled_run
 
 
@@ -13,15 +14,18 @@ def _at_attempt(db, worker, attempt):
     for _ in range(attempt - 1):
         token = claim(db, workers=[worker])[1]
         finish(db, run_id, token, "FAILED", "boom")
-        run_id = [r[0] for r in db.execute("SELECT run_id, worker_name FROM scrinalia.create_retries()")
-                  if r[1] == worker][0]
+        run_id = [
+            r[0] for r in db.execute("SELECT run_id, worker_name FROM scrinalia.create_retries()") if r[1] == worker
+        ][0]
         db.execute("UPDATE scrinalia.archive_worker_runs SET not_before = now() WHERE run_id = %s", (run_id,))
     return run_id
 
 
 def _reaped(db, run_id):
-    db.execute("UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() - interval '1 second'"
-               " WHERE run_id = %s", (run_id,))
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() - interval '1 second' WHERE run_id = %s",
+        (run_id,),
+    )
     db.execute("SELECT scrinalia.reap_expired_leases()")
     return run_row(db, run_id)["retry_pending"]
 
@@ -52,6 +56,7 @@ def test_interrupted_manual_run_is_not_retried(db):
 
 def test_a_scheduled_interrupt_notifies_the_scheduler(db, db_dsn):
     import psycopg
+
     make_worker(db, "n")
     run_id = scheduled_run(db, "n")
     token = claim(db)[1]
@@ -76,8 +81,10 @@ def test_interrupt_is_fenced_like_any_report(db):
     make_worker(db, "f")
     db.execute("SELECT scrinalia.enqueue('f')")
     run_id, token, *_ = claim(db)
-    db.execute("UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() - interval '1 second'"
-               " WHERE run_id = %s", (run_id,))
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() - interval '1 second' WHERE run_id = %s",
+        (run_id,),
+    )
     with raises_sqlstate("SW020", "lease expired"):
         finish(db, run_id, token, "INTERRUPTED", "runner shut down")
     assert run_row(db, run_id)["status"] == "RUNNING"  # left to the reaper

@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+
 from helpers import make_worker, put_schedule, set_next_run
 from scrinalia_workers.gateway import connection as swdb
 from scrinalia_workers.sqlfiles import head
@@ -22,36 +23,52 @@ def _start(procs, dsn, *args):
 
 
 def _runs(db, worker):
-    return db.execute("SELECT run_id, scheduled_for FROM scrinalia.archive_worker_runs"
-                      " WHERE worker_name = %s ORDER BY run_id", (worker,)).fetchall()
+    return db.execute(
+        "SELECT run_id, scheduled_for FROM scrinalia.archive_worker_runs WHERE worker_name = %s ORDER BY run_id",
+        (worker,),
+    ).fetchall()
 
 
 def test_old_schema_refused_with_exit_2(db, db_dsn):
-    db.execute("CREATE OR REPLACE FUNCTION scrinalia.schema_head() RETURNS text"
-               " LANGUAGE sql AS $$ SELECT '0003_schedules_retries'::text $$")
-    r = subprocess.run([sys.executable, "-m", "scrinalia_workers.scheduler", "--dsn", db_dsn],
-                       capture_output=True, text=True, timeout=30)
+    db.execute(
+        "CREATE OR REPLACE FUNCTION scrinalia.schema_head() RETURNS text"
+        " LANGUAGE sql AS $$ SELECT '0003_schedules_retries'::text $$"
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "scrinalia_workers.scheduler", "--dsn", db_dsn],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 2
     assert "0003_schedules_retries" in r.stderr and "scrinalia-workers migrate" in r.stderr
     assert "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize("args,fragment", [
-    (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
-    (["--max-sleep", "0"], "--max-sleep: 0 is out of range"),
-    (["--log-level", "loud"], "invalid choice: 'loud'"),
-])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        (["--max-sleep", "0"], "--max-sleep: 0 is out of range"),
+        (["--log-level", "loud"], "invalid choice: 'loud'"),
+    ],
+)
 def test_a_bad_argument_is_one_line_exit_2(args, fragment):
-    r = subprocess.run([sys.executable, "-m", "scrinalia_workers.scheduler", *args],
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        [sys.executable, "-m", "scrinalia_workers.scheduler", *args], capture_output=True, text=True, timeout=30
+    )
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.splitlines() == [r.stderr.strip()] and r.stderr.startswith("scrinalia-scheduler: ")
     assert fragment in r.stderr, r.stderr
 
 
 def test_no_schema_refused_with_exit_2(empty_db_dsn):
-    r = subprocess.run([sys.executable, "-m", "scrinalia_workers.scheduler", "--dsn", empty_db_dsn],
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        [sys.executable, "-m", "scrinalia_workers.scheduler", "--dsn", empty_db_dsn],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 2 and f"needs {head()}" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -94,8 +111,10 @@ def test_terminated_lock_connection_stops_ticking(db, db_dsn, procs):
     other = swdb.connect(db_dsn)
     try:
         db.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        wait_for(lambda: other.execute("SELECT pg_try_advisory_lock(scrinalia.scheduler_lock_key())").fetchone()[0],
-                 what="lock free")
+        wait_for(
+            lambda: other.execute("SELECT pg_try_advisory_lock(scrinalia.scheduler_lock_key())").fetchone()[0],
+            what="lock free",
+        )
         a.wait_event("lock lost", timeout=5)
         make_worker(db, "ocr")
         put_schedule(db, "ocr", "* * * * *", "UTC")
@@ -145,14 +164,17 @@ def test_unevaluable_zone_does_not_block_others(db, db_dsn, procs):
     a.wait_event("armed", worker="ocr")
     err = a.wait_event("schedule set aside", worker="bad")
     assert "Mars/Olympus" in err["reason"]
-    row = db.execute("SELECT arm_error, arm_retry_at > now() FROM scrinalia.worker_agenda"
-                     " WHERE worker_name = 'bad'").fetchone()
+    row = db.execute(
+        "SELECT arm_error, arm_retry_at > now() FROM scrinalia.worker_agenda WHERE worker_name = 'bad'"
+    ).fetchone()
     assert "Mars/Olympus" in row[0] and row[1]
 
 
 def test_restart_reconnects_and_never_enqueues_twice(own_cluster, procs):
     import psycopg
+
     from scrinalia_workers.admin.migrate import migrate
+
     dsn = own_cluster.dsn("postgres")
     migrate(dsn, create_groups=True)
     with psycopg.connect(dsn, autocommit=True) as db:
@@ -176,6 +198,7 @@ def test_restart_reconnects_and_never_enqueues_twice(own_cluster, procs):
 
 def test_runs_as_the_least_privileged_scheduler_role(db, db_dsn, role_logins, procs):
     import psycopg
+
     make_worker(db, "ocr")
     put_schedule(db, "ocr", "* * * * *", "UTC")
     set_next_run(db, "ocr", "1 minute")
@@ -190,9 +213,15 @@ def test_the_lock_connection_asks_the_server_for_keepalives_too(db_dsn):
     from scrinalia_workers.gateway import connection as dbmod
 
     with dbmod.connect(db_dsn, server_keepalives=True) as conn:
-        got = dict(conn.execute(
-            "SELECT name, setting FROM pg_settings WHERE name IN "
-            "('tcp_keepalives_idle', 'tcp_keepalives_interval', 'tcp_keepalives_count', 'tcp_user_timeout')"
-        ).fetchall())
-    assert got == {"tcp_keepalives_idle": "5", "tcp_keepalives_interval": "2",
-                   "tcp_keepalives_count": "3", "tcp_user_timeout": "10000"}
+        got = dict(
+            conn.execute(
+                "SELECT name, setting FROM pg_settings WHERE name IN "
+                "('tcp_keepalives_idle', 'tcp_keepalives_interval', 'tcp_keepalives_count', 'tcp_user_timeout')"
+            ).fetchall()
+        )
+    assert got == {
+        "tcp_keepalives_idle": "5",
+        "tcp_keepalives_interval": "2",
+        "tcp_keepalives_count": "3",
+        "tcp_user_timeout": "10000",
+    }

@@ -6,9 +6,10 @@ from __future__ import annotations
 import io
 import json
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
+
 from helpers import YEARLY, make_workers
 from scrinalia_workers import cron
 from scrinalia_workers.logs import EventLog
@@ -27,8 +28,11 @@ def holder(db_dsn):
 
 
 def _due(db, names):
-    db.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
-               " SELECT w, %s, 'UTC', now() - interval '30 seconds' FROM unnest(%s::text[]) w", (YEARLY, names))
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
+        " SELECT w, %s, 'UTC', now() - interval '30 seconds' FROM unnest(%s::text[]) w",
+        (YEARLY, names),
+    )
 
 
 def test_a_spike_is_ticked_in_committed_chunks_each_once(db, holder, monkeypatch):
@@ -36,12 +40,16 @@ def test_a_spike_is_ticked_in_committed_chunks_each_once(db, holder, monkeypatch
     names = make_workers(db, 30)
     _due(db, names)
     assert holder.tick()
-    runs = db.execute("SELECT count(*), count(DISTINCT worker_name), count(DISTINCT xmin::text)"
-                      " FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE'").fetchone()
+    runs = db.execute(
+        "SELECT count(*), count(DISTINCT worker_name), count(DISTINCT xmin::text)"
+        " FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE'"
+    ).fetchone()
     assert runs == (30, 30, 5)  # 7 + 7 + 7 + 7 + 2: five transactions, every schedule once
     assert [e["event"] for e in holder.events()].count("enqueued") == 30
-    assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_schedules"
-                      " WHERE next_run_at <= now()").fetchone()[0] == 0
+    assert (
+        db.execute("SELECT count(*) FROM scrinalia.archive_worker_schedules WHERE next_run_at <= now()").fetchone()[0]
+        == 0
+    )
     assert db.execute("SELECT ticks FROM scrinalia.scheduler_state").fetchone()[0] == 5
     assert not holder.tick()  # nothing due any more: no empty pass counted as progress
 
@@ -70,21 +78,27 @@ def test_next_occurrences_are_shared_across_chunks_only_while_valid(monkeypatch)
     occ = scheduler._Occurrences()
     computed = []
     real = scheduler.cron.try_next_occurrences
-    monkeypatch.setattr(scheduler.cron, "try_next_occurrences",
-                        lambda pairs, after: computed.append(sorted(pairs)) or real(pairs, after))
-    t0 = datetime(2026, 3, 1, 10, 0, 30, tzinfo=timezone.utc)
+    monkeypatch.setattr(
+        scheduler.cron,
+        "try_next_occurrences",
+        lambda pairs, after: computed.append(sorted(pairs)) or real(pairs, after),
+    )
+    t0 = datetime(2026, 3, 1, 10, 0, 30, tzinfo=UTC)
     pairs = [("* * * * *", "UTC"), ("0 * * * *", "Europe/Berlin"), ("* * * * *", "UTC")]
     first = occ.after_each(pairs, t0)
-    assert first == [datetime(2026, 3, 1, 10, 1, tzinfo=timezone.utc), datetime(2026, 3, 1, 11, 0, tzinfo=timezone.utc),
-                     datetime(2026, 3, 1, 10, 1, tzinfo=timezone.utc)]
+    assert first == [
+        datetime(2026, 3, 1, 10, 1, tzinfo=UTC),
+        datetime(2026, 3, 1, 11, 0, tzinfo=UTC),
+        datetime(2026, 3, 1, 10, 1, tzinfo=UTC),
+    ]
     # a later chunk past the minute: the minute cron moves on, the hourly one is reused
     later = occ.after_each(pairs, t0 + timedelta(seconds=45))
-    assert later[0] == datetime(2026, 3, 1, 10, 2, tzinfo=timezone.utc) and later[1] == first[1]
+    assert later[0] == datetime(2026, 3, 1, 10, 2, tzinfo=UTC) and later[1] == first[1]
     assert computed[1] == [("* * * * *", "UTC")]
     # a clock that went back never reuses a value computed after a later instant
     back = occ.after_each(pairs, t0 - timedelta(minutes=5))
-    assert back[0] == datetime(2026, 3, 1, 9, 56, tzinfo=timezone.utc)
-    assert back[1] == datetime(2026, 3, 1, 10, 0, tzinfo=timezone.utc)
+    assert back[0] == datetime(2026, 3, 1, 9, 56, tzinfo=UTC)
+    assert back[1] == datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
     bad = occ.after_each([("* * * * *", "Mars/Olympus")], t0)
     assert isinstance(bad[0], Exception)
     assert isinstance(occ.after_each([("* * * * *", "Mars/Olympus")], t0)[0], Exception)  # not kept
@@ -97,10 +111,13 @@ def test_a_backlog_pass_evaluates_the_catch_up_once_per_pair_and_window(db, hold
     names = make_workers(db, 40)
     # hourly; the first 30 waited for the period three hours back (periods missed), the
     # other 10 for the current hour's (just due: nothing missed)
-    db.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
-               " SELECT w, '0 * * * *', 'UTC', date_trunc('hour', now()) - CASE WHEN i <= 30"
-               " THEN interval '3 hours' ELSE interval '0' END"
-               " FROM unnest(%s::text[]) WITH ORDINALITY AS u(w, i)", (names,))
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
+        " SELECT w, '0 * * * *', 'UTC', date_trunc('hour', now()) - CASE WHEN i <= 30"
+        " THEN interval '3 hours' ELSE interval '0' END"
+        " FROM unnest(%s::text[]) WITH ORDINALITY AS u(w, i)",
+        (names,),
+    )
     calls = []
     real = scheduler.cron.next_occurrence
     monkeypatch.setattr(scheduler.cron, "next_occurrence", lambda *a: calls.append(a) or real(*a))
@@ -116,12 +133,11 @@ def test_the_catch_up_windows_answer_as_the_cron_itself(zone):
     """The memo answers exactly `next_occurrence(scheduled_for) <= now`, across DST
     transitions, whatever order the instants come in."""
     rng = random.Random(zone)
-    db_now = datetime(2026, 10, 25, 4, 30, tzinfo=timezone.utc)  # after Berlin's fall-back
+    db_now = datetime(2026, 10, 25, 4, 30, tzinfo=UTC)  # after Berlin's fall-back
     pairs = [("*/20 * * * *", zone), ("30 2 * * *", zone), ("15 * * * *", zone), ("0 0 1 * *", zone)]
     memo = scheduler._Occurrences()
     for _ in range(400):
         pair = rng.choice(pairs)
         sched_for = db_now - timedelta(seconds=rng.randrange(0, 3 * 86400))
-        expected = (db_now - sched_for >= timedelta(minutes=1)
-                    and cron.next_occurrence(*pair, sched_for) <= db_now)
+        expected = db_now - sched_for >= timedelta(minutes=1) and cron.next_occurrence(*pair, sched_for) <= db_now
         assert memo.missed(pair, sched_for, db_now) is expected, (pair, sched_for)

@@ -12,6 +12,7 @@ import time
 
 import psycopg
 import pytest
+
 from helpers import YEARLY, make_workers, put_schedule, raises_sqlstate
 from scrinalia_workers import cron
 from scrinalia_workers.logs import EventLog
@@ -33,24 +34,33 @@ def holder(db_dsn):
 # the ordinary pass; a minutely cron does that whenever the instant lands on second 59,
 # so the tests' schedules are YEARLY unless they say otherwise.
 def _schedule(db, names, next_run_at_sql, cron_text=YEARLY):
-    db.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
-               f" SELECT w, %s, 'UTC', {next_run_at_sql} FROM unnest(%s::text[]) w", (cron_text, names))
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
+        f" SELECT w, %s, 'UTC', {next_run_at_sql} FROM unnest(%s::text[]) w",
+        (cron_text, names),
+    )
 
 
 def _next_run(db, worker):
-    return db.execute("SELECT next_run_at FROM scrinalia.archive_worker_schedules WHERE worker_name = %s",
-                      (worker,)).fetchone()[0]
+    return db.execute(
+        "SELECT next_run_at FROM scrinalia.archive_worker_schedules WHERE worker_name = %s", (worker,)
+    ).fetchone()[0]
 
 
 def test_tick_due_at_ticks_only_the_schedules_still_due_at_that_instant(db):
     a, b, c = make_workers(db, 3)
     t = db.execute("SELECT date_trunc('minute', now()) - interval '1 minute'").fetchone()[0]
-    db.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at) VALUES"
-               " (%s, '* * * * *', 'UTC', %s), (%s, '* * * * *', 'UTC', %s - interval '1 minute'),"
-               " (%s, '* * * * *', 'UTC', NULL)", (a, t, b, t, c))
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at) VALUES"
+        " (%s, '* * * * *', 'UTC', %s), (%s, '* * * * *', 'UTC', %s - interval '1 minute'),"
+        " (%s, '* * * * *', 'UTC', NULL)",
+        (a, t, b, t, c),
+    )
     nxt = db.execute("SELECT now() + interval '1 hour'").fetchone()[0]
-    rows = db.execute("SELECT worker_name, decision, scheduled_for FROM scrinalia.tick_due_at(%s, %s, %s, 'test')",
-                      (t, [a, b, c], [nxt] * 3)).fetchall()
+    rows = db.execute(
+        "SELECT worker_name, decision, scheduled_for FROM scrinalia.tick_due_at(%s, %s, %s, 'test')",
+        (t, [a, b, c], [nxt] * 3),
+    ).fetchall()
     assert rows == [(a, "ENQUEUED", t)]
     # b (another instant) and c (unarmed: its cron may be new) are left to the ordinary tick
     assert _next_run(db, b) < t and _next_run(db, c) is None
@@ -61,8 +71,10 @@ def test_tick_due_at_works_ahead_and_returns_only_at_the_instant(db, db_dsn):
     t = db.execute("SELECT now() + interval '0.5 seconds'").fetchone()[0]
     _schedule(db, [a], f"'{t.isoformat()}'::timestamptz")
     with psycopg.connect(db_dsn) as c:  # a transaction, as the scheduler's
-        rows = c.execute("SELECT worker_name, decision, scheduled_for FROM scrinalia.tick_due_at(%s, %s, %s)",
-                         (t, [a], [t.replace(year=t.year + 1)])).fetchall()
+        rows = c.execute(
+            "SELECT worker_name, decision, scheduled_for FROM scrinalia.tick_due_at(%s, %s, %s)",
+            (t, [a], [t.replace(year=t.year + 1)]),
+        ).fetchall()
         returned_at = c.execute("SELECT clock_timestamp()").fetchone()[0]
         assert rows == [(a, "ENQUEUED", t)]
         assert returned_at >= t  # the commit can only come after the instant
@@ -78,8 +90,10 @@ def test_ahead_of_the_instant_a_busy_slot_is_left_to_the_tick_at_the_instant(db)
     db.execute("SELECT scrinalia.enqueue(%s)", (busy,))
     t = db.execute("SELECT now() + interval '0.3 seconds'").fetchone()[0]
     _schedule(db, [free, busy], f"'{t.isoformat()}'::timestamptz")
-    rows = db.execute("SELECT worker_name, decision FROM scrinalia.tick_due_at(%s, %s, %s)",
-                      (t, [free, busy], [t.replace(year=t.year + 1)] * 2)).fetchall()
+    rows = db.execute(
+        "SELECT worker_name, decision FROM scrinalia.tick_due_at(%s, %s, %s)",
+        (t, [free, busy], [t.replace(year=t.year + 1)] * 2),
+    ).fetchall()
     assert rows == [(free, "ENQUEUED")]
     assert _next_run(db, busy) == t  # undecided, for the tick at the instant
 
@@ -105,8 +119,11 @@ def test_schedules_due_at_lists_the_enabled_ones_of_that_instant(db):
         _schedule(db, [w], f"'{t.isoformat()}'::timestamptz")
     _schedule(db, [d], f"'{t.isoformat()}'::timestamptz + interval '1 minute'")
     db.execute("UPDATE scrinalia.archive_worker_schedules SET enabled = false WHERE worker_name = %s", (b,))
-    db.execute("UPDATE scrinalia.archive_worker_schedules SET arm_error = 'x', arm_error_since = now(),"
-               " arm_retry_at = now() WHERE worker_name = %s", (c,))
+    db.execute(
+        "UPDATE scrinalia.archive_worker_schedules SET arm_error = 'x', arm_error_since = now(),"
+        " arm_retry_at = now() WHERE worker_name = %s",
+        (c,),
+    )
     assert db.execute("SELECT worker_name FROM scrinalia.schedules_due_at(%s)", (t,)).fetchall() == [(a,)]
 
 
@@ -123,8 +140,10 @@ def test_the_prepared_tick_enqueues_at_the_instant_once(db, holder):
     assert db.execute("SELECT now() < %s", (t,)).fetchone()[0]  # sent ahead of the instant
     holder._tick_prepared()
     assert db.execute("SELECT now() >= %s", (t,)).fetchone()[0]  # committed at it
-    runs = db.execute("SELECT count(*), count(DISTINCT worker_name), min(scheduled_for), count(DISTINCT xmin::text)"
-                      " FROM scrinalia.archive_worker_runs").fetchone()
+    runs = db.execute(
+        "SELECT count(*), count(DISTINCT worker_name), min(scheduled_for), count(DISTINCT xmin::text)"
+        " FROM scrinalia.archive_worker_runs"
+    ).fetchone()
     assert runs == (20, 20, t, 1)  # every schedule once, in one transaction
     events = holder.events()
     assert [e for e in events if e["event"] == "prepared tick"][0]["decided"] == 20
@@ -147,8 +166,7 @@ def test_a_cron_changed_after_preparing_is_armed_from_the_new_cron(db, holder):
     assert db.execute("SELECT worker_name FROM scrinalia.archive_worker_runs").fetchall() == [(b,)]
     assert _next_run(db, a) is None  # not armed with the old cron's next minute
     holder.tick()
-    assert _next_run(db, a) == cron.next_occurrence("0 3 * * *", "UTC",
-                                                    db.execute("SELECT now()").fetchone()[0])
+    assert _next_run(db, a) == cron.next_occurrence("0 3 * * *", "UTC", db.execute("SELECT now()").fetchone()[0])
 
 
 def test_an_early_wake_keeps_the_prepared_tick_for_its_instant(db, holder):
@@ -171,8 +189,11 @@ def test_the_real_loop_uses_the_prepared_tick(db, db_dsn):
         wait_for(lambda: '"lock acquired"' in out.getvalue(), 10, what="the lock")
         _schedule(db, names, "date_trunc('second', now()) + interval '2 seconds'")
         db.execute("NOTIFY scrinalia_scheduler")
-        wait_for(lambda: db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 5,
-                 10, what="the runs")
+        wait_for(
+            lambda: db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 5,
+            10,
+            what="the runs",
+        )
     finally:
         s.stop.set()
         t.join(10)
@@ -193,8 +214,10 @@ def test_a_spike_beyond_the_prepared_limit_has_the_rest_ticked_after(db, holder,
     holder._tick_prepared()
     assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 3
     holder.tick()  # the ordinary pass, right after the instant
-    runs = db.execute("SELECT count(*), count(DISTINCT worker_name), min(scheduled_for), max(scheduled_for)"
-                      " FROM scrinalia.archive_worker_runs").fetchone()
+    runs = db.execute(
+        "SELECT count(*), count(DISTINCT worker_name), min(scheduled_for), max(scheduled_for)"
+        " FROM scrinalia.archive_worker_runs"
+    ).fetchone()
     assert runs == (7, 7, t, t)
 
 
@@ -212,8 +235,10 @@ def test_a_spike_larger_than_a_chunk_is_prepared_whole_and_visible_at_its_instan
         time.sleep(0.005)
     holder._tick_prepared()
     assert db.execute("SELECT now() >= %s", (t,)).fetchone()[0]  # committed at the instant
-    runs = db.execute("SELECT count(*), count(DISTINCT worker_name), min(scheduled_for), count(DISTINCT xmin::text)"
-                      " FROM scrinalia.archive_worker_runs").fetchone()
+    runs = db.execute(
+        "SELECT count(*), count(DISTINCT worker_name), min(scheduled_for), count(DISTINCT xmin::text)"
+        " FROM scrinalia.archive_worker_runs"
+    ).fetchone()
     assert runs == (7, 7, t, 1)
     assert not holder.tick()  # nothing left for the ordinary pass
 

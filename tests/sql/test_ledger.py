@@ -6,6 +6,8 @@ import threading
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
+
 from helpers import (
     YEARLY,
     claim,
@@ -15,7 +17,6 @@ from helpers import (
     raises_sqlstate,
     run_row,
 )
-from psycopg.types.json import Jsonb
 
 
 def enqueue(conn, worker="ocr", request=None, trigger="MANUAL", by="alice"):
@@ -27,27 +28,31 @@ def enqueue(conn, worker="ocr", request=None, trigger="MANUAL", by="alice"):
 
 # -- request validation ------------------------------------------------------------
 
+
 def test_unknown_worker_is_named(db):
     with raises_sqlstate("SW001", "unknown worker 'nope'"):
         enqueue(db, "nope")
 
 
-@pytest.mark.parametrize("request_, fragment", [
-    ({"engine": "abbyy"}, "unknown engine 'abbyy'"),
-    ({"engine": 3}, "engine must be a string"),
-    ({"preset": "slow"}, "unknown preset 'slow'"),
-    ({"options": {"colour": True}}, "unknown options key 'colour'"),
-    ({"options": {"dpi": "300"}}, "options.dpi must be an integer, got string"),
-    ({"options": {"dpi": 1.5}}, "options.dpi must be an integer"),
-    ({"options": {"lang": "deu"}}, "options.lang must be one of"),
-    ({"options": {"deskew": 1}}, "options.deskew must be a boolean"),
-    ({"options": {"threshold": "x"}}, "options.threshold must be a number"),
-    ({"options": []}, "options must be an object"),
-    ({"engine_options": {"psm": "x"}}, "engine_options (engine tesseract).psm must be an integer"),
-    ({"engine": "easyocr", "engine_options": {"psm": 3}}, "unknown engine_options (engine easyocr) key 'psm'"),
-    ({"engine_options": {"oem": 9}}, "must be one of"),
-    ({"priority": 1}, "unknown key 'priority'"),
-])
+@pytest.mark.parametrize(
+    "request_, fragment",
+    [
+        ({"engine": "abbyy"}, "unknown engine 'abbyy'"),
+        ({"engine": 3}, "engine must be a string"),
+        ({"preset": "slow"}, "unknown preset 'slow'"),
+        ({"options": {"colour": True}}, "unknown options key 'colour'"),
+        ({"options": {"dpi": "300"}}, "options.dpi must be an integer, got string"),
+        ({"options": {"dpi": 1.5}}, "options.dpi must be an integer"),
+        ({"options": {"lang": "deu"}}, "options.lang must be one of"),
+        ({"options": {"deskew": 1}}, "options.deskew must be a boolean"),
+        ({"options": {"threshold": "x"}}, "options.threshold must be a number"),
+        ({"options": []}, "options must be an object"),
+        ({"engine_options": {"psm": "x"}}, "engine_options (engine tesseract).psm must be an integer"),
+        ({"engine": "easyocr", "engine_options": {"psm": 3}}, "unknown engine_options (engine easyocr) key 'psm'"),
+        ({"engine_options": {"oem": 9}}, "must be one of"),
+        ({"priority": 1}, "unknown key 'priority'"),
+    ],
+)
 def test_request_validation_names_the_offending_part(db, request_, fragment):
     make_worker(db)
     with raises_sqlstate("SW002", fragment):
@@ -65,18 +70,26 @@ def test_request_must_be_an_object_of_bounded_size(db):
 
 def test_valid_request_is_accepted(db):
     make_worker(db)
-    run = enqueue(db, request={"engine": "tesseract", "preset": "fast",
-                               "options": {"lang": "eng", "deskew": True, "threshold": 0.5},
-                               "engine_options": {"psm": 6, "oem": 1}})
+    run = enqueue(
+        db,
+        request={
+            "engine": "tesseract",
+            "preset": "fast",
+            "options": {"lang": "eng", "deskew": True, "threshold": 0.5},
+            "engine_options": {"psm": 6, "oem": 1},
+        },
+    )
     assert run[1] == "QUEUED"
 
 
 # -- config resolution: explicit > settings > signature default ----------------------
 
+
 def test_config_resolution_precedence_is_recorded_on_the_run(db):
     make_worker(db)
-    db.execute("SELECT scrinalia.put_settings('ocr', %s, 'bob')",
-               (Jsonb({"options": {"lang": "eng", "deskew": True}}),))
+    db.execute(
+        "SELECT scrinalia.put_settings('ocr', %s, 'bob')", (Jsonb({"options": {"lang": "eng", "deskew": True}}),)
+    )
     run_id, _, _, config, sources = enqueue(db, request={"options": {"deskew": False}})
     assert config["engine"] == "tesseract" and sources["engine"] == "default"
     assert config["options"] == {"dpi": 300, "lang": "eng", "deskew": False}
@@ -100,6 +113,7 @@ def test_settings_are_validated_like_a_request(db):
 
 
 # -- enqueue and the one slot ------------------------------------------------------
+
 
 def test_enqueue_manual_and_cli(db):
     make_worker(db)
@@ -133,9 +147,12 @@ def test_slot_error_for_a_retry_names_its_not_before(db):
         INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, status, scheduled_for, finished_at)
         VALUES ('ocr', 'SCHEDULE', 'FAILED', '2026-01-01', now())""")
     first = db.execute("SELECT max(run_id) FROM scrinalia.archive_worker_runs").fetchone()[0]
-    db.execute("""
+    db.execute(
+        """
         INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, attempt, retry_of, not_before, scheduled_for)
-        VALUES ('ocr', 'SCHEDULE', 2, %s, '2999-01-01T00:00:00Z', '2026-01-01')""", (first,))
+        VALUES ('ocr', 'SCHEDULE', 2, %s, '2999-01-01T00:00:00Z', '2026-01-01')""",
+        (first,),
+    )
     with raises_sqlstate("SW010", "SCHEDULE attempt 2/3", "retry not before 2999-01-01T00:00:00Z"):
         enqueue(db)
 
@@ -165,6 +182,7 @@ def test_concurrent_enqueues_never_break_the_slot(db, db_dsn):
 
 # -- claim, heartbeat, finish, reap -------------------------------------------------
 
+
 def test_claim_sets_the_lease_and_returns_nothing_when_empty(db):
     make_worker(db)
     assert claim(db) is None
@@ -174,8 +192,9 @@ def test_claim_sets_the_lease_and_returns_nothing_when_empty(db):
     row = run_row(db, run_id)
     assert row["status"] == "RUNNING" and row["lease_owner"] == "runner-a"
     assert row["lease_token"] == got[1] and row["started_at"] is not None
-    left = db.execute("SELECT lease_expires_at - now() FROM scrinalia.archive_worker_runs WHERE run_id = %s",
-                      (run_id,)).fetchone()[0]
+    left = db.execute(
+        "SELECT lease_expires_at - now() FROM scrinalia.archive_worker_runs WHERE run_id = %s", (run_id,)
+    ).fetchone()[0]
     assert 29 <= left.total_seconds() <= 30
     assert claim(db) is None
 
@@ -302,18 +321,24 @@ def test_cancel_a_queued_run_only(db):
         db.execute("SELECT scrinalia.cancel_run(-1)")
 
 
-@pytest.mark.parametrize("instant, claimable_now", [
-    ("infinity", None), ("20000-01-01 00:00+00", None),
-    ("-infinity", True), ("4713-01-01 00:00+00 BC", True),
-])
+@pytest.mark.parametrize(
+    "instant, claimable_now",
+    [
+        ("infinity", None),
+        ("20000-01-01 00:00+00", None),
+        ("-infinity", True),
+        ("4713-01-01 00:00+00 BC", True),
+    ],
+)
 def test_next_claimable_at_is_always_a_wait_a_runner_can_compute(db, instant, claimable_now):
     """A hand-written not_before no wait can be computed from: a run never claimable is
     left out, one from before 1970 counts as claimable now; `- now()` never fails."""
     make_worker(db)
     enqueue(db)
     db.execute("UPDATE scrinalia.archive_worker_runs SET not_before = %s::timestamptz", (instant,))
-    at, wait = db.execute("SELECT t::text, extract(epoch FROM t - now())"
-                          " FROM scrinalia.next_claimable_at() t").fetchone()
+    at, wait = db.execute(
+        "SELECT t::text, extract(epoch FROM t - now()) FROM scrinalia.next_claimable_at() t"
+    ).fetchone()
     if claimable_now is None:
         assert at is None and wait is None
     else:
@@ -327,8 +352,9 @@ def _running(db, workers, start, prefix="w"):
     for w in names:
         enqueue(db, w)
     rows = db.execute("SELECT run_id, lease_token FROM scrinalia.claim_runs('r1', '5 minutes', NULL, 100)").fetchall()
-    db.execute("UPDATE scrinalia.archive_worker_runs SET started_at = %s::timestamptz WHERE run_id = %s",
-               (start, rows[0][0]))
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET started_at = %s::timestamptz WHERE run_id = %s", (start, rows[0][0])
+    )
     return rows
 
 
@@ -338,15 +364,24 @@ def test_an_infinite_start_fails_neither_the_batch_finish_nor_the_reaper(db, sta
     finish_runs for every run of its batch, and reap_expired_leases(), the first call
     of every scheduler pass, so nothing was ticked at all. Its duration is NULL now."""
     rows = _running(db, 3, start)
-    db.execute("SELECT count(*) FROM scrinalia.finish_runs(%s, %s, %s, %s, %s)",
-               ([r[0] for r in rows], [r[1] for r in rows], ["SUCCEEDED"] * 3, [None] * 3, [None] * 3))
-    got = dict(db.execute("SELECT run_id, status::text || coalesce(' ' || duration::text, '')"
-                          " FROM scrinalia.archive_worker_runs WHERE run_id = ANY(%s)", ([r[0] for r in rows],)))
+    db.execute(
+        "SELECT count(*) FROM scrinalia.finish_runs(%s, %s, %s, %s, %s)",
+        ([r[0] for r in rows], [r[1] for r in rows], ["SUCCEEDED"] * 3, [None] * 3, [None] * 3),
+    )
+    got = dict(
+        db.execute(
+            "SELECT run_id, status::text || coalesce(' ' || duration::text, '')"
+            " FROM scrinalia.archive_worker_runs WHERE run_id = ANY(%s)",
+            ([r[0] for r in rows],),
+        )
+    )
     assert got[rows[0][0]] == "SUCCEEDED"  # and no duration
     assert [got[r[0]].split()[0] for r in rows] == ["SUCCEEDED"] * 3
     rows = _running(db, 2, start, "x")
-    db.execute("UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() - interval '1 second'"
-               " WHERE status = 'RUNNING'")
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() - interval '1 second'"
+        " WHERE status = 'RUNNING'"
+    )
     reaped = db.execute("SELECT run_id FROM scrinalia.reap_expired_leases()").fetchall()
     assert sorted(r[0] for r in reaped) == sorted(r[0] for r in rows)
 
@@ -358,12 +393,18 @@ def test_the_watchers_read_any_hand_written_instant(db, instant):
     rows = _running(db, 2, instant)
     make_workers(db, 1, "q")
     enqueue(db, "q00000")
-    db.execute("UPDATE scrinalia.archive_worker_runs SET not_before = %s::timestamptz WHERE worker_name = 'q00000'",
-               (instant,))
-    db.execute("UPDATE scrinalia.archive_worker_runs SET lease_expires_at = %s::timestamptz WHERE run_id = %s",
-               (instant, rows[1][0]))
-    db.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at,"
-               " arm_error, arm_retry_at) VALUES ('q00000', '* * * * *', 'UTC', %s, 'x', %s)", (instant, instant))
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET not_before = %s::timestamptz WHERE worker_name = 'q00000'", (instant,)
+    )
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET lease_expires_at = %s::timestamptz WHERE run_id = %s",
+        (instant, rows[1][0]),
+    )
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at,"
+        " arm_error, arm_retry_at) VALUES ('q00000', '* * * * *', 'UTC', %s, 'x', %s)",
+        (instant, instant),
+    )
     db.execute("UPDATE scrinalia.scheduler_state SET heartbeat_at = %s::timestamptz", (instant,))
     wait = db.execute("SELECT extract(epoch FROM w - now()) FROM scrinalia.next_wakeup() w").fetchone()[0]
     assert wait is not None and wait < 3600  # the other lease (5 minutes) at the latest
@@ -377,11 +418,15 @@ def test_a_heartbeat_from_the_future_is_no_sign_of_life(db, instant):
     """A hand-written future heartbeat_at would keep a frozen lock holder from ever
     being stale (never evicted: nothing ticks). It counts for nothing: the holder's
     session start is its last sign of life."""
-    db.execute("UPDATE scrinalia.scheduler_state SET heartbeat_pid = pg_backend_pid(), heartbeat_at = %s::timestamptz",
-               (instant,))
-    seen, start = db.execute("SELECT scrinalia.holder_last_seen(pg_backend_pid()) <= now(), backend_start"
-                             " = scrinalia.holder_last_seen(pg_backend_pid()) FROM pg_stat_activity"
-                             " WHERE pid = pg_backend_pid()").fetchone()
+    db.execute(
+        "UPDATE scrinalia.scheduler_state SET heartbeat_pid = pg_backend_pid(), heartbeat_at = %s::timestamptz",
+        (instant,),
+    )
+    seen, start = db.execute(
+        "SELECT scrinalia.holder_last_seen(pg_backend_pid()) <= now(), backend_start"
+        " = scrinalia.holder_last_seen(pg_backend_pid()) FROM pg_stat_activity"
+        " WHERE pid = pg_backend_pid()"
+    ).fetchone()
     assert seen and start
     # the live holder's next heartbeat replaces it
     db.execute("SELECT pg_advisory_lock(scrinalia.scheduler_lock_key())")
@@ -402,15 +447,23 @@ def test_the_lateness_gauge_reads_a_hand_written_created_at(db, instant):
     The lateness is unknown (NULL) then, the wait bounded, and the other workers answer."""
     make_workers(db, 2, "m")
     for w in ("m00000", "m00001"):
-        db.execute("INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
-                   " VALUES (%s, %s, 'UTC', now() - interval '1 minute')", (w, YEARLY))
+        db.execute(
+            "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
+            " VALUES (%s, %s, 'UTC', now() - interval '1 minute')",
+            (w, YEARLY),
+        )
     nexts = [db.execute("SELECT now() + interval '1 day'").fetchone()[0]] * 2
     db.execute("SELECT count(*) FROM scrinalia.tick(%s, %s, 'test')", (["m00000", "m00001"], nexts))
-    db.execute("UPDATE scrinalia.archive_worker_runs SET created_at = %s::timestamptz WHERE worker_name = 'm00000'",
-               (instant,))
-    got = {r[0]: r[1:] for r in db.execute(
-        "SELECT worker_name, last_lateness_seconds, oldest_claimable_wait_seconds FROM scrinalia.worker_metrics()"
-        " WHERE worker_name LIKE 'm%'").fetchall()}
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET created_at = %s::timestamptz WHERE worker_name = 'm00000'", (instant,)
+    )
+    got = {
+        r[0]: r[1:]
+        for r in db.execute(
+            "SELECT worker_name, last_lateness_seconds, oldest_claimable_wait_seconds FROM scrinalia.worker_metrics()"
+            " WHERE worker_name LIKE 'm%'"
+        ).fetchall()
+    }
     assert got["m00000"][0] is None
     assert got["m00001"][0] is not None and 0 <= got["m00001"][0] < 3600
     # the run waits in the queue: counted from 1970 at the earliest, from now() at the latest

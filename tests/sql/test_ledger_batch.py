@@ -9,11 +9,14 @@ import uuid
 
 import psycopg
 import pytest
+
 from helpers import make_workers, raises_sqlstate, run_row, scheduled_run
 
 CLAIM = "SELECT run_id, lease_token, worker_name FROM scrinalia.claim_runs(%s, %s::interval, %s, %s)"
-FINISH = ("SELECT run_id, status::text, retry_pending, lost_reason FROM scrinalia.finish_runs("
-          "%s, %s, %s::scrinalia.run_status[], %s, %s)")
+FINISH = (
+    "SELECT run_id, status::text, retry_pending, lost_reason FROM scrinalia.finish_runs("
+    "%s, %s, %s::scrinalia.run_status[], %s, %s)"
+)
 
 
 def _enqueue_all(db, workers):
@@ -28,8 +31,9 @@ def test_claim_runs_takes_the_oldest_claimable_up_to_the_limit(db):
     workers = make_workers(db, 6)
     ids = _enqueue_all(db, workers)
     # a retry in its backoff is not claimable yet
-    db.execute("UPDATE scrinalia.archive_worker_runs SET not_before = now() + interval '1 hour' WHERE run_id = %s",
-               (ids[1],))
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET not_before = now() + interval '1 hour' WHERE run_id = %s", (ids[1],)
+    )
     got = _claim(db, 3)
     assert [r[0] for r in got] == [ids[0], ids[2], ids[3]]
     assert len({r[1] for r in got}) == 3  # a lease token each
@@ -81,10 +85,21 @@ def test_finish_runs_reports_each_outcome_in_one_call(db):
     _enqueue_all(db, workers)
     got = _claim(db, 3)
     ids, tokens = [r[0] for r in got], [r[1] for r in got]
-    rows = db.execute(FINISH, (ids, tokens, ["SUCCEEDED", "FAILED", "INTERRUPTED"],
-                               [None, "disk full on /srv 3", None], [None, None, "my-fp"])).fetchall()
-    assert [(r[0], r[1], r[3]) for r in rows] == [(ids[0], "SUCCEEDED", None), (ids[1], "FAILED", None),
-                                                  (ids[2], "INTERRUPTED", None)]
+    rows = db.execute(
+        FINISH,
+        (
+            ids,
+            tokens,
+            ["SUCCEEDED", "FAILED", "INTERRUPTED"],
+            [None, "disk full on /srv 3", None],
+            [None, None, "my-fp"],
+        ),
+    ).fetchall()
+    assert [(r[0], r[1], r[3]) for r in rows] == [
+        (ids[0], "SUCCEEDED", None),
+        (ids[1], "FAILED", None),
+        (ids[2], "INTERRUPTED", None),
+    ]
     ok, failed, interrupted = (run_row(db, i) for i in ids)
     assert ok["error"] is None and ok["lease_token"] is None and ok["finished_at"] is not None
     assert failed["error"] == "disk full on /srv 3"
@@ -115,8 +130,10 @@ def test_a_lost_lease_is_answered_and_the_other_outcomes_land(db):
     _enqueue_all(db, workers)
     got = _claim(db, 4)
     ids, tokens = [r[0] for r in got], [r[1] for r in got]
-    db.execute("UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() - interval '1 second' "
-               "WHERE run_id = %s", (ids[1],))
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() - interval '1 second' WHERE run_id = %s",
+        (ids[1],),
+    )
     db.execute("SELECT scrinalia.finish(%s, %s, 'SUCCEEDED')", (ids[2], tokens[2]))
     wrong = [tokens[0], tokens[1], tokens[2], uuid.uuid4()]
     rows = {r[0]: r for r in db.execute(FINISH, (ids, wrong, ["SUCCEEDED"] * 4, None, None)).fetchall()}
@@ -125,16 +142,16 @@ def test_a_lost_lease_is_answered_and_the_other_outcomes_land(db):
     assert rows[ids[2]][1] is None and rows[ids[2]][3] == "the run is SUCCEEDED"
     assert rows[ids[3]][1] is None and rows[ids[3]][3] == "another lease holds it"
     assert run_row(db, ids[0])["status"] == "SUCCEEDED"
-    assert run_row(db, ids[1])["status"] == "RUNNING"   # the reaper's, not ours
+    assert run_row(db, ids[1])["status"] == "RUNNING"  # the reaper's, not ours
     assert run_row(db, ids[3])["status"] == "RUNNING"
-    missing = db.execute(FINISH, ([10 ** 12], [uuid.uuid4()], ["SUCCEEDED"], None, None)).fetchone()
+    missing = db.execute(FINISH, ([10**12], [uuid.uuid4()], ["SUCCEEDED"], None, None)).fetchone()
     assert missing[3] == "no such run"
 
 
 def test_finish_one_run_still_raises_sw020_with_the_reason(db):
     (w,) = make_workers(db, 1)
     _enqueue_all(db, [w])
-    (run_id, token, _), = _claim(db, 1)
+    ((run_id, token, _),) = _claim(db, 1)
     with raises_sqlstate("SW020", f"lease lost for run #{run_id}: another lease holds it"):
         db.execute("SELECT scrinalia.finish(%s, %s, 'SUCCEEDED')", (run_id, uuid.uuid4()))
     db.execute("SELECT scrinalia.finish(%s, %s, 'SUCCEEDED')", (run_id, token))
@@ -146,19 +163,22 @@ def test_finish_one_run_still_raises_sw020_with_the_reason(db):
 def test_finish_runs_takes_only_the_runner_statuses(db, statuses):
     (w,) = make_workers(db, 1)
     _enqueue_all(db, [w])
-    (run_id, token, _), = _claim(db, 1)
+    ((run_id, token, _),) = _claim(db, 1)
     with raises_sqlstate("SW021"):
         db.execute(FINISH, ([run_id], [token], statuses, None, None))
     assert run_row(db, run_id)["status"] == "RUNNING"
 
 
-@pytest.mark.parametrize("ids, tokens, statuses", [
-    ([1, 2], [uuid.uuid4()], ["SUCCEEDED", "SUCCEEDED"]),           # tokens short
-    ([1, 2], [uuid.uuid4(), uuid.uuid4()], ["SUCCEEDED"]),          # statuses short
-    ([1, 1], [uuid.uuid4(), uuid.uuid4()], ["SUCCEEDED"] * 2),      # a run twice
-    ([1, None], [uuid.uuid4(), uuid.uuid4()], ["SUCCEEDED"] * 2),   # a NULL run id
-    (None, None, None),
-])
+@pytest.mark.parametrize(
+    "ids, tokens, statuses",
+    [
+        ([1, 2], [uuid.uuid4()], ["SUCCEEDED", "SUCCEEDED"]),  # tokens short
+        ([1, 2], [uuid.uuid4(), uuid.uuid4()], ["SUCCEEDED"]),  # statuses short
+        ([1, 1], [uuid.uuid4(), uuid.uuid4()], ["SUCCEEDED"] * 2),  # a run twice
+        ([1, None], [uuid.uuid4(), uuid.uuid4()], ["SUCCEEDED"] * 2),  # a NULL run id
+        (None, None, None),
+    ],
+)
 def test_finish_runs_refuses_malformed_arrays(db, ids, tokens, statuses):
     with raises_sqlstate("SW022"):
         db.execute(FINISH, (ids, tokens, statuses, None, None))
@@ -174,12 +194,19 @@ def test_heartbeat_runs_extends_live_leases_and_answers_lost_ones(db):
     _enqueue_all(db, workers)
     got = _claim(db, 3, lease="10 seconds")
     ids, tokens = [r[0] for r in got], [r[1] for r in got]
-    db.execute("UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() + interval '1 second' "
-               "WHERE run_id = ANY(%s)", (ids,))
-    db.execute("UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() - interval '1 second' "
-               "WHERE run_id = %s", (ids[2],))
-    rows = db.execute("SELECT run_id, lease_expires_at - now(), lost_reason FROM scrinalia.heartbeat_runs(%s, %s)",
-                      (ids, [tokens[0], uuid.uuid4(), tokens[2]])).fetchall()
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() + interval '1 second' "
+        "WHERE run_id = ANY(%s)",
+        (ids,),
+    )
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() - interval '1 second' WHERE run_id = %s",
+        (ids[2],),
+    )
+    rows = db.execute(
+        "SELECT run_id, lease_expires_at - now(), lost_reason FROM scrinalia.heartbeat_runs(%s, %s)",
+        (ids, [tokens[0], uuid.uuid4(), tokens[2]]),
+    ).fetchall()
     assert rows[0][0] == ids[0] and rows[0][1].total_seconds() == pytest.approx(10, abs=0.5) and rows[0][2] is None
     assert rows[1][1] is None and rows[1][2] == "another lease holds it"
     assert rows[2][1] is None and rows[2][2].startswith("the lease expired at")
@@ -191,13 +218,19 @@ def test_release_runs_gives_unstarted_runs_back_to_the_queue(db, db_dsn):
     got = _claim(db, 3, runner="greedy")
     with psycopg.connect(db_dsn, autocommit=True) as listener:
         listener.execute("LISTEN scrinalia_runs")
-        released = db.execute("SELECT run_id FROM scrinalia.release_runs(%s, %s)",
-                              ([got[1][0], got[2][0]], [got[1][1], uuid.uuid4()])).fetchall()
+        released = db.execute(
+            "SELECT run_id FROM scrinalia.release_runs(%s, %s)", ([got[1][0], got[2][0]], [got[1][1], uuid.uuid4()])
+        ).fetchall()
         assert [n.channel for n in listener.notifies(timeout=2, stop_after=1)] == ["scrinalia_runs"]
     assert released == [(got[1][0],)]  # the wrong token's run stays where it is
     row = run_row(db, ids[1])
-    assert (row["status"], row["lease_owner"], row["lease_token"], row["lease_expires_at"], row["started_at"]) == \
-        ("QUEUED", None, None, None, None)
+    assert (row["status"], row["lease_owner"], row["lease_token"], row["lease_expires_at"], row["started_at"]) == (
+        "QUEUED",
+        None,
+        None,
+        None,
+        None,
+    )
     assert run_row(db, ids[2])["status"] == "RUNNING"
     # another runner takes it; the old token can no longer finish it
     (again,) = _claim(db, 10, runner="other")
@@ -219,8 +252,11 @@ def test_the_runner_group_may_call_the_batch_forms_and_the_reader_may_not(db, co
     runner.execute("SELECT * FROM scrinalia.release_runs(%s, %s)", ([got[1][0]], [got[1][1]]))
     runner.execute(FINISH, ([got[0][0]], [got[0][1]], ["SUCCEEDED"], None, None))
     reader = connect_as("reader")
-    for sql, args in [(CLAIM, ("r", "1 minute", None, 1)), (FINISH, ([1], [uuid.uuid4()], ["SUCCEEDED"], None, None)),
-                      ("SELECT * FROM scrinalia.release_runs(%s, %s)", ([1], [uuid.uuid4()]))]:
+    for sql, args in [
+        (CLAIM, ("r", "1 minute", None, 1)),
+        (FINISH, ([1], [uuid.uuid4()], ["SUCCEEDED"], None, None)),
+        ("SELECT * FROM scrinalia.release_runs(%s, %s)", ([1], [uuid.uuid4()])),
+    ]:
         with raises_sqlstate("42501"):
             reader.execute(sql, args)
 
@@ -232,9 +268,12 @@ def test_batch_calls_find_their_runs_by_id_whatever_the_statistics(db):
     (3.3 ms against 1.1 ms for 32 runs beside 10,000 running)."""
     workers = make_workers(db, 1000)
     # a history, and statistics taken while nothing ran
-    db.execute("INSERT INTO scrinalia.archive_worker_runs (worker_name, status, trigger, started_at, finished_at,"
-               " requested_by) SELECT w, 'SUCCEEDED', 'MANUAL', now(), now(), 'test'"
-               " FROM unnest(%s::text[]) w, generate_series(1, 20) g", (workers,))
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_runs (worker_name, status, trigger, started_at, finished_at,"
+        " requested_by) SELECT w, 'SUCCEEDED', 'MANUAL', now(), now(), 'test'"
+        " FROM unnest(%s::text[]) w, generate_series(1, 20) g",
+        (workers,),
+    )
     db.execute("ANALYZE scrinalia.archive_worker_runs")
     _enqueue_all(db, workers)
     _claim(db, 900, runner="others")  # another runner's 900 runs
@@ -247,8 +286,10 @@ def test_batch_calls_find_their_runs_by_id_whatever_the_statistics(db):
     db.execute("LOAD 'auto_explain'")
     beats = db.execute("SELECT lost_reason FROM scrinalia.heartbeat_runs(%s, %s)", (ids, tokens)).fetchall()
     assert db.execute("SELECT scrinalia.heartbeat(%s, %s)", (ids[0], tokens[0])).fetchone()[0] is not None
-    assert db.execute("SELECT (scrinalia.finish(%s, %s, 'SUCCEEDED')).status::text",
-                      (ids[0], tokens[0])).fetchone()[0] == "SUCCEEDED"
+    assert (
+        db.execute("SELECT (scrinalia.finish(%s, %s, 'SUCCEEDED')).status::text", (ids[0], tokens[0])).fetchone()[0]
+        == "SUCCEEDED"
+    )
     done = db.execute(FINISH, (ids[1:16], tokens[1:16], ["SUCCEEDED"] * 15, None, None)).fetchall()
     released = db.execute("SELECT run_id FROM scrinalia.release_runs(%s, %s)", (ids[16:], tokens[16:])).fetchall()
     assert [b[0] for b in beats] == [None] * 32 and [d[3] for d in done] == [None] * 15

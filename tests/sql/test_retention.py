@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+
 from helpers import (
     claim,
     finish,
@@ -53,15 +54,18 @@ def scheduled_chain(conn, worker: str, attempts: int) -> list[int]:
     while len(ids) < attempts:
         created = conn.execute("SELECT run_id FROM scrinalia.create_retries()").fetchall()
         assert len(created) == 1
-        conn.execute("UPDATE scrinalia.archive_worker_runs SET not_before = now() - interval '1 second'"
-                     " WHERE run_id = %s", (created[0][0],))
+        conn.execute(
+            "UPDATE scrinalia.archive_worker_runs SET not_before = now() - interval '1 second' WHERE run_id = %s",
+            (created[0][0],),
+        )
         ids.append(failed_attempt(conn, worker))
     return ids
 
 
 def existing(conn, run_ids) -> set[int]:
-    rows = conn.execute("SELECT run_id FROM scrinalia.archive_worker_runs WHERE run_id = ANY (%s)",
-                        (list(run_ids),)).fetchall()
+    rows = conn.execute(
+        "SELECT run_id FROM scrinalia.archive_worker_runs WHERE run_id = ANY (%s)", (list(run_ids),)
+    ).fetchall()
     return {r[0] for r in rows}
 
 
@@ -123,21 +127,25 @@ def test_keeps_a_failed_run_whose_retry_is_live(db):
 def test_keeps_a_run_that_still_owes_its_retry(db):
     make_worker(db)
     chain = scheduled_chain(db, "ocr", attempts=1)
-    assert db.execute("SELECT retry_pending FROM scrinalia.archive_worker_runs WHERE run_id = %s",
-                      (chain[0],)).fetchone()[0]
+    assert db.execute(
+        "SELECT retry_pending FROM scrinalia.archive_worker_runs WHERE run_id = %s", (chain[0],)
+    ).fetchone()[0]
     age(db, chain)
     assert prune(db) == 0
     assert existing(db, chain) == set(chain)
     db.execute("SELECT scrinalia.create_retries()")  # the retry can still point to it
-    assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs WHERE retry_of = %s",
-                      (chain[0],)).fetchone()[0] == 1
+    assert (
+        db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs WHERE retry_of = %s", (chain[0],)).fetchone()[0]
+        == 1
+    )
 
 
 def test_a_chain_goes_whole_and_only_when_all_of_it_is_old(db):
     make_worker(db)
     chain = scheduled_chain(db, "ocr", attempts=3)
-    assert db.execute("SELECT array_agg(attempt ORDER BY run_id) FROM scrinalia.archive_worker_runs"
-                      " WHERE run_id = ANY (%s)", (chain,)).fetchone()[0] == [1, 2, 3]
+    assert db.execute(
+        "SELECT array_agg(attempt ORDER BY run_id) FROM scrinalia.archive_worker_runs WHERE run_id = ANY (%s)", (chain,)
+    ).fetchone()[0] == [1, 2, 3]
     age(db, chain[:2])  # the last attempt is recent: the whole chain stays
     assert prune(db) == 0
     assert existing(db, chain) == set(chain)
@@ -186,9 +194,15 @@ def test_grant_survives_a_second_migrate(db_dsn, db):
     rows = db.execute(
         "SELECT r, has_function_privilege(r, 'scrinalia.prune_runs(interval, integer)', 'EXECUTE')"
         " FROM unnest(ARRAY['scrinalia_operator', 'scrinalia_reader', 'scrinalia_runner',"
-        " 'scrinalia_scheduler', 'public']) r").fetchall()
-    assert dict(rows) == {"scrinalia_operator": True, "scrinalia_reader": False,
-                          "scrinalia_runner": False, "scrinalia_scheduler": False, "public": False}
+        " 'scrinalia_scheduler', 'public']) r"
+    ).fetchall()
+    assert dict(rows) == {
+        "scrinalia_operator": True,
+        "scrinalia_reader": False,
+        "scrinalia_runner": False,
+        "scrinalia_scheduler": False,
+        "public": False,
+    }
 
 
 def test_is_security_definer_with_a_pinned_search_path(db):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from helpers import (
     claim,
     finish,
@@ -31,22 +32,33 @@ def fail_current(db, error="boom"):
 
 
 def create_retries(db):
-    return db.execute("SELECT run_id, retry_of, worker_name, attempt, not_before - now() "
-                      "FROM scrinalia.create_retries()").fetchall()
+    return db.execute(
+        "SELECT run_id, retry_of, worker_name, attempt, not_before - now() FROM scrinalia.create_retries()"
+    ).fetchall()
 
 
 def release_backoff(db):
-    db.execute("UPDATE scrinalia.archive_worker_runs SET not_before = now() - interval '1 second' "
-               "WHERE status = 'QUEUED'")
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET not_before = now() - interval '1 second' WHERE status = 'QUEUED'"
+    )
 
 
-@pytest.mark.parametrize("attempt, jitter, seconds", [
-    (1, 0.0, 60), (2, 0.0, 120), (3, 0.0, 240), (5, 0.0, 960),
-    (6, 0.0, 1800),          # 60 * 2^5 = 1920, capped before the jitter
-    (1, 0.2, 72), (1, -0.2, 48), (2, 0.2, 144),
-    (6, 0.2, 1800),          # the jittered value is capped again
-    (6, -0.2, 1440), (40, 0.0, 1800),
-])
+@pytest.mark.parametrize(
+    "attempt, jitter, seconds",
+    [
+        (1, 0.0, 60),
+        (2, 0.0, 120),
+        (3, 0.0, 240),
+        (5, 0.0, 960),
+        (6, 0.0, 1800),  # 60 * 2^5 = 1920, capped before the jitter
+        (1, 0.2, 72),
+        (1, -0.2, 48),
+        (2, 0.2, 144),
+        (6, 0.2, 1800),  # the jittered value is capped again
+        (6, -0.2, 1440),
+        (40, 0.0, 1800),
+    ],
+)
 def test_retry_delay_is_capped_and_jittered(db, attempt, jitter, seconds):
     got = db.execute("SELECT extract(epoch FROM scrinalia.retry_delay(%s, %s))", (attempt, jitter)).fetchone()[0]
     assert float(got) == pytest.approx(seconds)
@@ -117,7 +129,12 @@ def test_manual_cli_and_cancelled_runs_are_never_retried(db):
     first = scheduled_run(db, "sched")
     db.execute("SELECT scrinalia.cancel_run(%s)", (first,))
     assert create_retries(db) == []
-    assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs WHERE retry_pending OR attempt > 1").fetchone()[0] == 0
+    assert (
+        db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs WHERE retry_pending OR attempt > 1").fetchone()[
+            0
+        ]
+        == 0
+    )
 
 
 def test_lease_expiry_interrupts_and_the_next_attempt_succeeds(db):
@@ -141,8 +158,9 @@ def test_retry_waits_when_a_manual_run_holds_the_slot(db):
     rule) delays the retry, which stays owed, not lost."""
     first = scheduled_run(db)
     fail_current(db)
-    manual = db.execute("INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger)"
-                        " VALUES ('ocr', 'MANUAL') RETURNING run_id").fetchone()[0]
+    manual = db.execute(
+        "INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger) VALUES ('ocr', 'MANUAL') RETURNING run_id"
+    ).fetchone()[0]
     assert create_retries(db) == []
     assert run_row(db, first)["retry_pending"] is True  # owed, not lost
     run_id, token = claim(db)[:2]
@@ -155,14 +173,17 @@ def test_retry_waits_when_a_manual_run_holds_the_slot(db):
 def test_finding_candidates_does_not_read_the_history(db):
     names = make_workers(db, 50)
     # 30,000 finished scheduled runs, a third of them failed and already retried
-    db.execute("""
+    db.execute(
+        """
         INSERT INTO scrinalia.archive_worker_runs
                (worker_name, trigger, status, scheduled_for, created_at, finished_at, error)
         SELECT (%s::text[])[1 + g %% 50], 'SCHEDULE',
                CASE WHEN g %% 3 = 0 THEN 'FAILED' ELSE 'SUCCEEDED' END::scrinalia.run_status,
                timestamptz '2020-01-01' + g * interval '1 minute', now(), now(),
                CASE WHEN g %% 3 = 0 THEN 'old' END
-          FROM generate_series(1, 30000) g""", (names,))
+          FROM generate_series(1, 30000) g""",
+        (names,),
+    )
     db.execute("ANALYZE scrinalia.archive_worker_runs")
     first = scheduled_run(db)
     fail_current(db)

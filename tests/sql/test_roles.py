@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from helpers import make_worker, put_schedule, raises_sqlstate, tick
 
 DENIED = "42501"
@@ -56,7 +57,10 @@ def test_runner_claims_heartbeats_finishes_only(world, connect_as):
     c = connect_as("runner")
     run_id, token = c.execute("SELECT run_id, lease_token FROM scrinalia.claim_next('runner-1')").fetchone()
     c.execute("SELECT scrinalia.heartbeat(%s, %s)", (run_id, token))
-    assert c.execute("SELECT status FROM scrinalia.finish(%s, %s, 'SUCCEEDED')", (run_id, token)).fetchone()[0] == "SUCCEEDED"
+    assert (
+        c.execute("SELECT status FROM scrinalia.finish(%s, %s, 'SUCCEEDED')", (run_id, token)).fetchone()[0]
+        == "SUCCEEDED"
+    )
     _refused(c, "SELECT scrinalia.enqueue('ocr')")
     _refused(c, "SELECT scrinalia.put_schedule('ocr', '0 3 * * *', 'UTC')")
     # ADR 0015: the least-privilege runner role can also run the scheduler
@@ -92,13 +96,16 @@ def test_every_function_pins_its_search_path_and_writers_are_security_definer(db
           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE n.nspname = 'scrinalia'""").fetchall()
     assert rows
-    for name, secdef, config in rows:
+    for name, _secdef, config in rows:
         assert config and any(c.startswith("search_path=pg_catalog") for c in config), name
-    granted = {r[0] for r in db.execute("""
+    granted = {
+        r[0]
+        for r in db.execute("""
         SELECT DISTINCT p.oid::regprocedure::text
           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace,
                aclexplode(p.proacl) a JOIN pg_roles g ON g.oid = a.grantee
-         WHERE n.nspname = 'scrinalia' AND g.rolname LIKE 'scrinalia\\_%' AND p.provolatile = 'v'""").fetchall()}
+         WHERE n.nspname = 'scrinalia' AND g.rolname LIKE 'scrinalia\\_%' AND p.provolatile = 'v'""").fetchall()
+    }
     assert granted
     insecure = [name for name, secdef, _ in rows if name in granted and not secdef]
     assert insecure == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+
 from helpers import make_worker, put_schedule, raises_sqlstate, set_next_run, tick
 
 

@@ -11,14 +11,17 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from helpers import make_worker, make_workers, raises_sqlstate
 from psycopg.types.json import Jsonb
+
+from helpers import make_worker, make_workers, raises_sqlstate
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-COLUMNS = ("worker_name, enabled, cron, timezone, request, next_run_at, updated_by, updated_by_user_id, "
-           "arm_error, arm_error_since, arm_retry_at, last_enqueued_at")
+COLUMNS = (
+    "worker_name, enabled, cron, timezone, request, next_run_at, updated_by, updated_by_user_id, "
+    "arm_error, arm_error_since, arm_retry_at, last_enqueued_at"
+)
 WORKERS = ("ocr", "thumbs", "index", "mail", "audit")
 
 
@@ -27,8 +30,10 @@ def rows(db):
 
 
 def bulk(db, schedules, by="test", user_id=None):
-    return db.execute("SELECT created, replaced FROM scrinalia.put_schedules(%s, %s, %s)",
-                      (Jsonb(schedules) if schedules is not None else None, by, user_id)).fetchone()
+    return db.execute(
+        "SELECT created, replaced FROM scrinalia.put_schedules(%s, %s, %s)",
+        (Jsonb(schedules) if schedules is not None else None, by, user_id),
+    ).fetchone()
 
 
 _UNSET = object()
@@ -36,8 +41,12 @@ _UNSET = object()
 
 def single(db, s: dict, by="test", user_id=None):
     """put_schedule with the element's keys as arguments; a key left out is an argument left out."""
-    args = {"p_worker_name": s.get("worker_name"), "p_cron": s.get("cron"),
-            "p_updated_by": by, "p_updated_by_user_id": user_id}
+    args = {
+        "p_worker_name": s.get("worker_name"),
+        "p_cron": s.get("cron"),
+        "p_updated_by": by,
+        "p_updated_by_user_id": user_id,
+    }
     for key, arg in (("timezone", "p_timezone"), ("request", "p_request"), ("enabled", "p_enabled")):
         if key in s:
             args[arg] = Jsonb(s[key]) if key == "request" and s[key] is not None else s[key]
@@ -53,26 +62,38 @@ def setup_workers(db):
 
 def arm_all(db):
     """What the scheduler leaves behind: armed schedules, one with an arm error."""
-    db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = timestamptz '2030-01-01 00:00Z', "
-               "last_enqueued_at = timestamptz '2029-12-31 00:00Z'")
-    db.execute("UPDATE scrinalia.archive_worker_schedules SET arm_error = 'boom', arm_error_since = now(), "
-               "arm_retry_at = now() WHERE worker_name = 'index'")
+    db.execute(
+        "UPDATE scrinalia.archive_worker_schedules SET next_run_at = timestamptz '2030-01-01 00:00Z', "
+        "last_enqueued_at = timestamptz '2029-12-31 00:00Z'"
+    )
+    db.execute(
+        "UPDATE scrinalia.archive_worker_schedules SET arm_error = 'boom', arm_error_since = now(), "
+        "arm_retry_at = now() WHERE worker_name = 'index'"
+    )
 
 
 FIRST = [
-    {"worker_name": "ocr", "cron": "0   2 * *  MON-FRI", "timezone": "America/Sao_Paulo",
-     "request": {"options": {"lang": "eng"}}},
+    {
+        "worker_name": "ocr",
+        "cron": "0   2 * *  MON-FRI",
+        "timezone": "America/Sao_Paulo",
+        "request": {"options": {"lang": "eng"}},
+    },
     {"worker_name": "thumbs", "cron": "*/15 * * * *"},  # the default zone, '{}', enabled
     {"worker_name": "index", "cron": "0 3 * * *", "timezone": None, "request": None},  # NULL: the defaults
     {"worker_name": "mail", "cron": "\t5 4 * * *\t", "enabled": False},
 ]
 # each case of put_schedule's next_run_at rule, from the state FIRST + arm_all leaves
 SECOND = [
-    {"worker_name": "ocr", "cron": "0 2 * * MON-FRI", "timezone": "America/Sao_Paulo",
-     "request": {"preset": "fast"}},                      # only the request: next_run_at kept
-    {"worker_name": "thumbs", "cron": "*/20 * * * *"},    # a new cron: cleared
+    {
+        "worker_name": "ocr",
+        "cron": "0 2 * * MON-FRI",
+        "timezone": "America/Sao_Paulo",
+        "request": {"preset": "fast"},
+    },  # only the request: next_run_at kept
+    {"worker_name": "thumbs", "cron": "*/20 * * * *"},  # a new cron: cleared
     {"worker_name": "index", "cron": "0 3 * * *", "timezone": "Asia/Tokyo"},  # a new zone: cleared
-    {"worker_name": "mail", "cron": "5 4 * * *"},         # re-enabled: cleared
+    {"worker_name": "mail", "cron": "5 4 * * *"},  # re-enabled: cleared
     {"worker_name": "audit", "cron": "0 0 1 * *", "enabled": False},  # new and disabled
 ]
 
@@ -152,14 +173,20 @@ BAD_SHAPE = {
     "worker not a string": ({"worker_name": 3, "cron": "0 2 * * *"}, "worker_name must be a string, got number"),
     "cron not a string": ({"worker_name": "index", "cron": 5}, "cron must be a string, got number"),
     "zone not a string": ({"worker_name": "index", "cron": "0 2 * * *", "timezone": {}}, "timezone must be a string"),
-    "enabled not a boolean": ({"worker_name": "index", "cron": "0 2 * * *", "enabled": "yes"},
-                              "enabled must be true or false, got string"),
+    "enabled not a boolean": (
+        {"worker_name": "index", "cron": "0 2 * * *", "enabled": "yes"},
+        "enabled must be true or false, got string",
+    ),
 }
 
 
 def batch_with(bad):
-    return [{"worker_name": "ocr", "cron": "0 1 * * *"}, {"worker_name": "thumbs", "cron": "0 1 * * *"},
-            bad, {"worker_name": "mail", "cron": "0 1 * * *"}]
+    return [
+        {"worker_name": "ocr", "cron": "0 1 * * *"},
+        {"worker_name": "thumbs", "cron": "0 1 * * *"},
+        bad,
+        {"worker_name": "mail", "cron": "0 1 * * *"},
+    ]
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
@@ -192,8 +219,11 @@ def test_a_malformed_element_writes_nothing_and_is_named(db, case):
 def test_a_worker_named_twice_is_refused(db):
     setup_workers(db)
     with raises_sqlstate("SW002", "schedule #5: worker 'thumbs' is named twice (schedules #2 and #5)"):
-        bulk(db, batch_with({"worker_name": "index", "cron": "0 2 * * *"})
-             + [{"worker_name": "thumbs", "cron": "0 9 * * *"}])
+        bulk(
+            db,
+            batch_with({"worker_name": "index", "cron": "0 2 * * *"})
+            + [{"worker_name": "thumbs", "cron": "0 9 * * *"}],
+        )
     assert rows(db) == []
 
 
@@ -201,8 +231,12 @@ def test_the_first_failing_check_names_its_first_element(db):
     # put_schedule's order over the batch: the unknown worker of #4 before the bad cron of #2,
     # and among bad crons the first element
     setup_workers(db)
-    batch = [{"worker_name": "ocr", "cron": "0 1 * * *"}, {"worker_name": "thumbs", "cron": "0 99 * * *"},
-             {"worker_name": "index", "cron": "0 98 * * *"}, {"worker_name": "ghost", "cron": "0 1 * * *"}]
+    batch = [
+        {"worker_name": "ocr", "cron": "0 1 * * *"},
+        {"worker_name": "thumbs", "cron": "0 99 * * *"},
+        {"worker_name": "index", "cron": "0 98 * * *"},
+        {"worker_name": "ghost", "cron": "0 1 * * *"},
+    ]
     with raises_sqlstate("SW001", "schedule #4 (worker 'ghost'): unknown worker 'ghost'"):
         bulk(db, batch)
     with raises_sqlstate("SW003", "schedule #2 (worker 'thumbs')", "99 is out of range"):
@@ -219,8 +253,13 @@ def test_requests_are_checked_per_worker(db):
     make_worker(db, "plain", {"engines": {}, "presets": {}, "options": {}, "default_config": {}})
     req = {"options": {"dpi": 300}}
     with raises_sqlstate("SW002", "schedule #2 (worker 'plain')", "unknown options key 'dpi'"):
-        bulk(db, [{"worker_name": "ocr", "cron": "0 1 * * *", "request": req},
-                  {"worker_name": "plain", "cron": "0 1 * * *", "request": req}])
+        bulk(
+            db,
+            [
+                {"worker_name": "ocr", "cron": "0 1 * * *", "request": req},
+                {"worker_name": "plain", "cron": "0 1 * * *", "request": req},
+            ],
+        )
     assert rows(db) == []
 
 
@@ -229,7 +268,8 @@ def test_who_may_write_in_bulk_is_who_may_put_one(db, connect_as):
         may = db.execute(
             "SELECT has_function_privilege(%s, 'scrinalia.put_schedule(text, text, text, jsonb, boolean, text, bigint)',"
             " 'EXECUTE'), has_function_privilege(%s, 'scrinalia.put_schedules(jsonb, text, bigint)', 'EXECUTE')",
-            (f"scrinalia_{group}", f"scrinalia_{group}")).fetchone()
+            (f"scrinalia_{group}", f"scrinalia_{group}"),
+        ).fetchone()
         assert may[0] == may[1], group
     make_worker(db, "ocr")
     schedules = Jsonb([{"worker_name": "ocr", "cron": "0 2 * * *"}])
@@ -238,7 +278,8 @@ def test_who_may_write_in_bulk_is_who_may_put_one(db, connect_as):
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         connect_as("nobody").execute("SELECT scrinalia.put_schedules(%s)", (schedules,))
     assert connect_as("operator").execute(
-        "SELECT created FROM scrinalia.put_schedules(%s, 'alice')", (schedules,)).fetchone() == (1,)
+        "SELECT created FROM scrinalia.put_schedules(%s, 'alice')", (schedules,)
+    ).fetchone() == (1,)
     assert db.execute("SELECT updated_by FROM scrinalia.archive_worker_schedules").fetchone() == ("alice",)
 
 
@@ -289,21 +330,64 @@ def test_the_per_field_cron_check_decides_as_validate_cron(db):
 
 # --- validate_timezone: the list taken at install and the scan agree ---------------------
 
-TRICKY = ["europe/berlin", "EUROPE/BERLIN", "Europe/Berlin ", " Europe/Berlin", "Europe/Berlin\n",
-          "Europe//Berlin", "Europe/Berlin/", "Europe/../Europe/Berlin", "./UTC", "../etc/passwd",
-          "/usr/share/zoneinfo/UTC", "posix/Europe/Berlin", "right/UTC", "posixrules", "localtime", "Factory",
-          "UTC+3", "utc", "<+03>-3", "EST5EDT,M3.2.0,M11.1.0", "FOO+3", "-3", "+01:00", "PST", "CEST", ":UTC",
-          "zulu", "Etc/GMT+3", "Etc/GMT+13", "GMT+0", "", "x" * 65, "Europe/" + "B" * 60, "Europe/Nowhere",
-          "zone.tab", "tzdata.zi", "leapseconds", "iso3166.tab", "Europe", "America", "UTC\x01", "Ñ/Ñ"]
+TRICKY = [
+    "europe/berlin",
+    "EUROPE/BERLIN",
+    "Europe/Berlin ",
+    " Europe/Berlin",
+    "Europe/Berlin\n",
+    "Europe//Berlin",
+    "Europe/Berlin/",
+    "Europe/../Europe/Berlin",
+    "./UTC",
+    "../etc/passwd",
+    "/usr/share/zoneinfo/UTC",
+    "posix/Europe/Berlin",
+    "right/UTC",
+    "posixrules",
+    "localtime",
+    "Factory",
+    "UTC+3",
+    "utc",
+    "<+03>-3",
+    "EST5EDT,M3.2.0,M11.1.0",
+    "FOO+3",
+    "-3",
+    "+01:00",
+    "PST",
+    "CEST",
+    ":UTC",
+    "zulu",
+    "Etc/GMT+3",
+    "Etc/GMT+13",
+    "GMT+0",
+    "",
+    "x" * 65,
+    "Europe/" + "B" * 60,
+    "Europe/Nowhere",
+    "zone.tab",
+    "tzdata.zi",
+    "leapseconds",
+    "iso3166.tab",
+    "Europe",
+    "America",
+    "UTC\x01",
+    "Ñ/Ñ",
+]
 
 
 def scan_rule(db, names):
     """The rule as it was before issue 12, spelt with the scan."""
-    return {r[0]: r[1] for r in db.execute(
-        "SELECT n, n IS NOT NULL AND n <> '' AND length(n) <= 64 AND n !~ '^(posix|right)/'"
-        " AND n NOT IN ('localtime', 'posixrules', 'Factory')"
-        " AND EXISTS (SELECT 1 FROM pg_timezone_names z WHERE z.name = n)"
-        " FROM unnest(%s::text[]) n", (names,))}
+    return {
+        r[0]: r[1]
+        for r in db.execute(
+            "SELECT n, n IS NOT NULL AND n <> '' AND length(n) <= 64 AND n !~ '^(posix|right)/'"
+            " AND n NOT IN ('localtime', 'posixrules', 'Factory')"
+            " AND EXISTS (SELECT 1 FROM pg_timezone_names z WHERE z.name = n)"
+            " FROM unnest(%s::text[]) n",
+            (names,),
+        )
+    }
 
 
 def fast_rule(db, names):
@@ -342,8 +426,9 @@ def reinstall_validate_timezone(db, list_from: str):
 
 def test_a_zone_added_after_the_install_is_found_by_the_scan(db):
     reinstall_validate_timezone(db, "SELECT name FROM pg_catalog.pg_timezone_names WHERE name <> 'Asia/Tokyo'")
-    assert "'Asia/Tokyo'" not in db.execute(
-        "SELECT prosrc FROM pg_proc WHERE proname = 'validate_timezone'").fetchone()[0]
+    assert (
+        "'Asia/Tokyo'" not in db.execute("SELECT prosrc FROM pg_proc WHERE proname = 'validate_timezone'").fetchone()[0]
+    )
     assert db.execute("SELECT scrinalia.validate_timezone('Asia/Tokyo')").fetchone()[0] == "Asia/Tokyo"
     with raises_sqlstate("SW004"):
         db.execute("SELECT scrinalia.validate_timezone('asia/tokyo')")
@@ -351,8 +436,9 @@ def test_a_zone_added_after_the_install_is_found_by_the_scan(db):
 
 def test_a_listed_zone_that_no_longer_loads_is_refused(db):
     # what the list holds when a tzdata upgrade removed a zone after the last migrate
-    reinstall_validate_timezone(db, "SELECT name FROM pg_catalog.pg_timezone_names"
-                                    " UNION ALL SELECT 'Mars/Olympus_Mons'")
+    reinstall_validate_timezone(
+        db, "SELECT name FROM pg_catalog.pg_timezone_names UNION ALL SELECT 'Mars/Olympus_Mons'"
+    )
     src = db.execute("SELECT prosrc FROM pg_proc WHERE proname = 'validate_timezone'").fetchone()[0]
     assert "Mars/Olympus_Mons" in src and "Europe/Berlin" in src
     with raises_sqlstate("SW004", "'Mars/Olympus_Mons'"):
@@ -361,6 +447,7 @@ def test_a_listed_zone_that_no_longer_loads_is_refused(db):
 
 
 # --- the benchmark checks what it measured ------------------------------------------------
+
 
 @pytest.mark.slow
 def test_quick_schedule_bench_checks_its_rows(db_dsn):
@@ -385,6 +472,7 @@ def test_quick_schedule_bench_checks_its_rows(db_dsn):
 
 
 # --- two batches at once -------------------------------------------------------------------
+
 
 def wait_until_blocked(db, pid: int, deadline_s: float = 10.0) -> None:
     import time
@@ -411,7 +499,9 @@ def test_concurrent_batches_lock_in_worker_order_and_cannot_deadlock(db, db_dsn)
 
         def batch_b():
             try:
-                bulk(b, [{"worker_name": "w00001", "cron": "0 3 * * *"}, {"worker_name": "w00000", "cron": "0 3 * * *"}])
+                bulk(
+                    b, [{"worker_name": "w00001", "cron": "0 3 * * *"}, {"worker_name": "w00000", "cron": "0 3 * * *"}]
+                )
             except psycopg.Error as e:
                 failures.append(e)
 
@@ -422,5 +512,6 @@ def test_concurrent_batches_lock_in_worker_order_and_cannot_deadlock(db, db_dsn)
         a.commit()
         t.join(timeout=10)
         assert not t.is_alive() and failures == []
-    assert db.execute("SELECT array_agg(cron ORDER BY worker_name) FROM scrinalia.archive_worker_schedules"
-                      ).fetchone()[0] == ["0 3 * * *", "0 3 * * *"]
+    assert db.execute("SELECT array_agg(cron ORDER BY worker_name) FROM scrinalia.archive_worker_schedules").fetchone()[
+        0
+    ] == ["0 3 * * *", "0 3 * * *"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+
 from helpers import (
     claim,
     finish,
@@ -25,8 +26,11 @@ def armed(db, worker="ocr", cron="0 2 * * *", request=None):
 
 
 def runs(db, worker="ocr"):
-    return db.execute("SELECT run_id, trigger, attempt, status, scheduled_for FROM scrinalia.archive_worker_runs "
-                      "WHERE worker_name = %s ORDER BY run_id", (worker,)).fetchall()
+    return db.execute(
+        "SELECT run_id, trigger, attempt, status, scheduled_for FROM scrinalia.archive_worker_runs "
+        "WHERE worker_name = %s ORDER BY run_id",
+        (worker,),
+    ).fetchall()
 
 
 def test_due_query_returns_due_and_unarmed_only(db):
@@ -51,8 +55,18 @@ def test_due_query_skips_rows_locked_by_another_transaction(db, db_dsn):
         other.rollback()
 
 
-@pytest.mark.parametrize("instant", ["4713-01-01 00:00+00 BC", "0001-01-01 00:00+00", "1969-12-31 23:59+00",
-                                     "-infinity", "infinity", "10000-01-01 00:00+00", "20000-01-01 00:00+00"])
+@pytest.mark.parametrize(
+    "instant",
+    [
+        "4713-01-01 00:00+00 BC",
+        "0001-01-01 00:00+00",
+        "1969-12-31 23:59+00",
+        "-infinity",
+        "infinity",
+        "10000-01-01 00:00+00",
+        "20000-01-01 00:00+00",
+    ],
+)
 def test_a_next_run_at_outside_the_periods_is_re_armed_never_run(db, instant):
     """Hand-written instants no cron of ours produces (some the shim cannot even read):
     due now, returned NULL, armed by the tick with no run, and next_wakeup() says now."""
@@ -70,13 +84,17 @@ def test_the_edges_of_the_periods_are_periods(db):
     """9999-12-31 is kept (not due, and readable); 1970-01-01 is a period like any other."""
     armed(db, "early")
     armed(db, "late")
-    db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = CASE worker_name"
-               " WHEN 'early' THEN timestamptz '1970-01-01 00:00+00' ELSE timestamptz '9999-12-31 23:59+00' END")
+    db.execute(
+        "UPDATE scrinalia.archive_worker_schedules SET next_run_at = CASE worker_name"
+        " WHEN 'early' THEN timestamptz '1970-01-01 00:00+00' ELSE timestamptz '9999-12-31 23:59+00' END"
+    )
     assert [r[0] for r in db.execute("SELECT * FROM scrinalia.due_schedules()").fetchall()] == ["early"]
     due, decisions = tick(db)
     assert [(d[0], d[1]) for d in decisions] == [("early", "ENQUEUED")]
-    assert db.execute("SELECT scheduled_for::text FROM scrinalia.archive_worker_runs").fetchone()[0] == \
-        "1970-01-01 00:00:00+00"
+    assert (
+        db.execute("SELECT scheduled_for::text FROM scrinalia.archive_worker_runs").fetchone()[0]
+        == "1970-01-01 00:00:00+00"
+    )
 
 
 def test_arming_computes_no_run(db):
@@ -99,7 +117,9 @@ def test_due_schedule_enqueues_one_scheduled_run_and_advances(db):
     assert row["request"] == {"options": {"lang": "eng"}}
     assert row["config"]["options"]["lang"] == "eng" and row["config"]["engine"] == "tesseract"
     assert row["scheduled_for"] == was and row["requested_by"] == "scheduler"
-    s = db.execute("SELECT next_run_at, last_enqueued_at, last_run_id FROM scrinalia.archive_worker_schedules").fetchone()
+    s = db.execute(
+        "SELECT next_run_at, last_enqueued_at, last_run_id FROM scrinalia.archive_worker_schedules"
+    ).fetchone()
     assert s[0] == next_at and s[1] is not None and s[2] == run_id
     assert tick(db)[1] == []  # nothing due any more
 
@@ -113,7 +133,9 @@ def test_tick_while_a_run_is_active_skips_and_advances(db):
     [(_, decision, new_run, _, next_at, reason)] = tick(db)[1]
     assert (decision, new_run) == ("SKIPPED", None)
     assert reason == f"run #{run_id} is active"
-    s = db.execute("SELECT next_run_at, last_skipped_at, last_skip_reason FROM scrinalia.archive_worker_schedules").fetchone()
+    s = db.execute(
+        "SELECT next_run_at, last_skipped_at, last_skip_reason FROM scrinalia.archive_worker_schedules"
+    ).fetchone()
     assert s[0] == next_at and s[1] is not None and s[2] == reason
     assert len(runs(db)) == 1
 
@@ -136,7 +158,9 @@ def test_tick_rejects_bad_input(db):
     with raises_sqlstate("SW030", "same length"):
         db.execute("SELECT * FROM scrinalia.tick(ARRAY['ocr'], ARRAY[]::timestamptz[])")
     with raises_sqlstate("SW030", "named twice"):
-        db.execute("SELECT * FROM scrinalia.tick(ARRAY['ocr', 'ocr'], ARRAY[now() + interval '1 h', now() + interval '2 h'])")
+        db.execute(
+            "SELECT * FROM scrinalia.tick(ARRAY['ocr', 'ocr'], ARRAY[now() + interval '1 h', now() + interval '2 h'])"
+        )
     with raises_sqlstate("SW030"):
         db.execute("SELECT * FROM scrinalia.tick(NULL, NULL)")
 
@@ -188,15 +212,24 @@ def test_skip_while_a_retry_is_owed_but_not_yet_created(db):
 
 def test_one_call_decides_for_many_schedules(db):
     names = make_workers(db, 300)
-    db.execute("""INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)
-                  SELECT unnest(%s::text[]), '*/5 * * * *', 'UTC', now() - interval '1 minute'""", (names,))
-    db.execute("""INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger)
-                  SELECT unnest(%s::text[]), 'MANUAL'""", (names[:100],))
+    db.execute(
+        """INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)
+                  SELECT unnest(%s::text[]), '*/5 * * * *', 'UTC', now() - interval '1 minute'""",
+        (names,),
+    )
+    db.execute(
+        """INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger)
+                  SELECT unnest(%s::text[]), 'MANUAL'""",
+        (names[:100],),
+    )
     due, decisions = tick(db)
     kinds = [d[1] for d in decisions]
     assert len(due) == 300
     assert kinds.count("SKIPPED") == 100 and kinds.count("ENQUEUED") == 200
-    assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_schedules WHERE next_run_at <= now()").fetchone()[0] == 0
+    assert (
+        db.execute("SELECT count(*) FROM scrinalia.archive_worker_schedules WHERE next_run_at <= now()").fetchone()[0]
+        == 0
+    )
 
 
 def test_the_tick_records_itself(db):
@@ -256,7 +289,8 @@ def test_scheduler_status_names_the_lock_holder(db, db_dsn):
         assert holder.execute("SELECT pg_try_advisory_lock(scrinalia.scheduler_lock_key())").fetchone()[0]
         pid = holder.info.backend_pid
         held, holder_pid, app = db.execute(
-            "SELECT lock_held, holder_pid, holder_application FROM scrinalia.scheduler_status()").fetchone()
+            "SELECT lock_held, holder_pid, holder_application FROM scrinalia.scheduler_status()"
+        ).fetchone()
         assert (held, holder_pid, app) == (True, pid, "scrinalia-scheduler lock")
 
 
@@ -264,7 +298,7 @@ def test_scheduler_status_names_the_lock_holder(db, db_dsn):
 
 # The per-run PL/pgSQL rule as it stood before resolve_configs() (commit 5feeffc), kept
 # here as the reference the set-based form must equal on any catalogue and request.
-REFERENCE_RESOLVE_CONFIG = r'''
+REFERENCE_RESOLVE_CONFIG = r"""
 CREATE FUNCTION pg_temp.reference_resolve_config(p_worker_name text, p_request jsonb,
                                          OUT config jsonb, OUT sources jsonb)
 LANGUAGE plpgsql STABLE
@@ -322,11 +356,12 @@ BEGIN
         config := config || jsonb_build_object(part, merged);
         sources := sources || jsonb_build_object(part, merged_src);
     END LOOP;
-END $$;'''
+END $$;"""
 
 
 def _random_layer(rnd, depth=0):
     """A request/settings/default layer, valid or not: the rule must never raise."""
+
     def value():
         return rnd.choice([1, 2.5, "x", True, None, [1], {"k": 1}, "fast", "archival"])
 
@@ -356,18 +391,26 @@ def test_resolve_configs_equals_the_per_run_rule_on_random_catalogues(db):
     rnd = random.Random(12)
     workers = [f"rc{i:03d}" for i in range(60)]
     for w in workers:
-        presets = {name: rnd.choice([_random_layer(rnd), "not-an-object", None, [1]])
-                   for name in rnd.sample(["fast", "archival", "3", "tesseract"], rnd.randint(0, 3))}
+        presets = {
+            name: rnd.choice([_random_layer(rnd), "not-an-object", None, [1]])
+            for name in rnd.sample(["fast", "archival", "3", "tesseract"], rnd.randint(0, 3))
+        }
         default = _random_layer(rnd)
-        db.execute("INSERT INTO scrinalia.archive_workers (worker_name, presets, default_config) VALUES (%s, %s, %s)",
-                   (w, Jsonb(presets), Jsonb(default if isinstance(default, dict) else {"engine": "tesseract"})))
+        db.execute(
+            "INSERT INTO scrinalia.archive_workers (worker_name, presets, default_config) VALUES (%s, %s, %s)",
+            (w, Jsonb(presets), Jsonb(default if isinstance(default, dict) else {"engine": "tesseract"})),
+        )
         settings = _random_layer(rnd)
         if rnd.random() < 0.6 and isinstance(settings, dict):  # stored as given, invalid parts and all
-            db.execute("INSERT INTO scrinalia.archive_worker_settings (worker_name, settings) VALUES (%s, %s)",
-                       (w, Jsonb(settings)))
+            db.execute(
+                "INSERT INTO scrinalia.archive_worker_settings (worker_name, settings) VALUES (%s, %s)",
+                (w, Jsonb(settings)),
+            )
     # pairs repeat (shared work), one worker is not in the catalogue, a request may be NULL
-    pairs = [(rnd.choice(workers + ["missing"]), rnd.choice([None, {}, _random_layer(rnd), _random_layer(rnd)]))
-             for _ in range(600)]
+    pairs = [
+        (rnd.choice(workers + ["missing"]), rnd.choice([None, {}, _random_layer(rnd), _random_layer(rnd)]))
+        for _ in range(600)
+    ]
     pairs += pairs[:50]
     names = [w for w, _ in pairs]
     reqs = [Jsonb(r) if r is not None else None for _, r in pairs]
@@ -377,7 +420,8 @@ def test_resolve_configs_equals_the_per_run_rule_on_random_catalogues(db):
         "  FROM scrinalia.resolve_configs(%s::text[], %s::jsonb[]) c"
         " CROSS JOIN LATERAL pg_temp.reference_resolve_config(c.worker_name, c.request) r"
         " CROSS JOIN LATERAL scrinalia.resolve_config(c.worker_name, c.request) o",
-        (names, reqs)).fetchone()
+        (names, reqs),
+    ).fetchone()
     distinct = len({(w, None if r is None else repr(r)) for w, r in pairs})
     assert got[0] >= distinct * 0.9 and got[0] <= distinct  # one row per distinct pair (jsonb equality)
     assert got[1:] == (0, 0)
@@ -386,7 +430,8 @@ def test_resolve_configs_equals_the_per_run_rule_on_random_catalogues(db):
         "SELECT count(*) FROM unnest(%s::text[], %s::jsonb[]) i(w, r) WHERE NOT EXISTS ("
         " SELECT FROM scrinalia.resolve_configs(%s::text[], %s::jsonb[]) c"
         "  WHERE c.worker_name = i.w AND c.request IS NOT DISTINCT FROM i.r)",
-        (names, reqs, names, reqs)).fetchone()[0]
+        (names, reqs, names, reqs),
+    ).fetchone()[0]
     assert missing == 0
 
 
@@ -395,17 +440,21 @@ def test_tick_resolves_the_same_config_as_enqueue(db):
     set_next_run(db, "ocr", "1 minute")
     run_id = tick(db)[1][0][2]
     row = run_row(db, run_id)
-    want = db.execute("SELECT config, sources FROM scrinalia.resolve_config('ocr', %s)",
-                      (psycopg.types.json.Jsonb(row["request"]),)).fetchone()
+    want = db.execute(
+        "SELECT config, sources FROM scrinalia.resolve_config('ocr', %s)", (psycopg.types.json.Jsonb(row["request"]),)
+    ).fetchone()
     assert (row["config"], row["config_sources"]) == want
     assert row["config"]["options"] == {"dpi": 600, "lang": "eng", "deskew": True}
 
 
 def test_the_tick_functions_never_jit_compile(db):
-    rows = dict(db.execute(
-        "SELECT p.proname, p.proconfig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
-        " WHERE n.nspname = 'scrinalia' AND p.proname IN"
-        " ('tick_schedules', 'due_schedules', 'create_retries', 'resolve_configs')").fetchall())
+    rows = dict(
+        db.execute(
+            "SELECT p.proname, p.proconfig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " WHERE n.nspname = 'scrinalia' AND p.proname IN"
+            " ('tick_schedules', 'due_schedules', 'create_retries', 'resolve_configs')"
+        ).fetchall()
+    )
     # (tick() and tick_due_at() are wrappers: their one statement runs in tick_schedules)
     assert set(rows) == {"tick_schedules", "due_schedules", "create_retries", "resolve_configs"}
     for name, config in rows.items():
@@ -418,20 +467,28 @@ def test_create_retries_resolves_each_candidate_like_enqueue(db):
     requests = [{}, {"preset": "fast"}, {"options": {"lang": "eng"}}, {"preset": "archival", "options": {"dpi": 72}}]
     for i in range(12):
         make_worker(db, f"rt{i:02d}")
-        db.execute("INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, status, request, attempt,"
-                   " scheduled_for, finished_at, retry_pending)"
-                   " VALUES (%s, 'SCHEDULE', 'FAILED', %s, 1, now() - interval '1 hour', now(), true)",
-                   (f"rt{i:02d}", Jsonb(requests[i % len(requests)])))
+        db.execute(
+            "INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, status, request, attempt,"
+            " scheduled_for, finished_at, retry_pending)"
+            " VALUES (%s, 'SCHEDULE', 'FAILED', %s, 1, now() - interval '1 hour', now(), true)",
+            (f"rt{i:02d}", Jsonb(requests[i % len(requests)])),
+        )
     db.execute("SELECT scrinalia.put_settings('rt01', '{\"options\": {\"dpi\": 200}}')")
     made = db.execute("SELECT count(*) FROM scrinalia.create_retries()").fetchone()[0]
     assert made == 12
     wrong = db.execute(
         "SELECT count(*) FROM scrinalia.archive_worker_runs r"
         " CROSS JOIN LATERAL scrinalia.resolve_config(r.worker_name, r.request) c"
-        " WHERE r.attempt = 2 AND NOT (r.config = c.config AND r.config_sources = c.sources)").fetchone()[0]
+        " WHERE r.attempt = 2 AND NOT (r.config = c.config AND r.config_sources = c.sources)"
+    ).fetchone()[0]
     assert wrong == 0
-    assert db.execute("SELECT config -> 'options' ->> 'dpi' FROM scrinalia.archive_worker_runs"
-                      " WHERE worker_name = 'rt01' AND attempt = 2").fetchone()[0] == "150"  # the preset over settings
+    assert (
+        db.execute(
+            "SELECT config -> 'options' ->> 'dpi' FROM scrinalia.archive_worker_runs"
+            " WHERE worker_name = 'rt01' AND attempt = 2"
+        ).fetchone()[0]
+        == "150"
+    )  # the preset over settings
 
 
 def test_a_racing_enqueue_leaves_the_other_schedules_enqueued_once(db, db_dsn):
@@ -442,7 +499,10 @@ def test_a_racing_enqueue_leaves_the_other_schedules_enqueued_once(db, db_dsn):
         set_next_run(db, w, "1 minute")
     manual, decisions = _tick_racing_an_enqueue(db_dsn, "b")
     assert {d[0]: (d[1], d[5]) for d in decisions} == {
-        "a": ("ENQUEUED", None), "b": ("SKIPPED", f"run #{manual} is active"), "c": ("ENQUEUED", None)}
+        "a": ("ENQUEUED", None),
+        "b": ("SKIPPED", f"run #{manual} is active"),
+        "c": ("ENQUEUED", None),
+    }
     assert [(r[1], r[3]) for r in runs(db, "a")] == [("SCHEDULE", "QUEUED")]
     assert [(r[1], r[3]) for r in runs(db, "c")] == [("SCHEDULE", "QUEUED")]
     assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 3

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
+
 from helpers import (
     claim,
     finish,
@@ -15,7 +17,6 @@ from helpers import (
     table_fingerprints,
     tick,
 )
-from psycopg.types.json import Jsonb
 
 BIG = "x" * 10_000_000
 
@@ -44,22 +45,25 @@ def test_manual_enqueue_refused_while_a_retry_is_owed_with_no_scheduler(db, fail
         db.execute("SELECT scrinalia.enqueue('ocr')")
 
 
-@pytest.mark.parametrize("sql, params, sqlstate, fragment", [
-    ("SELECT scrinalia.put_settings('ocr', NULL)", (), "SW002", "not NULL"),
-    ("SELECT scrinalia.put_settings('ocr', '{}', %s)", (BIG,), "SW002", "updated_by is 10000000 characters"),
-    ("SELECT scrinalia.put_schedule('ocr', '0 2 * * *', 'UTC', '{}', true, %s)", (BIG,), "SW002", "updated_by"),
-    ("SELECT scrinalia.set_schedule_enabled('ocr', false, %s)", ("y" * 201,), "SW002", "updated_by"),
-    ("SELECT scrinalia.enqueue('ocr', '{}', 'CLI', %s)", (BIG,), "SW002", "requested_by"),
-    ("SELECT scrinalia.enqueue('ocr', %s)", (Jsonb({"options": {"dpi": 10 ** 400}}),), "SW002", "between -2^63"),
-    ("SELECT scrinalia.enqueue('ocr', '{\"options\": {\"dpi\": 9223372036854775808}}')", (), "SW002", "dpi"),
-    ("SELECT scrinalia.enqueue('ocr', '{\"options\": {\"threshold\": 1e400}}')", (), "SW002", "double precision"),
-    ("SELECT scrinalia.put_settings('ocr', '{\"options\": {\"dpi\": -1e30}}')", (), "SW002", "dpi"),
-    ("SELECT * FROM scrinalia.tick(ARRAY['ocr'], ARRAY['infinity']::timestamptz[])", (), "SW030", "finite"),
-    ("SELECT * FROM scrinalia.tick(ARRAY['ocr'], ARRAY['-infinity']::timestamptz[])", (), "SW030", "finite"),
-    ("SELECT * FROM scrinalia.due_schedules(0)", (), "SW030", "at least 1"),
-    ("SELECT * FROM scrinalia.due_schedules(-5)", (), "SW030", "at least 1"),
-    ("SELECT * FROM scrinalia.due_schedules(NULL)", (), "SW030", "at least 1"),
-])
+@pytest.mark.parametrize(
+    "sql, params, sqlstate, fragment",
+    [
+        ("SELECT scrinalia.put_settings('ocr', NULL)", (), "SW002", "not NULL"),
+        ("SELECT scrinalia.put_settings('ocr', '{}', %s)", (BIG,), "SW002", "updated_by is 10000000 characters"),
+        ("SELECT scrinalia.put_schedule('ocr', '0 2 * * *', 'UTC', '{}', true, %s)", (BIG,), "SW002", "updated_by"),
+        ("SELECT scrinalia.set_schedule_enabled('ocr', false, %s)", ("y" * 201,), "SW002", "updated_by"),
+        ("SELECT scrinalia.enqueue('ocr', '{}', 'CLI', %s)", (BIG,), "SW002", "requested_by"),
+        ("SELECT scrinalia.enqueue('ocr', %s)", (Jsonb({"options": {"dpi": 10**400}}),), "SW002", "between -2^63"),
+        ("SELECT scrinalia.enqueue('ocr', '{\"options\": {\"dpi\": 9223372036854775808}}')", (), "SW002", "dpi"),
+        ("SELECT scrinalia.enqueue('ocr', '{\"options\": {\"threshold\": 1e400}}')", (), "SW002", "double precision"),
+        ("SELECT scrinalia.put_settings('ocr', '{\"options\": {\"dpi\": -1e30}}')", (), "SW002", "dpi"),
+        ("SELECT * FROM scrinalia.tick(ARRAY['ocr'], ARRAY['infinity']::timestamptz[])", (), "SW030", "finite"),
+        ("SELECT * FROM scrinalia.tick(ARRAY['ocr'], ARRAY['-infinity']::timestamptz[])", (), "SW030", "finite"),
+        ("SELECT * FROM scrinalia.due_schedules(0)", (), "SW030", "at least 1"),
+        ("SELECT * FROM scrinalia.due_schedules(-5)", (), "SW030", "at least 1"),
+        ("SELECT * FROM scrinalia.due_schedules(NULL)", (), "SW030", "at least 1"),
+    ],
+)
 def test_bad_input_is_refused_and_writes_nothing(db, sql, params, sqlstate, fragment):
     make_worker(db)
     put_schedule(db, "ocr", "0 2 * * *", "UTC")
@@ -74,8 +78,10 @@ def test_cancelled_by_is_capped_like_every_actor(db):
     run_id = db.execute("SELECT run_id FROM scrinalia.enqueue('ocr')").fetchone()[0]
     with raises_sqlstate("SW002", "cancelled_by"):
         db.execute("SELECT scrinalia.cancel_run(%s, %s)", (run_id, "z" * 201))
-    assert db.execute("SELECT status::text FROM scrinalia.cancel_run(%s, %s)",
-                      (run_id, "z" * 200)).fetchone()[0] == "CANCELLED"
+    assert (
+        db.execute("SELECT status::text FROM scrinalia.cancel_run(%s, %s)", (run_id, "z" * 200)).fetchone()[0]
+        == "CANCELLED"
+    )
 
 
 def test_an_outsider_holding_the_key_is_named_and_unhealthy(db, connect_as):
@@ -83,7 +89,9 @@ def test_an_outsider_holding_the_key_is_named_and_unhealthy(db, connect_as):
     key = db.execute("SELECT scrinalia.scheduler_lock_key()").fetchone()[0]
     assert outsider.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
     reader = connect_as("reader")
-    st = reader.execute("SELECT lock_held, holder_role, holder_is_scheduler FROM scrinalia.scheduler_status()").fetchone()
+    st = reader.execute(
+        "SELECT lock_held, holder_role, holder_is_scheduler FROM scrinalia.scheduler_status()"
+    ).fetchone()
     assert st == (True, "sw_login_nobody", False)
     healthy, reason = reader.execute("SELECT healthy, reason FROM scrinalia.scheduler_health()").fetchone()
     assert healthy is False and "cannot run the scheduler" in reason and "sw_login_nobody" in reason
@@ -114,14 +122,18 @@ def test_health_is_true_only_with_a_fresh_heartbeat_and_nothing_overdue(db, conn
     put_schedule(db, "ocr", "0 2 * * *", "UTC")
     db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() - interval '5 minutes'")
     healthy, reason, overdue = reader.execute(
-        "SELECT healthy, reason, overdue_schedules FROM scrinalia.scheduler_health()").fetchone()
+        "SELECT healthy, reason, overdue_schedules FROM scrinalia.scheduler_health()"
+    ).fetchone()
     assert not healthy and overdue == 1 and "overdue" in reason and "ocr" in reason
     assert reader.execute("SELECT healthy FROM scrinalia.scheduler_health(interval '1 hour')").fetchone()[0] is True
     # a schedule set aside for an error
-    db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() + interval '1 hour',"
-               " arm_error = 'unknown zone', arm_error_since = now(), arm_retry_at = now() + interval '1 minute'")
+    db.execute(
+        "UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() + interval '1 hour',"
+        " arm_error = 'unknown zone', arm_error_since = now(), arm_retry_at = now() + interval '1 minute'"
+    )
     healthy, reason, aside = reader.execute(
-        "SELECT healthy, reason, set_aside_schedules FROM scrinalia.scheduler_health()").fetchone()
+        "SELECT healthy, reason, set_aside_schedules FROM scrinalia.scheduler_health()"
+    ).fetchone()
     assert not healthy and aside == 1 and "unknown zone" in reason
 
 

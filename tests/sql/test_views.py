@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import psycopg
+
 from helpers import claim, finish, make_worker, put_schedule, set_next_run, tick
 
 
@@ -12,8 +13,9 @@ def agenda(db, worker="ocr"):
 
 
 def counters(db, worker="ocr"):
-    return db.execute("SELECT pending, processed FROM scrinalia.worker_queue_counters WHERE worker_name = %s",
-                      (worker,)).fetchone()
+    return db.execute(
+        "SELECT pending, processed FROM scrinalia.worker_queue_counters WHERE worker_name = %s", (worker,)
+    ).fetchone()
 
 
 def test_agenda_shows_the_schedule_state(db):
@@ -21,8 +23,13 @@ def test_agenda_shows_the_schedule_state(db):
     make_worker(db, "plain")
     put_schedule(db, "ocr", "0 2 * * *", "Europe/Berlin")
     a = agenda(db)
-    assert (a["scheduled"], a["cron"], a["timezone"], a["paused"], a["awaiting_arm"]) == \
-           (True, "0 2 * * *", "Europe/Berlin", False, True)
+    assert (a["scheduled"], a["cron"], a["timezone"], a["paused"], a["awaiting_arm"]) == (
+        True,
+        "0 2 * * *",
+        "Europe/Berlin",
+        False,
+        True,
+    )
     assert agenda(db, "plain")["scheduled"] is False
     tick(db)
     set_next_run(db, "ocr", "1 minute")
@@ -50,8 +57,10 @@ def test_history_shows_trigger_attempt_and_retry_of(db):
     [(retry,)] = db.execute("SELECT run_id FROM scrinalia.create_retries()").fetchall()
     rows = db.execute("""SELECT run_id, trigger, status, attempt_label, retry_of, retried_by, not_before IS NOT NULL
                            FROM scrinalia.worker_run_history ORDER BY run_id""").fetchall()
-    assert rows == [(first, "SCHEDULE", "FAILED", "1/3", None, retry, False),
-                    (retry, "SCHEDULE", "QUEUED", "2/3", first, None, True)]
+    assert rows == [
+        (first, "SCHEDULE", "FAILED", "1/3", None, retry, False),
+        (retry, "SCHEDULE", "QUEUED", "2/3", first, None, True),
+    ]
 
 
 def test_schedules_ticks_skips_and_retries_do_not_move_the_counters(db):
@@ -60,11 +69,11 @@ def test_schedules_ticks_skips_and_retries_do_not_move_the_counters(db):
     db.execute("SELECT scrinalia.mark_units_processed('ocr', ARRAY['doc-1'])")
     assert counters(db) == (2, 1)
     put_schedule(db, "ocr")
-    tick(db)                                       # armed
+    tick(db)  # armed
     set_next_run(db, "ocr", "1 minute")
-    tick(db)                                       # enqueued
+    tick(db)  # enqueued
     set_next_run(db, "ocr", "1 minute")
-    tick(db)                                       # skipped
+    tick(db)  # skipped
     run_id, token = claim(db)[:2]
     finish(db, run_id, token, "FAILED", "boom")
     db.execute("SELECT * FROM scrinalia.create_retries()")  # retried

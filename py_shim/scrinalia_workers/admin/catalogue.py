@@ -42,15 +42,15 @@ MAX_FILE_BYTES = 10 * 1024 * 1024
 DEMO_TAG = "[scrinalia demo]"
 
 
-
 class _Bad(Exception):
     def __init__(self, where: str, problem: str):
         super().__init__(f"{where}: {problem}" if where else problem)
 
 
 def _kind(v: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
-            type(None): "null"}.get(type(v), "a number" if isinstance(v, (int, float)) else type(v).__name__)
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(v), "a number" if isinstance(v, (int, float)) else type(v).__name__
+    )
 
 
 def _json_only(v: Any, where: str) -> None:
@@ -84,9 +84,12 @@ def _only(d: dict, allowed: tuple[str, ...], where: str) -> None:
 def _fits(spec: dict, value: Any) -> str | None:
     """What is wrong with a value for an option spec, like scrinalia.option_value_problem."""
     t = spec["type"]
-    ok = {"integer": isinstance(value, int) and not isinstance(value, bool),
-          "number": isinstance(value, (int, float)) and not isinstance(value, bool),
-          "string": isinstance(value, str), "boolean": isinstance(value, bool)}[t]
+    ok = {
+        "integer": isinstance(value, int) and not isinstance(value, bool),
+        "number": isinstance(value, (int, float)) and not isinstance(value, bool),
+        "string": isinstance(value, str),
+        "boolean": isinstance(value, bool),
+    }[t]
     if not ok:
         return f"must be {'an' if t == 'integer' else 'a'} {t}, got {_kind(value)}"
     if "values" in spec and value not in spec["values"]:
@@ -126,8 +129,11 @@ def check_worker(w: Any, where: str) -> dict:
     w = _object(w, where)
     name = w.get("name")
     if not isinstance(name, str) or not NAME.fullmatch(name):
-        raise _Bad(f"{where}.name", f"invalid worker name {json.dumps(name)}: 1 to 63 characters, a lowercase "
-                                    "letter, then lowercase letters, digits, _ . or -")
+        raise _Bad(
+            f"{where}.name",
+            f"invalid worker name {json.dumps(name)}: 1 to 63 characters, a lowercase "
+            "letter, then lowercase letters, digits, _ . or -",
+        )
     where = f"{where} ({name})"
     _only(w, WORKER_KEYS, where)
     description = w.get("description", "")
@@ -152,20 +158,33 @@ def check_worker(w: Any, where: str) -> dict:
     default = _object(w.get("default_config", {}), f"{where}.default_config")
     _only(default, ("engine", "preset", "options", "engine_options"), f"{where}.default_config")
     if "engine" in default and default["engine"] not in engines:
-        raise _Bad(f"{where}.default_config.engine",
-                   f"unknown engine {json.dumps(default['engine'])} (engines: {', '.join(engines) or 'none'})")
+        raise _Bad(
+            f"{where}.default_config.engine",
+            f"unknown engine {json.dumps(default['engine'])} (engines: {', '.join(engines) or 'none'})",
+        )
     if "preset" in default and default["preset"] not in presets:
-        raise _Bad(f"{where}.default_config.preset",
-                   f"unknown preset {json.dumps(default['preset'])} (presets: {', '.join(presets) or 'none'})")
+        raise _Bad(
+            f"{where}.default_config.preset",
+            f"unknown preset {json.dumps(default['preset'])} (presets: {', '.join(presets) or 'none'})",
+        )
     if "options" in default:
         _option_values(default["options"], options, f"{where}.default_config.options")
     if "engine_options" in default:
         if "engine" not in default:
             raise _Bad(f"{where}.default_config.engine_options", "given without an engine")
-        _option_values(default["engine_options"], engines[default["engine"]].get("engine_options", {}),
-                       f"{where}.default_config.engine_options")
-    return {"name": name, "description": description, "engines": engines, "presets": presets,
-            "options": options, "default_config": default}
+        _option_values(
+            default["engine_options"],
+            engines[default["engine"]].get("engine_options", {}),
+            f"{where}.default_config.engine_options",
+        )
+    return {
+        "name": name,
+        "description": description,
+        "engines": engines,
+        "presets": presets,
+        "options": options,
+        "default_config": default,
+    }
 
 
 def parse(text: str, label: str, yaml_syntax: bool) -> list[dict]:
@@ -194,8 +213,11 @@ def parse(text: str, label: str, yaml_syntax: bool) -> list[dict]:
         else:
             items, path = doc, ""
         if not isinstance(items, list) or not items:
-            raise _Bad(path or "", "expected a worker, a list of workers or {\"workers\": [...]}, "
-                                   f"got {_kind(items) if items != [] else 'an empty list'}")
+            raise _Bad(
+                path or "",
+                'expected a worker, a list of workers or {"workers": [...]}, '
+                f"got {_kind(items) if items != [] else 'an empty list'}",
+            )
         workers, seen = [], {}
         for i, w in enumerate(items):
             where = "worker" if path is None else f"{path}[{i}]"
@@ -231,12 +253,21 @@ def register(conn: psycopg.Connection, workers: list[dict], label: str) -> list[
     done = []
     with conn.transaction():
         for w in workers:
-            new = conn.execute("SELECT NOT EXISTS (SELECT 1 FROM scrinalia.archive_workers WHERE worker_name = %s)",
-                               (w["name"],)).fetchone()[0]
+            new = conn.execute(
+                "SELECT NOT EXISTS (SELECT 1 FROM scrinalia.archive_workers WHERE worker_name = %s)", (w["name"],)
+            ).fetchone()[0]
             try:
-                conn.execute("SELECT scrinalia.register_worker(%s, %s, %s, %s, %s, %s)",
-                             (w["name"], Jsonb(w["engines"]), Jsonb(w["presets"]), Jsonb(w["options"]),
-                              Jsonb(w["default_config"]), w["description"]))
+                conn.execute(
+                    "SELECT scrinalia.register_worker(%s, %s, %s, %s, %s, %s)",
+                    (
+                        w["name"],
+                        Jsonb(w["engines"]),
+                        Jsonb(w["presets"]),
+                        Jsonb(w["options"]),
+                        Jsonb(w["default_config"]),
+                        w["description"],
+                    ),
+                )
             except psycopg.Error as e:
                 e.add_note(f"{label}: worker {w['name']!r}")
                 raise

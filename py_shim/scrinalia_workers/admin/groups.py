@@ -37,8 +37,9 @@ def groups_sql() -> str:
     """The SQL of the step, idempotent, for a login with CREATEROLE (or a superuser)."""
     names = ", ".join(f"'{g}'" for g in GROUPS)
     # in a block: two of these at once (migrates of two databases) must both succeed
-    grants = "\n".join(f"DO $$ BEGIN GRANT {g} TO {m}; EXCEPTION WHEN unique_violation THEN NULL; END $$;"
-                        for m, g in MEMBERSHIPS)
+    grants = "\n".join(
+        f"DO $$ BEGIN GRANT {g} TO {m}; EXCEPTION WHEN unique_violation THEN NULL; END $$;" for m, g in MEMBERSHIPS
+    )
     return f"""\
 -- scrinalia-workers: the cluster-wide groups, once per cluster (re-running is harmless).
 -- Needs CREATEROLE (and, on PostgreSQL 16+, ADMIN OPTION on the groups, which the
@@ -73,19 +74,24 @@ def missing(conn: psycopg.Connection) -> list[str]:
 
 
 def missing_message(gone: list[str]) -> str:
-    return (f"the cluster-wide groups are not set up (missing: {', '.join(gone)}): a login with "
-            "CREATEROLE (or a superuser) runs once per cluster `scrinalia-workers groups create` "
-            "(or `scrinalia-workers groups sql | psql`), or pass `migrate --create-groups`; "
-            "nothing was changed")
+    return (
+        f"the cluster-wide groups are not set up (missing: {', '.join(gone)}): a login with "
+        "CREATEROLE (or a superuser) runs once per cluster `scrinalia-workers groups create` "
+        "(or `scrinalia-workers groups sql | psql`), or pass `migrate --create-groups`; "
+        "nothing was changed"
+    )
 
 
 def _privilege_hint(conn: psycopg.Connection, e: psycopg.Error) -> str:
     msg = e.diag.message_primary or str(e)
     if "admin option" in f"{msg} {e.diag.message_detail or ''}".lower():  # PG 15 / PG 16+ wording
-        return (f"{msg}: this login needs ADMIN OPTION on the groups to grant the membership "
-                "(the login that created them has it; or run as a superuser)")
-    attrs = conn.execute("SELECT rolcreaterole, rolsuper FROM pg_catalog.pg_roles "
-                         "WHERE rolname = current_user").fetchone()
+        return (
+            f"{msg}: this login needs ADMIN OPTION on the groups to grant the membership "
+            "(the login that created them has it; or run as a superuser)"
+        )
+    attrs = conn.execute(
+        "SELECT rolcreaterole, rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user"
+    ).fetchone()
     if attrs is not None and not (attrs[0] or attrs[1]):
         return f"{msg}: this login lacks CREATEROLE (run the step as a login that has it, or a superuser)"
     return msg

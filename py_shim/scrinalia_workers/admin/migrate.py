@@ -49,9 +49,8 @@ YOYO_SEARCH_PATH = f"pg_catalog, {BOOKKEEPING_SCHEMA}, pg_temp"
 SCHEDULES_MIGRATION = "0003_schedules_retries"
 
 
-
-
 # --- connections ------------------------------------------------------------------
+
 
 def _pin(conn: psycopg.Connection, path: str = SEARCH_PATH) -> None:
     # SET is a utility statement: no name is resolved to run it. Issued outside any
@@ -64,8 +63,7 @@ def _resolved_conninfo(conn: psycopg.Connection) -> str:
     variables, a service file or .pgpass alike), pinned to the host it reached: yoyo's
     connections go to the same server and database, whatever the DSN spelled."""
     params = dict(conn.info.get_parameters())
-    params.update(host=conn.info.host, port=str(conn.info.port),
-                  application_name="scrinalia-workers migrate (yoyo)")
+    params.update(host=conn.info.host, port=str(conn.info.port), application_name="scrinalia-workers migrate (yoyo)")
     hostaddr = getattr(conn.info, "hostaddr", None)
     if hostaddr:
         params["hostaddr"] = hostaddr
@@ -112,9 +110,12 @@ class PinnedBackend(PostgresqlPsycopgBackend):
         return self._qualified(self.lock_table)
 
     def list_tables(self, **kwargs):
-        return [r[0] for r in self.execute(
-            "SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = :schema",
-            {"schema": BOOKKEEPING_SCHEMA}).fetchall()]
+        return [
+            r[0]
+            for r in self.execute(
+                "SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = :schema", {"schema": BOOKKEEPING_SCHEMA}
+            ).fetchall()
+        ]
 
     def _check_transactional_ddl(self):
         # PostgreSQL's DDL is transactional; yoyo's probe would create an unqualified
@@ -123,6 +124,7 @@ class PinnedBackend(PostgresqlPsycopgBackend):
 
 
 # --- the lock ------------------------------------------------------------------------
+
 
 @dataclass
 class Holder:
@@ -134,13 +136,16 @@ class Holder:
 
     def describe(self) -> str:
         since = self.since.isoformat(timespec="seconds") if self.since else "unknown"
-        return (f"pid {self.pid}, role {self.role or '?'}, application_name "
-                f"{self.application_name or '-'!r}, connected since {since}"
-                + (f", from {self.client}" if self.client else ""))
+        return (
+            f"pid {self.pid}, role {self.role or '?'}, application_name "
+            f"{self.application_name or '-'!r}, connected since {since}"
+            + (f", from {self.client}" if self.client else "")
+        )
 
 
 def lock_holders(conn: psycopg.Connection) -> list[Holder]:
-    rows = conn.execute("""
+    rows = conn.execute(
+        """
         SELECT l.pid, a.usename, a.application_name, a.backend_start, a.client_addr
           FROM pg_catalog.pg_locks l
           LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) l.pid
@@ -150,7 +155,8 @@ def lock_holders(conn: psycopg.Connection) -> list[Holder]:
            AND l.classid::pg_catalog.int8 OPERATOR(pg_catalog.=) %s::pg_catalog.int8
            AND l.objid::pg_catalog.int8 OPERATOR(pg_catalog.=) %s::pg_catalog.int8
            AND l.objsubid OPERATOR(pg_catalog.=) 1""",
-        (MIGRATE_LOCK_KEY >> 32, MIGRATE_LOCK_KEY & 0xFFFFFFFF)).fetchall()
+        (MIGRATE_LOCK_KEY >> 32, MIGRATE_LOCK_KEY & 0xFFFFFFFF),
+    ).fetchall()
     return [Holder(*r) for r in rows]
 
 
@@ -159,8 +165,9 @@ def _take_lock(conn: psycopg.Connection, timeout: float) -> None:
     ms = max(int(timeout * 1000), 0)
     try:
         if ms == 0:
-            got = conn.execute("SELECT pg_catalog.pg_try_advisory_lock(%s::pg_catalog.int8)",
-                               (MIGRATE_LOCK_KEY,)).fetchone()[0]
+            got = conn.execute(
+                "SELECT pg_catalog.pg_try_advisory_lock(%s::pg_catalog.int8)", (MIGRATE_LOCK_KEY,)
+            ).fetchone()[0]
             if not got:
                 raise psycopg.errors.LockNotAvailable("not waited for")
         else:
@@ -173,10 +180,12 @@ def _take_lock(conn: psycopg.Connection, timeout: float) -> None:
         raise MigrateLockBusy(
             f"another session holds the migrate lock (advisory key {MIGRATE_LOCK_KEY}) after "
             f"waiting {timeout:g}s: {who}. If it is not a migrate, end it "
-            "(SELECT pg_terminate_backend(pid)); else let it finish, or raise --lock-timeout") from None
+            "(SELECT pg_terminate_backend(pid)); else let it finish, or raise --lock-timeout"
+        ) from None
 
 
 # --- checks before changing anything --------------------------------------------------
+
 
 def _check_schema_owners(conn: psycopg.Connection) -> None:
     """Our schemas, when they exist, belong to a login we trust: one that got CREATE on
@@ -184,40 +193,59 @@ def _check_schema_owners(conn: psycopg.Connection) -> None:
     rows = conn.execute(
         "SELECT n.nspname::text, pg_catalog.pg_get_userbyid(n.nspowner)::text FROM pg_catalog.pg_namespace n"
         " WHERE n.nspname OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[])"
-        f" AND NOT {_trusted_owner_sql('n.nspowner')}", (["scrinalia", BOOKKEEPING_SCHEMA],)).fetchall()
+        f" AND NOT {_trusted_owner_sql('n.nspowner')}",
+        (["scrinalia", BOOKKEEPING_SCHEMA],),
+    ).fetchall()
     if rows:
         names = ", ".join(f"schema {s} is owned by {o}" for s, o in rows)
-        raise ConfigError(f"refusing to migrate: {names}, neither this login, a superuser nor the "
-                          "database owner; inspect it (it may have been planted), then drop it or "
-                          "change its owner; nothing was changed")
+        raise ConfigError(
+            f"refusing to migrate: {names}, neither this login, a superuser nor the "
+            "database owner; inspect it (it may have been planted), then drop it or "
+            "change its owner; nothing was changed"
+        )
 
 
 def _check_privileges(conn: psycopg.Connection) -> None:
     """Names the privilege this login lacks (not a group), before anything changes."""
-    me = conn.execute("SELECT current_user, rolsuper FROM pg_catalog.pg_roles "
-                      "WHERE rolname OPERATOR(pg_catalog.=) current_user").fetchone()
+    me = conn.execute(
+        "SELECT current_user, rolsuper FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) current_user"
+    ).fetchone()
     if me[1]:
         return
-    db = conn.execute("SELECT current_database(), pg_catalog.pg_get_userbyid(datdba) "
-                      "FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) current_database()").fetchone()
-    owners = dict(conn.execute(
-        "SELECT n.nspname::text, pg_catalog.pg_get_userbyid(n.nspowner)::text FROM pg_catalog.pg_namespace n "
-        "WHERE n.nspname OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[]) "
-        "AND NOT pg_catalog.pg_has_role(current_user, n.nspowner, 'USAGE')",
-        (["scrinalia", BOOKKEEPING_SCHEMA],)).fetchall())
+    db = conn.execute(
+        "SELECT current_database(), pg_catalog.pg_get_userbyid(datdba) "
+        "FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) current_database()"
+    ).fetchone()
+    owners = dict(
+        conn.execute(
+            "SELECT n.nspname::text, pg_catalog.pg_get_userbyid(n.nspowner)::text FROM pg_catalog.pg_namespace n "
+            "WHERE n.nspname OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[]) "
+            "AND NOT pg_catalog.pg_has_role(current_user, n.nspowner, 'USAGE')",
+            (["scrinalia", BOOKKEEPING_SCHEMA],),
+        ).fetchall()
+    )
     if owners:
         names = ", ".join(f"schema {s} is owned by {o}" for s, o in sorted(owners.items()))
         raise MissingPrivilege(
             f"login {me[0]} cannot migrate this database: {names}; migrate as that owner (or a "
-            "superuser), or transfer ownership (ALTER SCHEMA ... OWNER TO, and its objects)")
-    present = {r[0] for r in conn.execute(
-        "SELECT nspname::text FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) "
-        "ANY (%s::pg_catalog.text[])", (["scrinalia", BOOKKEEPING_SCHEMA],))}
-    if len(present) < 2 and not conn.execute(
-            "SELECT pg_catalog.has_database_privilege(current_database(), 'CREATE')").fetchone()[0]:
+            "superuser), or transfer ownership (ALTER SCHEMA ... OWNER TO, and its objects)"
+        )
+    present = {
+        r[0]
+        for r in conn.execute(
+            "SELECT nspname::text FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) "
+            "ANY (%s::pg_catalog.text[])",
+            (["scrinalia", BOOKKEEPING_SCHEMA],),
+        )
+    }
+    if (
+        len(present) < 2
+        and not conn.execute("SELECT pg_catalog.has_database_privilege(current_database(), 'CREATE')").fetchone()[0]
+    ):
         raise MissingPrivilege(
             f"login {me[0]} lacks CREATE on database {db[0]} (owned by {db[1]}), needed to create "
-            "its schemas: migrate as the database owner, or GRANT CREATE ON DATABASE to this login")
+            "its schemas: migrate as the database owner, or GRANT CREATE ON DATABASE to this login"
+        )
 
 
 def _ensure_groups(conn: psycopg.Connection, create: bool) -> None:
@@ -232,14 +260,17 @@ def _ensure_groups(conn: psycopg.Connection, create: bool) -> None:
 
 # --- yoyo's bookkeeping ---------------------------------------------------------------
 
+
 def _trusted_owner_sql(col: str) -> str:
     """The owner is this very login, a superuser, or the database owner (not merely a
     role this login is a member of: another member could have acted as it)."""
-    return (f"({col} OPERATOR(pg_catalog.=) (SELECT r.oid FROM pg_catalog.pg_roles r"
-            f"    WHERE r.rolname OPERATOR(pg_catalog.=) current_user)"
-            f" OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) {col})"
-            f" OR {col} OPERATOR(pg_catalog.=) (SELECT d.datdba FROM pg_catalog.pg_database d"
-            f"    WHERE d.datname OPERATOR(pg_catalog.=) current_database()))")
+    return (
+        f"({col} OPERATOR(pg_catalog.=) (SELECT r.oid FROM pg_catalog.pg_roles r"
+        f"    WHERE r.rolname OPERATOR(pg_catalog.=) current_user)"
+        f" OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) {col})"
+        f" OR {col} OPERATOR(pg_catalog.=) (SELECT d.datdba FROM pg_catalog.pg_database d"
+        f"    WHERE d.datname OPERATOR(pg_catalog.=) current_database()))"
+    )
 
 
 def _ensure_bookkeeping(conn: psycopg.Connection) -> None:
@@ -248,8 +279,8 @@ def _ensure_bookkeeping(conn: psycopg.Connection) -> None:
     Tables owned by anybody else (planted by another login) are left alone."""
     with conn.transaction():
         exists = conn.execute(
-            "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) %s",
-            (BOOKKEEPING_SCHEMA,)).fetchone()
+            "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) %s", (BOOKKEEPING_SCHEMA,)
+        ).fetchone()
         if exists:
             return
         conn.execute(f"CREATE SCHEMA {BOOKKEEPING_SCHEMA}")
@@ -260,26 +291,32 @@ def _ensure_bookkeeping(conn: psycopg.Connection) -> None:
             " WHERE c.relname OPERATOR(pg_catalog.=) %s AND c.relkind OPERATOR(pg_catalog.=) 'r'"
             " AND n.nspname OPERATOR(pg_catalog.<>) ALL (ARRAY['pg_catalog', 'information_schema', %s])"
             f" AND {_trusted_owner_sql('c.relowner')}",
-            (default_migration_table, BOOKKEEPING_SCHEMA)).fetchall()
+            (default_migration_table, BOOKKEEPING_SCHEMA),
+        ).fetchall()
         if not legacy:
             return
         if len(legacy) > 1:
             raise ConfigError(
                 f"yoyo's {default_migration_table} table is in several schemas "
-                f"({', '.join(r[0] for r in legacy)}): keep the right one, drop the others, migrate again")
+                f"({', '.join(r[0] for r in legacy)}): keep the right one, drop the others, migrate again"
+            )
         source = legacy[0][0]
         for table in YOYO_TABLES:
             found = conn.execute(
-                "SELECT c.oid::pg_catalog.regclass::text, " + _trusted_owner_sql("c.relowner") +
-                " FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n"
+                "SELECT c.oid::pg_catalog.regclass::text, "
+                + _trusted_owner_sql("c.relowner")
+                + " FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n"
                 " ON n.oid OPERATOR(pg_catalog.=) c.relnamespace"
                 " WHERE n.nspname OPERATOR(pg_catalog.=) %s AND c.relname OPERATOR(pg_catalog.=) %s",
-                (source, table)).fetchone()
+                (source, table),
+            ).fetchone()
             if found is None:
                 continue
             if not found[1]:
-                raise ConfigError(f"{found[0]} is owned by a login that did not migrate this "
-                                  "database: inspect it, drop it, migrate again")
+                raise ConfigError(
+                    f"{found[0]} is owned by a login that did not migrate this "
+                    "database: inspect it, drop it, migrate again"
+                )
             conn.execute(f"ALTER TABLE {found[0]} SET SCHEMA {BOOKKEEPING_SCHEMA}")
         log.info("moved yoyo's tables from schema %s into %s", source, BOOKKEEPING_SCHEMA)
 
@@ -292,8 +329,11 @@ def _clear_stale_yoyo_lock(conn: psycopg.Connection, timeout: float) -> None:
         with conn.transaction():
             conn.execute(f"SET LOCAL lock_timeout = {max(int(timeout * 1000), 1)}")
             for pid, ctime in conn.execute(f"DELETE FROM {table} RETURNING pid, ctime").fetchall():
-                log.warning("removed yoyo's lock row of process %s (taken %s UTC) left by a migrate "
-                            "that did not finish", pid, ctime)
+                log.warning(
+                    "removed yoyo's lock row of process %s (taken %s UTC) left by a migrate that did not finish",
+                    pid,
+                    ctime,
+                )
     except psycopg.errors.LockNotAvailable:
         raise _yoyo_lock_busy(conn, timeout) from None
 
@@ -307,15 +347,18 @@ def _yoyo_lock_busy(conn: psycopg.Connection, timeout: float) -> MigrateLockBusy
         "  FROM pg_catalog.pg_locks l"
         "  LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) l.pid"
         " WHERE l.relation OPERATOR(pg_catalog.=) pg_catalog.to_regclass(%s) AND l.granted"
-        "   AND a.application_name OPERATOR(pg_catalog.!~~) 'scrinalia-workers migrate%%'", (table,)).fetchall()
+        "   AND a.application_name OPERATOR(pg_catalog.!~~) 'scrinalia-workers migrate%%'",
+        (table,),
+    ).fetchall()
     who = "; ".join(Holder(*r).describe() for r in rows) or "a session that has since let go"
-    return MigrateLockBusy(f"yoyo's lock table {table} stayed taken for {timeout:.0f}s by an open "
-                           f"transaction: {who}. End it (SELECT pg_terminate_backend(pid))")
+    return MigrateLockBusy(
+        f"yoyo's lock table {table} stayed taken for {timeout:.0f}s by an open "
+        f"transaction: {who}. End it (SELECT pg_terminate_backend(pid))"
+    )
 
 
 @contextmanager
-def _migrating(dsn: str, *, lock_timeout: float, create_groups: bool = False,
-               check_groups: bool = True):
+def _migrating(dsn: str, *, lock_timeout: float, create_groups: bool = False, check_groups: bool = True):
     """Our pinned connection holding the migrate lock, and a pinned yoyo backend."""
     with connect(dsn, application_name="scrinalia-workers migrate") as conn:
         _pin(conn)
@@ -350,6 +393,7 @@ def head_ids() -> list[str]:
 
 # --- the commands ---------------------------------------------------------------------
 
+
 # sql/ may say CREATE FUNCTION / CREATE VIEW: the code is always replaced in place.
 def apply_code(conn: psycopg.Connection) -> None:
     """Creates or replaces every function and view of sql/ in one transaction, then drops
@@ -373,11 +417,11 @@ def apply_code(conn: psycopg.Connection) -> None:
                     f"sql/{f.name}: {e.diag.message_primary}: the code is replaced in place while "
                     "clients run, so a function whose return type or parameter names change, or a "
                     "view whose columns change other than by appending, needs a new name (e.g. "
-                    "name_v2); nothing was changed") from None
+                    "name_v2); nothing was changed"
+                ) from None
 
 
-def migrate(dsn: str, *, create_groups: bool = False,
-            lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> list[str]:
+def migrate(dsn: str, *, create_groups: bool = False, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> list[str]:
     """Bring the database to the head; returns the ids of the migrations applied.
 
     The cluster-wide groups must exist (groups.py) unless `create_groups`, which creates
@@ -400,18 +444,19 @@ def _refuse_losing_schedule_runs(conn: psycopg.Connection, todo) -> None:
     runs, schedules = conn.execute(
         "SELECT (SELECT count(*) FROM scrinalia.archive_worker_runs"
         "         WHERE trigger OPERATOR(pg_catalog.=) 'SCHEDULE'),"
-        "       (SELECT count(*) FROM scrinalia.archive_worker_schedules)").fetchone()
+        "       (SELECT count(*) FROM scrinalia.archive_worker_schedules)"
+    ).fetchone()
     if runs:
         raise RollbackRefused(
             f"refusing to roll back {SCHEDULES_MIGRATION}: it would delete {runs} SCHEDULE run(s) "
             f"(and drop {schedules} schedule(s)); nothing was rolled back. To proceed, export what you "
             "keep (e.g. \\copy (SELECT * FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE') "
             "TO 'schedule_runs.csv' CSV HEADER), delete them explicitly (DELETE FROM "
-            "scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE'), then roll back again")
+            "scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE'), then roll back again"
+        )
 
 
-def rollback(dsn: str, count: int | None = None, *,
-             lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> list[str]:
+def rollback(dsn: str, count: int | None = None, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> list[str]:
     """Roll back the last `count` migrations (all when None)."""
     with _migrating(dsn, lock_timeout=lock_timeout, check_groups=False) as (conn, backend, migrations):
         todo = backend.to_rollback(migrations)
@@ -425,9 +470,10 @@ def rollback(dsn: str, count: int | None = None, *,
 def applied_migrations(dsn: str) -> list[str]:
     with connect(dsn, application_name="scrinalia-workers migrate") as conn:
         _pin(conn)
-        if conn.execute("SELECT to_regclass(%s)",
-                        (f"{BOOKKEEPING_SCHEMA}.{default_migration_table}",)).fetchone()[0] is None:
+        if (
+            conn.execute("SELECT to_regclass(%s)", (f"{BOOKKEEPING_SCHEMA}.{default_migration_table}",)).fetchone()[0]
+            is None
+        ):
             return []
-        done = {r[0] for r in conn.execute(
-            f"SELECT migration_id FROM {BOOKKEEPING_SCHEMA}.{default_migration_table}")}
+        done = {r[0] for r in conn.execute(f"SELECT migration_id FROM {BOOKKEEPING_SCHEMA}.{default_migration_table}")}
     return [mid for mid in head_ids() if mid in done]

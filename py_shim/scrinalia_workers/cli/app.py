@@ -14,8 +14,9 @@ import json
 import os
 import socket
 import sys
-from datetime import datetime, timezone
-from typing import Any, Sequence
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
@@ -41,7 +42,6 @@ EXIT_SLOT_BUSY = 3
 ERROR_WIDTH = 60  # how much of a run's error the runs table shows
 
 
-
 class _Parser(argparse.ArgumentParser):
     # argparse prints the whole usage before its error: keep it to one line.
     def error(self, message: str):
@@ -49,6 +49,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 # --- input --------------------------------------------------------------------
+
 
 def parse_json_object(text: str, option: str) -> dict:
     try:
@@ -78,6 +79,7 @@ def _connect(args) -> psycopg.Connection:
 
 
 # --- commands -----------------------------------------------------------------
+
 
 def cmd_migrate(args) -> int:
     from scrinalia_workers.admin import migrate
@@ -135,10 +137,14 @@ def _run_summary(r: dict, max_attempts: int) -> str:
 def cmd_enqueue(args) -> int:
     request = parse_json_object(args.request, "--request")
     with _connect(args) as conn:
-        r = conn.cursor(row_factory=dict_row).execute(
-            "SELECT * FROM scrinalia.enqueue(%s, %s, 'CLI', %s)",
-            (args.worker, Jsonb(request), args.requested_by or who()),
-        ).fetchone()
+        r = (
+            conn.cursor(row_factory=dict_row)
+            .execute(
+                "SELECT * FROM scrinalia.enqueue(%s, %s, 'CLI', %s)",
+                (args.worker, Jsonb(request), args.requested_by or who()),
+            )
+            .fetchone()
+        )
         most = _max_attempts(conn)
     if args.json:
         print_json(r)
@@ -168,8 +174,7 @@ def _schedule_fields(a: dict, max_attempts: int) -> list[tuple[str, Any]]:
         ("enabled", "no (paused)" if a["paused"] else "yes"),
         ("next run", nxt),
         ("request", json.dumps(a["request"], ensure_ascii=False)),
-        ("last enqueued", _utc(a["last_enqueued_at"])
-         and f"{_utc(a['last_enqueued_at'])} (run #{a['last_run_id']})"),
+        ("last enqueued", _utc(a["last_enqueued_at"]) and f"{_utc(a['last_enqueued_at'])} (run #{a['last_run_id']})"),
         ("last skipped", skipped),
         ("active run", _active(a, max_attempts)),
         ("updated", a["updated_at"] and f"{_utc(a['updated_at'])} by {a['updated_by'] or '-'}"),
@@ -182,7 +187,7 @@ def _active(a: dict, max_attempts: int) -> str | None:
     s = f"#{a['active_run_id']} {a['active_status']} {a['active_trigger']}"
     if a["active_trigger"] == "SCHEDULE":
         s += f" {a['active_attempt']}/{max_attempts}"
-    if a["active_not_before"] and a["active_not_before"] > datetime.now(timezone.utc):
+    if a["active_not_before"] and a["active_not_before"] > datetime.now(UTC):
         s += f" not before {_utc(a['active_not_before'])}"
     return s
 
@@ -270,12 +275,15 @@ def read_schedule_file(path: str) -> tuple[str, str]:
         try:
             doc = json.loads(text)
         except json.JSONDecodeError as e:
-            raise errors.ScrinaliaError(f"{label}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+            raise errors.ScrinaliaError(
+                f"{label}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}"
+            ) from None
     if isinstance(doc, dict) and set(doc) == {"schedules"}:
         doc = doc["schedules"]
     if not isinstance(doc, list):
-        raise errors.ScrinaliaError(f"{label}: expected a list of schedules or {{\"schedules\": [...]}}, "
-                                    f"got {type(doc).__name__}")
+        raise errors.ScrinaliaError(
+            f'{label}: expected a list of schedules or {{"schedules": [...]}}, got {type(doc).__name__}'
+        )
 
     def not_json(v):  # YAML can say more than JSON: a date, a set
         raise TypeError(f"{v!r} is not a JSON value (quote it in YAML)")
@@ -293,7 +301,8 @@ def cmd_schedule_import(args) -> int:
         with conn.transaction(force_rollback=args.dry_run):
             try:
                 created, replaced = conn.execute(
-                    "SELECT created, replaced FROM scrinalia.put_schedules(%s::jsonb, %s)", (schedules, who()),
+                    "SELECT created, replaced FROM scrinalia.put_schedules(%s::jsonb, %s)",
+                    (schedules, who()),
                 ).fetchone()
             except psycopg.Error as e:
                 e.add_note(label)
@@ -301,8 +310,10 @@ def cmd_schedule_import(args) -> int:
     if args.json:
         print_json({"file": label, "created": created, "replaced": replaced, "dry_run": args.dry_run})
     elif args.dry_run:
-        print(f"{label}: {created + replaced} schedule(s) valid: {created} would be created, {replaced} replaced "
-              "(--dry-run: nothing written)")
+        print(
+            f"{label}: {created + replaced} schedule(s) valid: {created} would be created, {replaced} replaced "
+            "(--dry-run: nothing written)"
+        )
     else:
         print(f"imported {created + replaced} schedule(s) from {label}: {created} created, {replaced} replaced")
     return EXIT_OK
@@ -354,17 +365,42 @@ def cmd_status(args) -> int:
         else:
             nxt_zone, nxt_utc = _in_zone(a["next_run_at"], a["timezone"]), _utc(a["next_run_at"])
         skipped = _utc(a["last_skipped_at"])
-        rows.append([a["worker_name"], a["cron"], a["timezone"], nxt_zone, nxt_utc,
-                     "yes" if a["paused"] else ("no" if a["scheduled"] else None),
-                     _utc(a["last_enqueued_at"]), skipped,
-                     _one_line(a["last_skip_reason"], 40) if skipped else None, _active(a, most)])
-    print_table(["worker", "cron", "zone", "next run (zone)", "next run (UTC)", "paused",
-                 "last enqueued", "last skipped", "skip reason", "active run"], rows,
-                title="agenda (when each worker runs)")
+        rows.append(
+            [
+                a["worker_name"],
+                a["cron"],
+                a["timezone"],
+                nxt_zone,
+                nxt_utc,
+                "yes" if a["paused"] else ("no" if a["scheduled"] else None),
+                _utc(a["last_enqueued_at"]),
+                skipped,
+                _one_line(a["last_skip_reason"], 40) if skipped else None,
+                _active(a, most),
+            ]
+        )
+    print_table(
+        [
+            "worker",
+            "cron",
+            "zone",
+            "next run (zone)",
+            "next run (UTC)",
+            "paused",
+            "last enqueued",
+            "last skipped",
+            "skip reason",
+            "active run",
+        ],
+        rows,
+        title="agenda (when each worker runs)",
+    )
     print()
-    print_table(["worker", "pending", "processed"],
-                [[c["worker_name"], c["pending"], c["processed"]] for c in counters],
-                title="queue counters (units of work, not runs)")
+    print_table(
+        ["worker", "pending", "processed"],
+        [[c["worker_name"], c["pending"], c["processed"]] for c in counters],
+        title="queue counters (units of work, not runs)",
+    )
     return EXIT_OK
 
 
@@ -388,8 +424,9 @@ def cmd_runs(args) -> int:
         raise errors.ConfigError("runs --timeline needs a WORKER")
     with _connect(args) as conn:
         if args.worker is not None:
-            known = conn.execute("SELECT 1 FROM scrinalia.worker_agenda WHERE worker_name = %s",
-                                 (args.worker,)).fetchone()
+            known = conn.execute(
+                "SELECT 1 FROM scrinalia.worker_agenda WHERE worker_name = %s", (args.worker,)
+            ).fetchone()
             if not known:
                 raise errors.ScrinaliaError(f"[{errors.UNKNOWN_WORKER}] unknown worker {args.worker!r}")
         if args.timeline:
@@ -402,20 +439,46 @@ def cmd_runs(args) -> int:
         print_json(rows)
         return EXIT_OK
     print_table(
-        ["id", "worker", "trigger", "status", "attempt", "retry of", "not before",
-         "created", "finished", "duration", "error"],
-        [[r["run_id"], r["worker_name"], r["trigger"], r["status"], r["attempt_label"],
-          r["retry_of"] and f"retry of #{r['retry_of']}", _utc(r["not_before"]),
-          _utc(r["created_at"]), _utc(r["finished_at"]), _duration(r["duration"]),
-          _one_line(r["error"], ERROR_WIDTH)] for r in rows],
+        [
+            "id",
+            "worker",
+            "trigger",
+            "status",
+            "attempt",
+            "retry of",
+            "not before",
+            "created",
+            "finished",
+            "duration",
+            "error",
+        ],
+        [
+            [
+                r["run_id"],
+                r["worker_name"],
+                r["trigger"],
+                r["status"],
+                r["attempt_label"],
+                r["retry_of"] and f"retry of #{r['retry_of']}",
+                _utc(r["not_before"]),
+                _utc(r["created_at"]),
+                _utc(r["finished_at"]),
+                _duration(r["duration"]),
+                _one_line(r["error"], ERROR_WIDTH),
+            ]
+            for r in rows
+        ],
     )
     return EXIT_OK
 
 
 def cmd_cancel(args) -> int:
     with _connect(args) as conn:
-        r = conn.cursor(row_factory=dict_row).execute(
-            "SELECT * FROM scrinalia.cancel_run(%s, %s)", (args.run_id, who())).fetchone()
+        r = (
+            conn.cursor(row_factory=dict_row)
+            .execute("SELECT * FROM scrinalia.cancel_run(%s, %s)", (args.run_id, who()))
+            .fetchone()
+        )
         most = _max_attempts(conn)
     if args.json:
         print_json(r)
@@ -427,9 +490,11 @@ def cmd_cancel(args) -> int:
 def cmd_settings(args) -> int:
     settings = parse_json_object(args.settings, "--settings")
     with _connect(args) as conn:
-        r = conn.cursor(row_factory=dict_row).execute(
-            "SELECT * FROM scrinalia.put_settings(%s, %s, %s)", (args.worker, Jsonb(settings), who())
-        ).fetchone()
+        r = (
+            conn.cursor(row_factory=dict_row)
+            .execute("SELECT * FROM scrinalia.put_settings(%s, %s, %s)", (args.worker, Jsonb(settings), who()))
+            .fetchone()
+        )
     if args.json:
         print_json(r)
     else:
@@ -441,16 +506,18 @@ def cmd_prune(args) -> int:
     total = 0
     with _connect(args) as conn:
         while True:  # one transaction per batch: short locks, progress survives an abort
-            n = conn.execute("SELECT scrinalia.prune_runs(%s::interval, %s)",
-                             (args.older_than, args.batch)).fetchone()[0]
+            n = conn.execute("SELECT scrinalia.prune_runs(%s::interval, %s)", (args.older_than, args.batch)).fetchone()[
+                0
+            ]
             total += n
             if n == 0:
                 break
     if args.json:
         print_json({"deleted": total, "older_than": args.older_than})
     else:
-        print(f"deleted {total} finished run(s) older than {args.older_than}"
-              " (whole retry chains only; live retries kept)")
+        print(
+            f"deleted {total} finished run(s) older than {args.older_than} (whole retry chains only; live retries kept)"
+        )
     return EXIT_OK
 
 
@@ -475,6 +542,7 @@ def cmd_demo_seed(args) -> int:
 
 # --- the worker catalogue (the owner's, deploy time) -------------------------------
 
+
 def cmd_worker_register(args) -> int:
     from scrinalia_workers.admin import catalogue
 
@@ -491,13 +559,17 @@ def cmd_worker_register(args) -> int:
     if args.json:
         print_json({"file": label, "registered": [{"worker": n, "new": new} for n, new in done]})
     else:
-        print(f"registered {len(done)} worker(s) from {label}: "
-              + ", ".join(f"{n} ({'new' if new else 'updated'})" for n, new in done))
+        print(
+            f"registered {len(done)} worker(s) from {label}: "
+            + ", ".join(f"{n} ({'new' if new else 'updated'})" for n, new in done)
+        )
     return EXIT_OK
 
 
-CATALOGUE_SQL = ("SELECT worker_name, description, engines, presets, options, default_config, created_at, updated_at"
-                 " FROM scrinalia.archive_workers")
+CATALOGUE_SQL = (
+    "SELECT worker_name, description, engines, presets, options, default_config, created_at, updated_at"
+    " FROM scrinalia.archive_workers"
+)
 
 
 def cmd_worker_list(args) -> int:
@@ -506,28 +578,50 @@ def cmd_worker_list(args) -> int:
     if args.json:
         print_json(rows)
         return EXIT_OK
-    print_table(["worker", "engines", "presets", "options", "updated", "description"],
-                [[r["worker_name"], ", ".join(r["engines"]) or None, ", ".join(r["presets"]) or None,
-                  ", ".join(r["options"]) or None, _utc(r["updated_at"]), _one_line(r["description"], 50) or None]
-                 for r in rows])
+    print_table(
+        ["worker", "engines", "presets", "options", "updated", "description"],
+        [
+            [
+                r["worker_name"],
+                ", ".join(r["engines"]) or None,
+                ", ".join(r["presets"]) or None,
+                ", ".join(r["options"]) or None,
+                _utc(r["updated_at"]),
+                _one_line(r["description"], 50) or None,
+            ]
+            for r in rows
+        ],
+    )
     return EXIT_OK
 
 
 def cmd_worker_show(args) -> int:
     with _connect(args) as conn:
-        r = conn.cursor(row_factory=dict_row).execute(CATALOGUE_SQL + " WHERE worker_name = %s",
-                                                      (args.worker,)).fetchone()
+        r = (
+            conn.cursor(row_factory=dict_row)
+            .execute(CATALOGUE_SQL + " WHERE worker_name = %s", (args.worker,))
+            .fetchone()
+        )
     if r is None:
-        raise errors.ScrinaliaError(f"[{errors.UNKNOWN_WORKER}] unknown worker {args.worker!r}"
-                                    f" (hint: {PROG} worker list)")
+        raise errors.ScrinaliaError(
+            f"[{errors.UNKNOWN_WORKER}] unknown worker {args.worker!r} (hint: {PROG} worker list)"
+        )
     if args.json:
         print_json(r)
         return EXIT_OK
     compact = lambda v: json.dumps(v, ensure_ascii=False) if v else None  # noqa: E731
-    print_fields([("worker", r["worker_name"]), ("description", r["description"] or None),
-                  ("engines", compact(r["engines"])), ("presets", compact(r["presets"])),
-                  ("options", compact(r["options"])), ("default config", compact(r["default_config"])),
-                  ("created", _utc(r["created_at"])), ("updated", _utc(r["updated_at"]))])
+    print_fields(
+        [
+            ("worker", r["worker_name"]),
+            ("description", r["description"] or None),
+            ("engines", compact(r["engines"])),
+            ("presets", compact(r["presets"])),
+            ("options", compact(r["options"])),
+            ("default config", compact(r["default_config"])),
+            ("created", _utc(r["created_at"])),
+            ("updated", _utc(r["updated_at"])),
+        ]
+    )
     return EXIT_OK
 
 
@@ -557,19 +651,26 @@ def _global_options(p: argparse.ArgumentParser, top: bool) -> None:
     # on the top parser they set the defaults; below, SUPPRESS keeps a value given
     # before the subcommand unless it is given again after it
     kw = {} if top else {"default": argparse.SUPPRESS}
-    p.add_argument("--dsn", help="libpq connection string or URI (else DATABASE_URL, else the PG* variables)",
-                   **({"default": None} if top else kw))
-    p.add_argument("--json", action="store_true", help="print JSON instead of text",
-                   **({"default": False} if top else kw))
+    p.add_argument(
+        "--dsn",
+        help="libpq connection string or URI (else DATABASE_URL, else the PG* variables)",
+        **({"default": None} if top else kw),
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print JSON instead of text", **({"default": False} if top else kw)
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     _global_options(common, top=False)
 
-    p = _Parser(prog=PROG, description="Operate the scrinalia worker ledger, schedules and retries.",
-                epilog="--dsn and --json go before or after the command. "
-                       "exit codes: 0 done, 1 error, 2 bad usage, 3 the worker's slot is busy")
+    p = _Parser(
+        prog=PROG,
+        description="Operate the scrinalia worker ledger, schedules and retries.",
+        epilog="--dsn and --json go before or after the command. "
+        "exit codes: 0 done, 1 error, 2 bad usage, 3 the worker's slot is busy",
+    )
     _global_options(p, top=True)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
@@ -583,10 +684,18 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("migrate", parents=[common], help="apply the migrations and re-install the SQL code")
     m.add_argument("--rollback", action="store_true", help="roll back migrations instead (all, or --count)")
     m.add_argument("--count", type=MIGRATIONS, metavar="N", help="with --rollback: how many, newest first")
-    m.add_argument("--create-groups", action="store_true",
-                   help="first create the cluster-wide groups when missing (needs CREATEROLE)")
-    m.add_argument("--lock-timeout", type=LOCK_WAIT, default=60.0, metavar="SECONDS",
-                   help="how long to wait for another migrate's lock (0..86400, default 60)")
+    m.add_argument(
+        "--create-groups",
+        action="store_true",
+        help="first create the cluster-wide groups when missing (needs CREATEROLE)",
+    )
+    m.add_argument(
+        "--lock-timeout",
+        type=LOCK_WAIT,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long to wait for another migrate's lock (0..86400, default 60)",
+    )
     m.set_defaults(func=cmd_migrate)
 
     gs = group("groups", "the cluster-wide groups, once per cluster (before migrate)")
@@ -595,15 +704,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("enqueue", parents=[common], help="enqueue a CLI run of a worker now")
     e.add_argument("worker")
-    e.add_argument("--request", default="{}", metavar="JSON",
-                   help='the WorkerRunRequest, e.g. \'{"preset": "fast"}\'')
+    e.add_argument("--request", default="{}", metavar="JSON", help='the WorkerRunRequest, e.g. \'{"preset": "fast"}\'')
     e.add_argument("--requested-by", metavar="NAME", help="recorded on the run (default cli:USER@HOST)")
     e.set_defaults(func=cmd_enqueue)
 
     ss = group("schedule", "read or change a worker's schedule")
-    for action, text in (("get", "show the schedule and its next run"), ("delete", "delete the schedule"),
-                         ("pause", "pause (no period runs until resumed)"),
-                         ("resume", "resume, re-armed from the cron")):
+    for action, text in (
+        ("get", "show the schedule and its next run"),
+        ("delete", "delete the schedule"),
+        ("pause", "pause (no period runs until resumed)"),
+        ("resume", "resume, re-armed from the cron"),
+    ):
         a = ss.add_parser(action, parents=[common], help=text)
         a.add_argument("worker")
         a.set_defaults(func=cmd_schedule)
@@ -614,26 +725,41 @@ def build_parser() -> argparse.ArgumentParser:
     put.add_argument("--request", default="{}", metavar="JSON", help="the request each scheduled run gets")
     put.add_argument("--disabled", action="store_true", help="save it paused")
     put.set_defaults(func=cmd_schedule)
-    imp = ss.add_parser("import", parents=[common],
-                        help="create or replace the schedules of a JSON/YAML file, all or nothing")
-    imp.add_argument("file", metavar="FILE",
-                     help="a .json, .yaml or .yml list of {worker_name, cron, timezone?, request?, enabled?} "
-                          "(- reads YAML/JSON from stdin); each is held to `schedule put`'s rules")
+    imp = ss.add_parser(
+        "import", parents=[common], help="create or replace the schedules of a JSON/YAML file, all or nothing"
+    )
+    imp.add_argument(
+        "file",
+        metavar="FILE",
+        help="a .json, .yaml or .yml list of {worker_name, cron, timezone?, request?, enabled?} "
+        "(- reads YAML/JSON from stdin); each is held to `schedule put`'s rules",
+    )
     imp.add_argument("--dry-run", action="store_true", help="validate everything in the database, write nothing")
     imp.set_defaults(func=cmd_schedule_import)
 
     st = sub.add_parser("status", parents=[common], help="agenda, queue counters and the scheduler lock")
-    st.add_argument("--watch", action="store_true",
-                    help="a live view, refreshed in place (Ctrl-C quits): health, agenda, active runs, failures")
-    st.add_argument("--interval", type=WATCH_INTERVAL, default=2.0, metavar="SECONDS",
-                    help="--watch refresh interval (0.2..3600, default 2)")
+    st.add_argument(
+        "--watch",
+        action="store_true",
+        help="a live view, refreshed in place (Ctrl-C quits): health, agenda, active runs, failures",
+    )
+    st.add_argument(
+        "--interval",
+        type=WATCH_INTERVAL,
+        default=2.0,
+        metavar="SECONDS",
+        help="--watch refresh interval (0.2..3600, default 2)",
+    )
     st.set_defaults(func=cmd_status)
 
     r = sub.add_parser("runs", parents=[common], help="the run history, newest first")
     r.add_argument("worker", nargs="?")
     r.add_argument("--limit", type=LIMIT, default=20, metavar="N", help="how many (1..100000, default 20)")
-    r.add_argument("--timeline", action="store_true",
-                   help="WORKER's scheduled periods, each with its attempts, outcomes and delays")
+    r.add_argument(
+        "--timeline",
+        action="store_true",
+        help="WORKER's scheduled periods, each with its attempts, outcomes and delays",
+    )
     r.set_defaults(func=cmd_runs)
 
     c = sub.add_parser("cancel", parents=[common], help="cancel a QUEUED run (a retry in its backoff too)")
@@ -647,8 +773,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_settings)
 
     ws = group("worker", "the worker catalogue: register from a file (the owner, at deploy), list, show")
-    wr = ws.add_parser("register", parents=[common],
-                       help="register or update the workers of a JSON/YAML file, all or nothing")
+    wr = ws.add_parser(
+        "register", parents=[common], help="register or update the workers of a JSON/YAML file, all or nothing"
+    )
     wr.add_argument("file", metavar="FILE", help="a .json, .yaml or .yml file (- reads YAML/JSON from stdin)")
     wr.add_argument("--check", action="store_true", help="only check the file; no database needed")
     wr.set_defaults(func=cmd_worker_register)
@@ -663,18 +790,30 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--batch", type=BATCH, default=10000, metavar="N", help="runs per transaction (1..1000000)")
     pr.set_defaults(func=cmd_prune)
 
-    d = sub.add_parser("demo", parents=[common],
-                       help="scheduler + runners narrated, on a throwaway database (or an empty one of yours)")
-    d.add_argument("--duration", type=DEMO_SECONDS, metavar="SECONDS",
-                   help="run this long (default: until it has shown everything, about a minute)")
+    d = sub.add_parser(
+        "demo",
+        parents=[common],
+        help="scheduler + runners narrated, on a throwaway database (or an empty one of yours)",
+    )
+    d.add_argument(
+        "--duration",
+        type=DEMO_SECONDS,
+        metavar="SECONDS",
+        help="run this long (default: until it has shown everything, about a minute)",
+    )
     d.set_defaults(func=cmd_demo)
 
-    ds = sub.add_parser("demo-seed", parents=[common],
-                        help="DEMO ONLY: register the demo-* workers and schedules (compose's demo profile)")
+    ds = sub.add_parser(
+        "demo-seed",
+        parents=[common],
+        help="DEMO ONLY: register the demo-* workers and schedules (compose's demo profile)",
+    )
     ds.set_defaults(func=cmd_demo_seed)
 
-    for name, text in (("scheduler", "run the scheduler daemon (its own --help)"),
-                       ("runner", "run the reference runner (its own --help)")):
+    for name, text in (
+        ("scheduler", "run the scheduler daemon (its own --help)"),
+        ("runner", "run the reference runner (its own --help)"),
+    ):
         sub.add_parser(name, help=text, add_help=False)  # dispatched before parsing
     return p
 
@@ -694,8 +833,11 @@ def _db_error_line(e: psycopg.Error, command: str | None) -> str:
     diag = e.diag
     msg = diag.message_primary or str(e)
     line = f"[{e.sqlstate}] {msg}" if e.sqlstate else msg
-    hint = diag.message_hint or (CATALOGUE_HINT if e.sqlstate == "42501" and command in ("worker", "demo", "demo-seed")
-                                 else SETUP_HINTS.get(e.sqlstate or ""))
+    hint = diag.message_hint or (
+        CATALOGUE_HINT
+        if e.sqlstate == "42501" and command in ("worker", "demo", "demo-seed")
+        else SETUP_HINTS.get(e.sqlstate or "")
+    )
     if hint:
         line += f" (hint: {hint})"
     for note in getattr(e, "__notes__", ()):
@@ -710,7 +852,7 @@ def _given_dsns(argv: Sequence[str]) -> list[str]:
         if a == "--dsn" and i + 1 < len(argv):
             found.append(argv[i + 1])
         elif a.startswith("--dsn="):
-            found.append(a[len("--dsn="):])
+            found.append(a[len("--dsn=") :])
     return found
 
 
@@ -750,4 +892,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     except Exception as e:  # a bug of ours: still one line, with what to report
         return fail(f"unexpected {type(e).__name__}: {e} (please report it)", EXIT_ERROR, dsns)
-

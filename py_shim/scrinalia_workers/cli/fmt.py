@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
-from datetime import date, datetime, timedelta, timezone
+from collections.abc import Sequence
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
-from typing import Any, Sequence
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 
 def utc(ts: datetime | None) -> str | None:
     if ts is None:
         return None
-    return ts.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+    return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def in_zone(ts: datetime | None, tz: str | None) -> str | None:
@@ -38,7 +39,7 @@ def duration(d: timedelta | None) -> str | None:
 
 def _jsonable(v: Any) -> Any:
     if isinstance(v, datetime):
-        return v.astimezone(timezone.utc).isoformat()
+        return v.astimezone(UTC).isoformat()
     if isinstance(v, date):
         return v.isoformat()
     if isinstance(v, timedelta):

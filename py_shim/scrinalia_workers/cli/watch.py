@@ -12,8 +12,9 @@ from __future__ import annotations
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Callable, TextIO
+from typing import TextIO
 
 import psycopg
 from psycopg.rows import dict_row
@@ -64,18 +65,23 @@ def render(conn: psycopg.Connection, width: int = 80, failures: int = 5) -> str:
     agenda = cur.execute(
         "SELECT worker_name, cron, timezone, next_run_at, paused, awaiting_arm, scheduled, arm_error,"
         " active_run_id, active_status, active_trigger, active_attempt, active_not_before"
-        " FROM scrinalia.worker_agenda ORDER BY next_run_at NULLS LAST, worker_name").fetchall()
+        " FROM scrinalia.worker_agenda ORDER BY next_run_at NULLS LAST, worker_name"
+    ).fetchall()
     active = cur.execute(
         "SELECT run_id, worker_name, status, trigger, attempt_label, lease_owner, lease_expires_at, not_before,"
-        " created_at FROM scrinalia.worker_run_history WHERE status = ANY (scrinalia.active_statuses()) ORDER BY run_id").fetchall()
+        " created_at FROM scrinalia.worker_run_history WHERE status = ANY (scrinalia.active_statuses()) ORDER BY run_id"
+    ).fetchall()
     failed = cur.execute(
         "SELECT run_id, worker_name, status, attempt_label, finished_at, error FROM scrinalia.worker_run_history"
         " WHERE status IN ('FAILED', 'INTERRUPTED') ORDER BY finished_at DESC NULLS LAST, run_id DESC LIMIT %s",
-        (failures,)).fetchall()
+        (failures,),
+    ).fetchall()
 
     out = [_fit(f"scrinalia-workers  {utc(now)}  (Ctrl-C to quit)", width)]
     if h["healthy"]:
-        out.append(_fit(f"scheduler: healthy (holder {h['holder_role']}, heartbeat {span(h['heartbeat_age'])} ago)", width))
+        out.append(
+            _fit(f"scheduler: healthy (holder {h['holder_role']}, heartbeat {span(h['heartbeat_age'])} ago)", width)
+        )
     else:
         out.append(_fit(f"scheduler: NOT HEALTHY: {one_line(h['reason'])}", width))
     out.append("")
@@ -119,13 +125,24 @@ def render(conn: psycopg.Connection, width: int = 80, failures: int = 5) -> str:
     widths = [7, 14, 11, 4, max(width - 7 - 14 - 11 - 4 - 4, 10)]
     for r in failed:
         ago = span(now - r["finished_at"]) + " ago" if r["finished_at"] else "-"
-        out.append(_row([f"#{r['run_id']}", r["worker_name"], r["status"], r["attempt_label"],
-                         f"{ago}: {one_line(r['error'] or '')}"], widths))
+        out.append(
+            _row(
+                [
+                    f"#{r['run_id']}",
+                    r["worker_name"],
+                    r["status"],
+                    r["attempt_label"],
+                    f"{ago}: {one_line(r['error'] or '')}",
+                ],
+                widths,
+            )
+        )
     return "\n".join(_fit(line, width) for line in out)
 
 
-def watch(connect: Callable[[], psycopg.Connection], interval: float, out: TextIO = sys.stdout,
-          width: int | None = None) -> int:
+def watch(
+    connect: Callable[[], psycopg.Connection], interval: float, out: TextIO = sys.stdout, width: int | None = None
+) -> int:
     """Refreshes render() in place every `interval` seconds until Ctrl-C; a lost
     connection is shown on the screen and retried, never a traceback."""
     conn = None
@@ -146,7 +163,9 @@ def watch(connect: Callable[[], psycopg.Connection], interval: float, out: TextI
                 if not is_transient(e) and not isinstance(e, psycopg.Error):
                     raise
                 delay = retry.next_delay()
-                screen = _fit(f"scrinalia-workers: database unavailable ({one_line(e)}); retrying in {delay:.1f} s", cols)
+                screen = _fit(
+                    f"scrinalia-workers: database unavailable ({one_line(e)}); retrying in {delay:.1f} s", cols
+                )
             out.write(CLEAR + screen + "\n")
             out.flush()
             time.sleep(delay)
@@ -198,8 +217,9 @@ def timeline(conn: psycopg.Connection, worker: str, periods: int = 10, width: in
         backoff = ""
         if r["retry_of"] and prev_end and r["not_before"]:
             backoff = f", backoff {span(r['not_before'] - prev_end)}"
-        line = (f"  {r['attempt_label']}  #{r['run_id']:<6} {r['status']:<11} {started}{backoff}"
-                + (f", took {span(r['duration'])}" if r["duration"] else ""))
+        line = f"  {r['attempt_label']}  #{r['run_id']:<6} {r['status']:<11} {started}{backoff}" + (
+            f", took {span(r['duration'])}" if r["duration"] else ""
+        )
         out.append(_fit(line, width))
         if r["error"]:
             out.append(_fit("           " + one_line(r["error"]), width))

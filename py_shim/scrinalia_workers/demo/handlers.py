@@ -29,14 +29,26 @@ DEMO_OPTIONS = {
 
 # name -> (cron, the request each scheduled run gets, what it shows)
 WORKERS = {
-    "demo-thumbnails": ("* * * * *", {"options": {"seconds": 0.5}},
-                        "every minute, a quick job: one enqueue per minute"),
-    "demo-ocr": ("* * * * *", {"options": {"seconds": 0.5, "overrun": 3}},
-                 "every minute, but each run works until 3 s past the next minute: that period is skipped"),
-    "demo-reindex": ("0 3 * * *", {"options": {"seconds": 0.5}},
-                     "nightly at 03:00 UTC: after days without a scheduler, one catch-up run"),
-    "demo-export": ("*/5 * * * *", {"options": {"seconds": 0.5, "fail_attempts": 1}},
-                    "every five minutes, fails on attempt 1, then its retry succeeds"),
+    "demo-thumbnails": (
+        "* * * * *",
+        {"options": {"seconds": 0.5}},
+        "every minute, a quick job: one enqueue per minute",
+    ),
+    "demo-ocr": (
+        "* * * * *",
+        {"options": {"seconds": 0.5, "overrun": 3}},
+        "every minute, but each run works until 3 s past the next minute: that period is skipped",
+    ),
+    "demo-reindex": (
+        "0 3 * * *",
+        {"options": {"seconds": 0.5}},
+        "nightly at 03:00 UTC: after days without a scheduler, one catch-up run",
+    ),
+    "demo-export": (
+        "*/5 * * * *",
+        {"options": {"seconds": 0.5, "fail_attempts": 1}},
+        "every five minutes, fails on attempt 1, then its retry succeeds",
+    ),
 }
 
 

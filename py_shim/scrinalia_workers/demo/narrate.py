@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 from psycopg.rows import dict_row
@@ -40,7 +40,7 @@ def iso(ts: datetime | None) -> str:
     """ISO 8601 in UTC with its zone: 2026-12-03T12:04:00Z."""
     if ts is None:
         return "-"
-    return ts.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return ts.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 class Demo:
@@ -75,16 +75,23 @@ class Demo:
         else:  # so close to the next minute that this one would be a catch-up: take the next
             period += timedelta(minutes=1)
             when = f"the next minute's period {iso(period)} (in {(period - now).total_seconds():.0f} s)"
-        conn.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = %s"
-                     " WHERE worker_name = ANY (%s)", (period, quick))
-        self.say(f"demo: armed {', '.join(quick)} on {when}, so they start now rather than at the next "
-                 "period the scheduler would compute")
+        conn.execute(
+            "UPDATE scrinalia.archive_worker_schedules SET next_run_at = %s WHERE worker_name = ANY (%s)",
+            (period, quick),
+        )
+        self.say(
+            f"demo: armed {', '.join(quick)} on {when}, so they start now rather than at the next "
+            "period the scheduler would compute"
+        )
         back = conn.execute(
             "UPDATE scrinalia.archive_worker_schedules SET next_run_at = "
             "date_trunc('day', now()) - interval '3 days' + interval '3 hours'"
-            " WHERE worker_name = 'demo-reindex' RETURNING next_run_at").fetchone()[0]
-        self.say(f"demo: moved demo-reindex's next period to {iso(back)}, 3 days ago, as if no scheduler "
-                 "had run since: expect one catch-up run, not three")
+            " WHERE worker_name = 'demo-reindex' RETURNING next_run_at"
+        ).fetchone()[0]
+        self.say(
+            f"demo: moved demo-reindex's next period to {iso(back)}, 3 days ago, as if no scheduler "
+            "had run since: expect one catch-up run, not three"
+        )
 
     def _pipe(self, proc: subprocess.Popen, label: str) -> None:
         for line in proc.stderr:
@@ -93,9 +100,14 @@ class Demo:
     def start(self, label: str, module: str, *args: str) -> None:
         # a session of its own: Ctrl-C reaches the demo, which stops them in order;
         # and they die with the demo even if it is killed outright (Linux)
-        p = subprocess.Popen([sys.executable, "-m", module, "--dsn", self.dsn, *args],
-                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                             start_new_session=True, preexec_fn=_die_with_parent)
+        p = subprocess.Popen(
+            [sys.executable, "-m", module, "--dsn", self.dsn, *args],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
         self.procs.append(p)
         threading.Thread(target=self._pipe, args=(p, label), daemon=True).start()
         self.say(f"started the {label} (pid {p.pid}): python -m {module} {' '.join(args)}")
@@ -115,11 +127,14 @@ class Demo:
 
     def observe(self, conn: psycopg.Connection) -> None:
         cur = conn.cursor(row_factory=dict_row)
-        for r in cur.execute("SELECT run_id, worker_name, status::text, trigger::text, attempt, retry_of,"
-                             " scheduled_for, not_before, not_before > now() AS waiting, error,"
-                             " scrinalia.max_attempts() AS max_attempts"
-                             " FROM scrinalia.archive_worker_runs WHERE worker_name = ANY (%s)"
-                             " ORDER BY run_id", (DEMO_WORKERS,)).fetchall():
+        for r in cur.execute(
+            "SELECT run_id, worker_name, status::text, trigger::text, attempt, retry_of,"
+            " scheduled_for, not_before, not_before > now() AS waiting, error,"
+            " scrinalia.max_attempts() AS max_attempts"
+            " FROM scrinalia.archive_worker_runs WHERE worker_name = ANY (%s)"
+            " ORDER BY run_id",
+            (DEMO_WORKERS,),
+        ).fetchall():
             if self.seen.get(r["run_id"]) == r["status"]:
                 continue
             self.seen[r["run_id"]] = r["status"]
@@ -127,29 +142,40 @@ class Demo:
             extra += f", retry of #{r['retry_of']}" if r["retry_of"] else ""
             if r["status"] == "FAILED":
                 extra += f": {(r['error'] or '').splitlines()[0]}"
-            self.say(f"run #{r['run_id']} {r['worker_name']} {r['trigger']} attempt "
-                     f"{r['attempt']}/{r['max_attempts']} is {r['status']}{extra}")
+            self.say(
+                f"run #{r['run_id']} {r['worker_name']} {r['trigger']} attempt "
+                f"{r['attempt']}/{r['max_attempts']} is {r['status']}{extra}"
+            )
             if r["retry_of"] and r["waiting"] and r["run_id"] not in self.hastened:
                 self.hastened.add(r["run_id"])
-                self.say(f"demo: retry #{r['run_id']} waits its backoff until {iso(r['not_before'])}; "
-                         "the demo moves its not_before to now to keep the demo short")
-                conn.execute("UPDATE scrinalia.archive_worker_runs SET not_before = now() WHERE run_id = %s",
-                             (r["run_id"],))
+                self.say(
+                    f"demo: retry #{r['run_id']} waits its backoff until {iso(r['not_before'])}; "
+                    "the demo moves its not_before to now to keep the demo short"
+                )
+                conn.execute(
+                    "UPDATE scrinalia.archive_worker_runs SET not_before = now() WHERE run_id = %s", (r["run_id"],)
+                )
                 conn.execute("NOTIFY scrinalia_runs")
 
     def observe_skips(self, conn: psycopg.Connection) -> None:
         for w, at, reason, nxt in conn.execute(
-                "SELECT worker_name, last_skipped_at, last_skip_reason, next_run_at"
-                " FROM scrinalia.archive_worker_schedules WHERE worker_name = ANY (%s)"
-                " AND last_skipped_at IS NOT NULL ORDER BY worker_name", (DEMO_WORKERS,)).fetchall():
+            "SELECT worker_name, last_skipped_at, last_skip_reason, next_run_at"
+            " FROM scrinalia.archive_worker_schedules WHERE worker_name = ANY (%s)"
+            " AND last_skipped_at IS NOT NULL ORDER BY worker_name",
+            (DEMO_WORKERS,),
+        ).fetchall():
             if self.skips.get(w) != at:
                 self.skips[w] = at
-                self.say(f"{w}: a period came at {iso(at)} while {reason}: skipped, not queued "
-                         f"(one slot per worker); its next period is {iso(nxt)}")
+                self.say(
+                    f"{w}: a period came at {iso(at)} while {reason}: skipped, not queued "
+                    f"(one slot per worker); its next period is {iso(nxt)}"
+                )
 
     def shown(self, conn: psycopg.Connection) -> dict[str, bool]:
         """What the demo set out to show, and whether the ledger shows it yet."""
-        return conn.cursor(row_factory=dict_row).execute("""
+        return (
+            conn.cursor(row_factory=dict_row)
+            .execute("""
             SELECT (SELECT count(*) >= 2 FROM scrinalia.archive_worker_runs WHERE worker_name = 'demo-thumbnails'
                      AND status = 'SUCCEEDED') AS enqueued_each_minute,
                    EXISTS (SELECT 1 FROM scrinalia.archive_worker_schedules WHERE worker_name = 'demo-ocr'
@@ -160,36 +186,49 @@ class Demo:
                             AND status = 'SUCCEEDED') AS caught_up,
                    EXISTS (SELECT 1 FROM scrinalia.archive_worker_runs WHERE worker_name = 'demo-export'
                             AND retry_of IS NOT NULL AND status = 'SUCCEEDED') AS retried
-        """).fetchone()
+        """)
+            .fetchone()
+        )
 
     def waiting(self, conn: psycopg.Connection) -> None:
         """One line on what the demo waits for, so that a silence is never a mystery."""
         cur = conn.cursor(row_factory=dict_row)
         parts = []
-        for r in cur.execute("SELECT run_id, worker_name, status::text, started_at FROM scrinalia.archive_worker_runs"
-                             " WHERE worker_name = ANY (%s) AND status = ANY (scrinalia.active_statuses())"
-                             " ORDER BY run_id", (DEMO_WORKERS,)).fetchall():
+        for r in cur.execute(
+            "SELECT run_id, worker_name, status::text, started_at FROM scrinalia.archive_worker_runs"
+            " WHERE worker_name = ANY (%s) AND status = ANY (scrinalia.active_statuses())"
+            " ORDER BY run_id",
+            (DEMO_WORKERS,),
+        ).fetchall():
             since = f" since {iso(r['started_at'])}" if r["started_at"] else ""
             parts.append(f"run #{r['run_id']} of {r['worker_name']} is {r['status']}{since}")
-        nxt = cur.execute("SELECT next_run_at, extract(epoch FROM next_run_at - now()) AS secs,"
-                          " string_agg(worker_name, ', ' ORDER BY worker_name) AS workers"
-                          " FROM scrinalia.archive_worker_schedules WHERE enabled AND worker_name = ANY (%s)"
-                          " AND next_run_at > now() GROUP BY next_run_at ORDER BY next_run_at LIMIT 1",
-                          (DEMO_WORKERS,)).fetchone()
+        nxt = cur.execute(
+            "SELECT next_run_at, extract(epoch FROM next_run_at - now()) AS secs,"
+            " string_agg(worker_name, ', ' ORDER BY worker_name) AS workers"
+            " FROM scrinalia.archive_worker_schedules WHERE enabled AND worker_name = ANY (%s)"
+            " AND next_run_at > now() GROUP BY next_run_at ORDER BY next_run_at LIMIT 1",
+            (DEMO_WORKERS,),
+        ).fetchone()
         if nxt:
-            parts.insert(0, f"waiting for the {iso(nxt['next_run_at'])} period of {nxt['workers']} "
-                            f"(in {float(nxt['secs']):.0f} s)")
+            parts.insert(
+                0,
+                f"waiting for the {iso(nxt['next_run_at'])} period of {nxt['workers']} (in {float(nxt['secs']):.0f} s)",
+            )
         self.say("... " + ("; ".join(parts) or "waiting for the scheduler"))
 
     def table(self, conn: psycopg.Connection) -> None:
         rows = conn.execute(
             "SELECT worker_name, cron, next_run_at, coalesce(active_status::text, '-'), last_skipped_at"
             " FROM scrinalia.worker_agenda WHERE scheduled AND worker_name = ANY (%s) ORDER BY worker_name",
-            (DEMO_WORKERS,)).fetchall()
+            (DEMO_WORKERS,),
+        ).fetchall()
         lines = [f"  {'worker':<17}{'cron':<13}{'next run':<22}{'active':<9}last skip"]
         lines += [f"  {w:<17}{c:<13}{iso(n):<22}{a:<9}{iso(s)}" for w, c, n, a, s in rows]
-        counts = conn.execute("SELECT status::text, count(*) FROM scrinalia.archive_worker_runs"
-                              " WHERE worker_name = ANY (%s) GROUP BY 1 ORDER BY 1", (DEMO_WORKERS,)).fetchall()
+        counts = conn.execute(
+            "SELECT status::text, count(*) FROM scrinalia.archive_worker_runs"
+            " WHERE worker_name = ANY (%s) GROUP BY 1 ORDER BY 1",
+            (DEMO_WORKERS,),
+        ).fetchall()
         lines.append("  runs: " + (", ".join(f"{s} {n}" for s, n in counts) or "none yet"))
         text = "\n".join(lines)
         if text != self._last_table:  # only when something changed
@@ -200,33 +239,50 @@ class Demo:
 
     def run(self) -> int:
         with db.connect(self.dsn, application_name="scrinalia-workers demo") as conn:
-            start = datetime.now(timezone.utc)
+            start = datetime.now(UTC)
             if self.duration is None:
                 # demo-ocr's run must outlast the next minute: see setup()
                 about = (60 if start.second < 50 else 120) - start.second + 5
-                self.say("this demo runs until it has shown everything: the next minute plus a few seconds, "
-                         f"about {about} s, at most until {iso(start + timedelta(seconds=MAX_SECONDS))}; "
-                         "Ctrl-C stops it at any time")
+                self.say(
+                    "this demo runs until it has shown everything: the next minute plus a few seconds, "
+                    f"about {about} s, at most until {iso(start + timedelta(seconds=MAX_SECONDS))}; "
+                    "Ctrl-C stops it at any time"
+                )
             else:
-                self.say(f"this demo runs {self.duration:g} s, until {iso(start + timedelta(seconds=self.duration))}; "
-                         "Ctrl-C stops it at any time")
+                self.say(
+                    f"this demo runs {self.duration:g} s, until {iso(start + timedelta(seconds=self.duration))}; "
+                    "Ctrl-C stops it at any time"
+                )
             self.say("times are UTC, ISO 8601")
             self.setup(conn)
             try:
                 self.start("scheduler", "scrinalia_workers.scheduler", "--standby-retry", "1")
                 # two runners: demo-ocr's long run does not hold up the others
                 for i in (1, 2):
-                    self.start(f"runner {i}", "scrinalia_workers.runner", "--handlers",
-                               "scrinalia_workers.demo.handlers", "--lease", "10", "--runner-id", f"demo-runner-{i}")
+                    self.start(
+                        f"runner {i}",
+                        "scrinalia_workers.runner",
+                        "--handlers",
+                        "scrinalia_workers.demo.handlers",
+                        "--lease",
+                        "10",
+                        "--runner-id",
+                        f"demo-runner-{i}",
+                    )
                 self._watch(conn)
             finally:
                 self.stop()
                 if self.user_db:
                     paused, cancelled = disable(conn)
-                    self.say(f"paused the demo's schedules ({', '.join(paused) or 'none enabled'})"
-                             + (f" and cancelled its queued runs ({', '.join(f'#{i}' for i in cancelled)})"
-                                if cancelled else "")
-                             + ": this database keeps the demo's workers and history, and nothing runs on its own")
+                    self.say(
+                        f"paused the demo's schedules ({', '.join(paused) or 'none enabled'})"
+                        + (
+                            f" and cancelled its queued runs ({', '.join(f'#{i}' for i in cancelled)})"
+                            if cancelled
+                            else ""
+                        )
+                        + ": this database keeps the demo's workers and history, and nothing runs on its own"
+                    )
         self.say("demo finished")
         return 0
 

@@ -20,7 +20,6 @@ from scrinalia_workers.errors import NotADemoDatabase
 WHO = "demo"
 
 
-
 def _has_catalogue(conn: psycopg.Connection) -> bool:
     return conn.execute("SELECT to_regclass('scrinalia.archive_workers') IS NOT NULL").fetchone()[0]
 
@@ -29,10 +28,14 @@ def foreign_workers(conn: psycopg.Connection) -> list[str]:
     """The workers in the catalogue that the demo did not register."""
     if not _has_catalogue(conn):
         return []
-    return [r[0] for r in conn.execute(
-        "SELECT worker_name FROM scrinalia.archive_workers"
-        " WHERE left(description, length(%s)) IS DISTINCT FROM %s ORDER BY worker_name",
-        (DEMO_TAG, DEMO_TAG)).fetchall()]
+    return [
+        r[0]
+        for r in conn.execute(
+            "SELECT worker_name FROM scrinalia.archive_workers"
+            " WHERE left(description, length(%s)) IS DISTINCT FROM %s ORDER BY worker_name",
+            (DEMO_TAG, DEMO_TAG),
+        ).fetchall()
+    ]
 
 
 def refuse_unless_demo_only(conn: psycopg.Connection) -> None:
@@ -43,7 +46,8 @@ def refuse_unless_demo_only(conn: psycopg.Connection) -> None:
             f"this database holds {len(found)} worker(s) the demo did not create ({names}): the demo "
             "uses only an empty database or one holding nothing but its own demo-* workers; "
             "point --dsn at an empty database, or unset DATABASE_URL and the PG* variables "
-            "for a throwaway one")
+            "for a throwaway one"
+        )
 
 
 def seed(conn: psycopg.Connection) -> list[tuple[str, str, str, bool]]:
@@ -59,14 +63,18 @@ def seed(conn: psycopg.Connection) -> list[tuple[str, str, str, bool]]:
         refuse_unless_demo_only(conn)
         cur = conn.cursor(row_factory=dict_row)
         for name, (cron, request, what) in WORKERS.items():
-            cur.execute("SELECT scrinalia.register_worker(%s, p_options => %s, p_description => %s)",
-                        (name, Jsonb(DEMO_OPTIONS), f"{DEMO_TAG} {what}"))
-            s = cur.execute("SELECT cron, timezone, request, enabled FROM scrinalia.get_schedule(%s)",
-                            (name,)).fetchone()
+            cur.execute(
+                "SELECT scrinalia.register_worker(%s, p_options => %s, p_description => %s)",
+                (name, Jsonb(DEMO_OPTIONS), f"{DEMO_TAG} {what}"),
+            )
+            s = cur.execute(
+                "SELECT cron, timezone, request, enabled FROM scrinalia.get_schedule(%s)", (name,)
+            ).fetchone()
             changed = s != {"cron": cron, "timezone": "UTC", "request": request, "enabled": True}
             if changed:
-                cur.execute("SELECT scrinalia.put_schedule(%s, %s, 'UTC', %s, true, %s)",
-                            (name, cron, Jsonb(request), WHO))
+                cur.execute(
+                    "SELECT scrinalia.put_schedule(%s, %s, 'UTC', %s, true, %s)", (name, cron, Jsonb(request), WHO)
+                )
             done.append((name, cron, what, changed))
     return done
 
@@ -77,14 +85,24 @@ def disable(conn: psycopg.Connection) -> tuple[list[str], list[int]]:
     Returns (paused workers, cancelled run ids). Touches only demo-tagged workers.
     """
     tagged = "SELECT worker_name FROM scrinalia.archive_workers WHERE left(description, length(%s)) = %s"
-    paused = [r[0] for r in conn.execute(
-        f"SELECT worker_name FROM scrinalia.archive_worker_schedules WHERE enabled"
-        f" AND worker_name IN ({tagged}) ORDER BY worker_name", (DEMO_TAG, DEMO_TAG)).fetchall()]
+    paused = [
+        r[0]
+        for r in conn.execute(
+            f"SELECT worker_name FROM scrinalia.archive_worker_schedules WHERE enabled"
+            f" AND worker_name IN ({tagged}) ORDER BY worker_name",
+            (DEMO_TAG, DEMO_TAG),
+        ).fetchall()
+    ]
     for name in paused:
         conn.execute("SELECT scrinalia.set_schedule_enabled(%s, false, %s)", (name, WHO))
-    queued = [r[0] for r in conn.execute(
-        f"SELECT run_id FROM scrinalia.archive_worker_runs WHERE status = 'QUEUED'"
-        f" AND worker_name IN ({tagged}) ORDER BY run_id", (DEMO_TAG, DEMO_TAG)).fetchall()]
+    queued = [
+        r[0]
+        for r in conn.execute(
+            f"SELECT run_id FROM scrinalia.archive_worker_runs WHERE status = 'QUEUED'"
+            f" AND worker_name IN ({tagged}) ORDER BY run_id",
+            (DEMO_TAG, DEMO_TAG),
+        ).fetchall()
+    ]
     for run_id in queued:
         conn.execute("SELECT scrinalia.cancel_run(%s, %s)", (run_id, WHO))
     return paused, queued

@@ -33,8 +33,7 @@ def is_transient(exc: BaseException) -> bool:
 class Backoff:
     """Delays for successive failed attempts: base * 2^n, capped, with +-jitter."""
 
-    def __init__(self, base: float = 0.2, cap: float = 5.0, jitter: float = 0.25,
-                 rng: random.Random | None = None):
+    def __init__(self, base: float = 0.2, cap: float = 5.0, jitter: float = 0.25, rng: random.Random | None = None):
         if base <= 0 or cap < base or not 0 <= jitter < 1:
             raise ValueError("Backoff needs 0 < base <= cap and 0 <= jitter < 1")
         self.base, self.cap, self.jitter = base, cap, jitter

@@ -32,22 +32,32 @@ def check_schema(conn: psycopg.Connection) -> str:
     except psycopg.errors.UndefinedFunction:
         head = None
     except psycopg.errors.InvalidSchemaName:
-        raise SchemaMismatch(f"the database has no scrinalia schema, this scrinalia-workers "
-                             f"needs {EXPECTED_HEAD}: {_FIX}") from None
+        raise SchemaMismatch(
+            f"the database has no scrinalia schema, this scrinalia-workers needs {EXPECTED_HEAD}: {_FIX}"
+        ) from None
     except psycopg.errors.InsufficientPrivilege as e:
-        raise SchemaMismatch(f"cannot read the schema head ({e.diag.message_primary}): "
-                             "grant this login a scrinalia_* role") from None
+        raise SchemaMismatch(
+            f"cannot read the schema head ({e.diag.message_primary}): grant this login a scrinalia_* role"
+        ) from None
     if head != EXPECTED_HEAD:
-        raise SchemaMismatch(f"database schema is at {head or 'an unknown version (no schema_head())'}, "
-                             f"this scrinalia-workers needs {EXPECTED_HEAD}: {_FIX}")
-    cols = {r[0] for r in conn.execute(
-        "SELECT a.attname FROM pg_catalog.pg_attribute a"
-        " WHERE a.attrelid = to_regclass('scrinalia.archive_worker_runs')"
-        " AND a.attnum > 0 AND NOT a.attisdropped")}
+        raise SchemaMismatch(
+            f"database schema is at {head or 'an unknown version (no schema_head())'}, "
+            f"this scrinalia-workers needs {EXPECTED_HEAD}: {_FIX}"
+        )
+    cols = {
+        r[0]
+        for r in conn.execute(
+            "SELECT a.attname FROM pg_catalog.pg_attribute a"
+            " WHERE a.attrelid = to_regclass('scrinalia.archive_worker_runs')"
+            " AND a.attnum > 0 AND NOT a.attisdropped"
+        )
+    }
     missing = [c for c in REQUIRED_COLUMNS if c not in cols]
     if missing:
-        raise SchemaMismatch(f"database schema is at {head} but archive_worker_runs lacks "
-                             f"{', '.join(missing)}; this scrinalia-workers needs {EXPECTED_HEAD}: {_FIX}")
+        raise SchemaMismatch(
+            f"database schema is at {head} but archive_worker_runs lacks "
+            f"{', '.join(missing)}; this scrinalia-workers needs {EXPECTED_HEAD}: {_FIX}"
+        )
     has_enum = conn.execute(
         "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_enum e"
         " JOIN pg_catalog.pg_type t ON t.oid = e.enumtypid"
@@ -55,13 +65,14 @@ def check_schema(conn: psycopg.Connection) -> str:
         " WHERE n.nspname = 'scrinalia' AND t.typname = 'run_trigger' AND e.enumlabel = 'SCHEDULE')"
     ).fetchone()[0]
     if not has_enum:
-        raise SchemaMismatch(f"database schema is at {head} but run_trigger lacks SCHEDULE; "
-                             f"this scrinalia-workers needs {EXPECTED_HEAD}: {_FIX}")
+        raise SchemaMismatch(
+            f"database schema is at {head} but run_trigger lacks SCHEDULE; "
+            f"this scrinalia-workers needs {EXPECTED_HEAD}: {_FIX}"
+        )
     return head
 
 
-def check_privileges(conn: psycopg.Connection, functions: tuple[str, ...], job: str,
-                     groups: tuple[str, ...]) -> None:
+def check_privileges(conn: psycopg.Connection, functions: tuple[str, ...], job: str, groups: tuple[str, ...]) -> None:
     """MissingPrivilege naming what this login lacks to `job`: USAGE on the schema, or
     EXECUTE on one of `functions` (exact signatures, scrinalia's own types unqualified,
     e.g. "finish(bigint, uuid, run_status, text, text)"), and the group(s) that grant
@@ -88,27 +99,41 @@ def check_privileges(conn: psycopg.Connection, functions: tuple[str, ...], job: 
                   ARRAY(SELECT 'scrinalia.' || f.sig FROM f WHERE f.oid IS NULL ORDER BY f.i) AS missing
              FROM (SELECT 1) one
              LEFT JOIN n ON true""",
-        {"groups": list(groups), "functions": list(functions)}).fetchone()
+        {"groups": list(groups), "functions": list(functions)},
+    ).fetchone()
     if not row["has_schema"]:
         return
     if row["missing"]:
-        raise SchemaMismatch(f"the database's scrinalia SQL code lacks {', '.join(row['missing'][:3])}"
-                             f"{' and more' if len(row['missing']) > 3 else ''}: it is older than this "
-                             f"scrinalia-workers: {_FIX}")
+        raise SchemaMismatch(
+            f"the database's scrinalia SQL code lacks {', '.join(row['missing'][:3])}"
+            f"{' and more' if len(row['missing']) > 3 else ''}: it is older than this "
+            f"scrinalia-workers: {_FIX}"
+        )
     lacks = ([] if row["usage"] else ["USAGE on schema scrinalia"]) + [f"EXECUTE on {f}" for f in row["denied"]]
     if not lacks:
         return
     login = printable(row["login"])
     shown = ", ".join(lacks[:3]) + (f" and {len(lacks) - 3} more" if len(lacks) > 3 else "")
     if row["member"]:
-        raise MissingPrivilege(f"login {login} is in {' or '.join(groups)} but lacks {shown}: the group's "
-                               "grants are incomplete (sql/90_roles.sql; run `scrinalia-workers migrate`)")
-    raise MissingPrivilege(f"login {login} cannot {job}: it is not in {' or '.join(groups)} and lacks "
-                           f"{shown}: GRANT {groups[0]} TO {login}")
+        raise MissingPrivilege(
+            f"login {login} is in {' or '.join(groups)} but lacks {shown}: the group's "
+            "grants are incomplete (sql/90_roles.sql; run `scrinalia-workers migrate`)"
+        )
+    raise MissingPrivilege(
+        f"login {login} cannot {job}: it is not in {' or '.join(groups)} and lacks "
+        f"{shown}: GRANT {groups[0]} TO {login}"
+    )
 
 
-def preflight(dsn: str | None, application_name: str, *, functions: tuple[str, ...] = (),
-              job: str = "", groups: tuple[str, ...] = (), server_keepalives: bool = False) -> str:
+def preflight(
+    dsn: str | None,
+    application_name: str,
+    *,
+    functions: tuple[str, ...] = (),
+    job: str = "",
+    groups: tuple[str, ...] = (),
+    server_keepalives: bool = False,
+) -> str:
     """The start-up of a daemon: a configured DSN that reaches a schema at the head, and
     (given `functions`) a login allowed to call every one of them. Anything wrong here
     is misconfiguration: ConfigError, one line, exit 2."""

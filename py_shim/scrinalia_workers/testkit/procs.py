@@ -25,8 +25,9 @@ class Proc:
     """A child process whose JSON log lines (stderr) are collected by a thread."""
 
     def __init__(self, args: list[str], env: dict[str, str] | None = None):
-        self.popen = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      text=True, env=dict(os.environ, **(env or {})))
+        self.popen = subprocess.Popen(
+            args, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=dict(os.environ, **(env or {}))
+        )
         self.pid = self.popen.pid
         self.events: list[dict] = []
         self.raw: list[str] = []
@@ -55,8 +56,9 @@ class Proc:
                         return ev
                 left = deadline - time.monotonic()
                 if left <= 0 or (self.popen.poll() is not None and not self._more()):
-                    raise AssertionError(f"no {event!r} {fields or ''} within {timeout}s; log:\n"
-                                         + "".join(self.raw[-30:]))
+                    raise AssertionError(
+                        f"no {event!r} {fields or ''} within {timeout}s; log:\n" + "".join(self.raw[-30:])
+                    )
                 self._cond.wait(min(left, 0.1))
 
     def _more(self) -> bool:
@@ -64,8 +66,9 @@ class Proc:
 
     def count(self, event: str, **fields) -> int:
         with self._cond:
-            return sum(1 for ev in self.events if ev.get("event") == event
-                       and all(ev.get(k) == v for k, v in fields.items()))
+            return sum(
+                1 for ev in self.events if ev.get("event") == event and all(ev.get(k) == v for k, v in fields.items())
+            )
 
     def mark(self) -> int:
         with self._cond:
@@ -82,7 +85,7 @@ class Proc:
         except subprocess.TimeoutExpired:
             self.popen.kill()
             self.popen.wait()
-            raise AssertionError("process did not stop on SIGTERM")
+            raise AssertionError("process did not stop on SIGTERM") from None
 
 
 def start_scheduler(dsn: str, *args: str) -> Proc:
@@ -90,8 +93,9 @@ def start_scheduler(dsn: str, *args: str) -> Proc:
 
 
 def start_runner(dsn: str, handlers_module: str = "demo_handlers", *args: str) -> Proc:
-    return Proc([sys.executable, "-m", "scrinalia_workers.runner", "--dsn", dsn, "--json",
-                 "--handlers", handlers_module, *args])
+    return Proc(
+        [sys.executable, "-m", "scrinalia_workers.runner", "--dsn", dsn, "--json", "--handlers", handlers_module, *args]
+    )
 
 
 class Procs:
