@@ -30,6 +30,8 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from scrinalia_workers.errors import CatalogueError
+from scrinalia_workers.gateway.connection import one
+from scrinalia_workers.gateway.statements import admin as sql
 
 NAME = re.compile(r"[a-z][a-z0-9_.-]{0,62}")  # as scrinalia.register_worker and the table's CHECK
 WORKER_KEYS = ("name", "description", "engines", "presets", "options", "default_config")
@@ -218,7 +220,8 @@ def parse(text: str, label: str, yaml_syntax: bool) -> list[dict]:
                 'expected a worker, a list of workers or {"workers": [...]}, '
                 f"got {_kind(items) if items != [] else 'an empty list'}",
             )
-        workers, seen = [], {}
+        workers: list[dict] = []
+        seen: dict[str, str] = {}
         for i, w in enumerate(items):
             where = "worker" if path is None else f"{path}[{i}]"
             checked = check_worker(w, where)
@@ -253,12 +256,10 @@ def register(conn: psycopg.Connection, workers: list[dict], label: str) -> list[
     done = []
     with conn.transaction():
         for w in workers:
-            new = conn.execute(
-                "SELECT NOT EXISTS (SELECT 1 FROM scrinalia.archive_workers WHERE worker_name = %s)", (w["name"],)
-            ).fetchone()[0]
+            new = one(conn.execute(sql.IS_NEW_WORKER, (w["name"],)))[0]
             try:
                 conn.execute(
-                    "SELECT scrinalia.register_worker(%s, %s, %s, %s, %s, %s)",
+                    sql.REGISTER_WORKER,
                     (
                         w["name"],
                         Jsonb(w["engines"]),

@@ -13,24 +13,13 @@ from __future__ import annotations
 import psycopg
 
 from scrinalia_workers.errors import MissingPrivilege
+from scrinalia_workers.gateway import connection
+from scrinalia_workers.gateway.connection import one
+from scrinalia_workers.gateway.statements import admin as sql
 
 GROUPS = ("scrinalia_reader", "scrinalia_operator", "scrinalia_runner", "scrinalia_scheduler")
 # (member, group): an operator can do everything a reader can.
 MEMBERSHIPS = (("scrinalia_operator", "scrinalia_reader"),)
-
-PINNED_SEARCH_PATH = "SET search_path = pg_catalog, pg_temp"
-
-_MISSING_SQL = """
-SELECT g AS name FROM unnest(%s::text[]) g
- WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = g)
-"""
-
-_MEMBERSHIP_SQL = """
-SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_auth_members m
-                 JOIN pg_catalog.pg_roles g ON g.oid = m.roleid
-                 JOIN pg_catalog.pg_roles u ON u.oid = m.member
-                WHERE u.rolname = %s AND g.rolname = %s)
-"""
 
 
 def groups_sql() -> str:
@@ -44,7 +33,7 @@ def groups_sql() -> str:
 -- scrinalia-workers: the cluster-wide groups, once per cluster (re-running is harmless).
 -- Needs CREATEROLE (and, on PostgreSQL 16+, ADMIN OPTION on the groups, which the
 -- login that creates them has) or a superuser. The grants are migrate's business.
-{PINNED_SEARCH_PATH};
+{sql.PINNED_SEARCH_PATH};
 DO $$
 DECLARE g text;
 BEGIN
@@ -64,11 +53,11 @@ END $$;
 
 def missing(conn: psycopg.Connection) -> list[str]:
     """What of the step is not done: missing group names and 'member IN group' pairs."""
-    gone = [r[0] for r in conn.execute(_MISSING_SQL, (list(GROUPS),))]
+    gone = [r[0] for r in conn.execute(sql.MISSING_GROUPS, (list(GROUPS),))]
     for member, group in MEMBERSHIPS:
         if member in gone or group in gone:
             continue
-        if not conn.execute(_MEMBERSHIP_SQL, (member, group)).fetchone()[0]:
+        if not one(conn.execute(sql.IS_MEMBER, (member, group)))[0]:
             gone.append(f"{member} IN ROLE {group}")
     return gone
 
@@ -89,9 +78,7 @@ def _privilege_hint(conn: psycopg.Connection, e: psycopg.Error) -> str:
             f"{msg}: this login needs ADMIN OPTION on the groups to grant the membership "
             "(the login that created them has it; or run as a superuser)"
         )
-    attrs = conn.execute(
-        "SELECT rolcreaterole, rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user"
-    ).fetchone()
+    attrs = conn.execute(sql.MY_ROLE_ATTRIBUTES).fetchone()
     if attrs is not None and not (attrs[0] or attrs[1]):
         return f"{msg}: this login lacks CREATEROLE (run the step as a login that has it, or a superuser)"
     return msg
@@ -104,7 +91,7 @@ def create(conn: psycopg.Connection) -> list[str]:
         return []
     try:
         with conn.transaction():
-            conn.execute(PINNED_SEARCH_PATH.replace("SET ", "SET LOCAL ", 1))
+            conn.execute(sql.PINNED_SEARCH_PATH.replace("SET ", "SET LOCAL ", 1))
             conn.execute(groups_sql())
     except psycopg.errors.InsufficientPrivilege as e:
         raise MissingPrivilege(f"cannot create the scrinalia groups: {_privilege_hint(conn, e)}") from None
@@ -113,8 +100,6 @@ def create(conn: psycopg.Connection) -> list[str]:
 
 def create_at(dsn: str) -> list[str]:
     """`scrinalia-workers groups create`: connect, pin the path, create what is missing."""
-    from scrinalia_workers.gateway.connection import connect
-
-    with connect(dsn, application_name="scrinalia-workers groups") as conn:
-        conn.execute(PINNED_SEARCH_PATH)
+    with connection.connect(dsn, application_name="scrinalia-workers groups") as conn:
+        conn.execute(sql.PINNED_SEARCH_PATH)
         return create(conn)

@@ -16,35 +16,48 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import psycopg
 from yoyo import exceptions as yoyo_exceptions
 from yoyo import read_migrations
-from yoyo.backends.core.postgresql import PostgresqlPsycopgBackend
-from yoyo.connections import default_migration_table, parse_uri
 
 from scrinalia_workers import sqlfiles as paths
 from scrinalia_workers.admin import groups
+from scrinalia_workers.admin.bookkeeping import (
+    BOOKKEEPING_SCHEMA,
+    YOYO_TABLES,
+    PinnedBackend,
+    applied_ids,
+    ensure_bookkeeping,
+    resolved_conninfo,
+)
+from scrinalia_workers.admin.migrate_lock import MIGRATE_LOCK_KEY, clear_stale_yoyo_lock, take_lock, yoyo_lock_busy
 from scrinalia_workers.errors import (
     ConfigError,
     MigrateLockBusy,
     MissingPrivilege,
     RollbackRefused,
 )
-from scrinalia_workers.gateway.connection import connect
+from scrinalia_workers.gateway.connection import connect, one
+from scrinalia_workers.gateway.statements import admin as sql
+
+__all__ = [
+    "BOOKKEEPING_SCHEMA",
+    "MIGRATE_LOCK_KEY",
+    "YOYO_TABLES",
+    "ConfigError",
+    "MigrateLockBusy",
+    "RollbackRefused",
+    "apply_code",
+    "applied_migrations",
+    "head_ids",
+    "migrate",
+    "rollback",
+]
 
 log = logging.getLogger("scrinalia_workers.migrate")
 
-# Serialises concurrent migrates of one database (two deploys starting at once).
-MIGRATE_LOCK_KEY = 7305764011424514050
 DEFAULT_LOCK_TIMEOUT = 60.0  # seconds a migrate waits for another one before giving up
-
-# Where yoyo keeps what it applied: a schema the migrating login owns.
-BOOKKEEPING_SCHEMA = "scrinalia_migrations"
-YOYO_TABLES = ("_yoyo_migration", "_yoyo_log", "_yoyo_version", "yoyo_lock")
-SEARCH_PATH = "pg_catalog, pg_temp"
-YOYO_SEARCH_PATH = f"pg_catalog, {BOOKKEEPING_SCHEMA}, pg_temp"
 
 SCHEDULES_MIGRATION = "0003_schedules_retries"
 
@@ -52,136 +65,13 @@ SCHEDULES_MIGRATION = "0003_schedules_retries"
 # --- connections ------------------------------------------------------------------
 
 
-def _pin(conn: psycopg.Connection, path: str = SEARCH_PATH) -> None:
+def _pin(conn: psycopg.Connection, path: str = sql.SEARCH_PATH) -> None:
     # SET is a utility statement: no name is resolved to run it. Issued outside any
     # transaction, so that no rollback undoes it.
     conn.execute(f"SET search_path = {path}")
 
 
-def _resolved_conninfo(conn: psycopg.Connection) -> str:
-    """The parameters our connection actually used (from --dsn, DATABASE_URL, the PG*
-    variables, a service file or .pgpass alike), pinned to the host it reached: yoyo's
-    connections go to the same server and database, whatever the DSN spelled."""
-    params = dict(conn.info.get_parameters())
-    params.update(host=conn.info.host, port=str(conn.info.port), application_name="scrinalia-workers migrate (yoyo)")
-    hostaddr = getattr(conn.info, "hostaddr", None)
-    if hostaddr:
-        params["hostaddr"] = hostaddr
-    params.pop("service", None)  # everything it held is resolved above; a second read could differ
-    if conn.info.password:
-        params["password"] = conn.info.password
-    return psycopg.conninfo.make_conninfo("", **params)
-
-
-class PinnedBackend(PostgresqlPsycopgBackend):
-    """yoyo's PostgreSQL backend, connecting with our resolved parameters, under a pinned
-    search path, with its tables schema-qualified in BOOKKEEPING_SCHEMA."""
-
-    def __init__(self, conninfo: str):
-        self._conninfo = conninfo
-        super().__init__(parse_uri("postgresql+psycopg:///scrinalia"), default_migration_table)
-
-    def connect(self, dburi):
-        return psycopg.connect(self._conninfo, autocommit=True)
-
-    def init_connection(self, connection):  # after connect and after every rollback
-        connection.execute(f"SET search_path = {YOYO_SEARCH_PATH}")
-
-    def copy(self):  # yoyo runs each migration on a copy: same parameters, same pinning
-        return PinnedBackend(self._conninfo)
-
-    def _qualified(self, table: str) -> str:
-        return f"{self.quote_identifier(BOOKKEEPING_SCHEMA)}.{self.quote_identifier(table)}"
-
-    @property
-    def migration_table_quoted(self):
-        return self._qualified(self.migration_table)
-
-    @property
-    def log_table_quoted(self):
-        return self._qualified(self.log_table)
-
-    @property
-    def version_table_quoted(self):
-        return self._qualified(self.version_table)
-
-    @property
-    def lock_table_quoted(self):
-        return self._qualified(self.lock_table)
-
-    def list_tables(self, **kwargs):
-        return [
-            r[0]
-            for r in self.execute(
-                "SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = :schema", {"schema": BOOKKEEPING_SCHEMA}
-            ).fetchall()
-        ]
-
-    def _check_transactional_ddl(self):
-        # PostgreSQL's DDL is transactional; yoyo's probe would create an unqualified
-        # table, which the pinned path sends to pg_catalog.
-        return True
-
-
 # --- the lock ------------------------------------------------------------------------
-
-
-@dataclass
-class Holder:
-    pid: int
-    role: str | None
-    application_name: str | None
-    since: object
-    client: object
-
-    def describe(self) -> str:
-        since = self.since.isoformat(timespec="seconds") if self.since else "unknown"
-        return (
-            f"pid {self.pid}, role {self.role or '?'}, application_name "
-            f"{self.application_name or '-'!r}, connected since {since}"
-            + (f", from {self.client}" if self.client else "")
-        )
-
-
-def lock_holders(conn: psycopg.Connection) -> list[Holder]:
-    rows = conn.execute(
-        """
-        SELECT l.pid, a.usename, a.application_name, a.backend_start, a.client_addr
-          FROM pg_catalog.pg_locks l
-          LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) l.pid
-         WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory' AND l.granted
-           AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
-                                                   WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
-           AND l.classid::pg_catalog.int8 OPERATOR(pg_catalog.=) %s::pg_catalog.int8
-           AND l.objid::pg_catalog.int8 OPERATOR(pg_catalog.=) %s::pg_catalog.int8
-           AND l.objsubid OPERATOR(pg_catalog.=) 1""",
-        (MIGRATE_LOCK_KEY >> 32, MIGRATE_LOCK_KEY & 0xFFFFFFFF),
-    ).fetchall()
-    return [Holder(*r) for r in rows]
-
-
-def _take_lock(conn: psycopg.Connection, timeout: float) -> None:
-    """The advisory lock, waited for `timeout` seconds at most (0: not at all)."""
-    ms = max(int(timeout * 1000), 0)
-    try:
-        if ms == 0:
-            got = conn.execute(
-                "SELECT pg_catalog.pg_try_advisory_lock(%s::pg_catalog.int8)", (MIGRATE_LOCK_KEY,)
-            ).fetchone()[0]
-            if not got:
-                raise psycopg.errors.LockNotAvailable("not waited for")
-        else:
-            with conn.transaction():  # SET LOCAL: the wait bound ends with this statement
-                conn.execute(f"SET LOCAL lock_timeout = {ms}")
-                conn.execute("SELECT pg_catalog.pg_advisory_lock(%s::pg_catalog.int8)", (MIGRATE_LOCK_KEY,))
-    except psycopg.errors.LockNotAvailable:
-        holders = lock_holders(conn)
-        who = "; ".join(h.describe() for h in holders) or "a session that has since let go"
-        raise MigrateLockBusy(
-            f"another session holds the migrate lock (advisory key {MIGRATE_LOCK_KEY}) after "
-            f"waiting {timeout:g}s: {who}. If it is not a migrate, end it "
-            "(SELECT pg_terminate_backend(pid)); else let it finish, or raise --lock-timeout"
-        ) from None
 
 
 # --- checks before changing anything --------------------------------------------------
@@ -190,12 +80,7 @@ def _take_lock(conn: psycopg.Connection, timeout: float) -> None:
 def _check_schema_owners(conn: psycopg.Connection) -> None:
     """Our schemas, when they exist, belong to a login we trust: one that got CREATE on
     the database could otherwise pre-create them and own what migrate puts there."""
-    rows = conn.execute(
-        "SELECT n.nspname::text, pg_catalog.pg_get_userbyid(n.nspowner)::text FROM pg_catalog.pg_namespace n"
-        " WHERE n.nspname OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[])"
-        f" AND NOT {_trusted_owner_sql('n.nspowner')}",
-        (["scrinalia", BOOKKEEPING_SCHEMA],),
-    ).fetchall()
+    rows = conn.execute(sql.UNTRUSTED_SCHEMA_OWNERS, (sql.OWN_SCHEMAS,)).fetchall()
     if rows:
         names = ", ".join(f"schema {s} is owned by {o}" for s, o in rows)
         raise ConfigError(
@@ -207,41 +92,19 @@ def _check_schema_owners(conn: psycopg.Connection) -> None:
 
 def _check_privileges(conn: psycopg.Connection) -> None:
     """Names the privilege this login lacks (not a group), before anything changes."""
-    me = conn.execute(
-        "SELECT current_user, rolsuper FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) current_user"
-    ).fetchone()
+    me = one(conn.execute(sql.ME))
     if me[1]:
         return
-    db = conn.execute(
-        "SELECT current_database(), pg_catalog.pg_get_userbyid(datdba) "
-        "FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) current_database()"
-    ).fetchone()
-    owners = dict(
-        conn.execute(
-            "SELECT n.nspname::text, pg_catalog.pg_get_userbyid(n.nspowner)::text FROM pg_catalog.pg_namespace n "
-            "WHERE n.nspname OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[]) "
-            "AND NOT pg_catalog.pg_has_role(current_user, n.nspowner, 'USAGE')",
-            (["scrinalia", BOOKKEEPING_SCHEMA],),
-        ).fetchall()
-    )
+    db = one(conn.execute(sql.THIS_DATABASE))
+    owners: dict[str, str] = dict(conn.execute(sql.FOREIGN_SCHEMA_OWNERS, (sql.OWN_SCHEMAS,)).fetchall())
     if owners:
         names = ", ".join(f"schema {s} is owned by {o}" for s, o in sorted(owners.items()))
         raise MissingPrivilege(
             f"login {me[0]} cannot migrate this database: {names}; migrate as that owner (or a "
             "superuser), or transfer ownership (ALTER SCHEMA ... OWNER TO, and its objects)"
         )
-    present = {
-        r[0]
-        for r in conn.execute(
-            "SELECT nspname::text FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) "
-            "ANY (%s::pg_catalog.text[])",
-            (["scrinalia", BOOKKEEPING_SCHEMA],),
-        )
-    }
-    if (
-        len(present) < 2
-        and not conn.execute("SELECT pg_catalog.has_database_privilege(current_database(), 'CREATE')").fetchone()[0]
-    ):
+    present = {r[0] for r in conn.execute(sql.PRESENT_SCHEMAS, (sql.OWN_SCHEMAS,))}
+    if len(present) < 2 and not one(conn.execute(sql.MAY_CREATE_SCHEMAS))[0]:
         raise MissingPrivilege(
             f"login {me[0]} lacks CREATE on database {db[0]} (owned by {db[1]}), needed to create "
             "its schemas: migrate as the database owner, or GRANT CREATE ON DATABASE to this login"
@@ -258,121 +121,22 @@ def _ensure_groups(conn: psycopg.Connection, create: bool) -> None:
     log.info("created the cluster-wide groups: %s", ", ".join(done))
 
 
-# --- yoyo's bookkeeping ---------------------------------------------------------------
-
-
-def _trusted_owner_sql(col: str) -> str:
-    """The owner is this very login, a superuser, or the database owner (not merely a
-    role this login is a member of: another member could have acted as it)."""
-    return (
-        f"({col} OPERATOR(pg_catalog.=) (SELECT r.oid FROM pg_catalog.pg_roles r"
-        f"    WHERE r.rolname OPERATOR(pg_catalog.=) current_user)"
-        f" OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) {col})"
-        f" OR {col} OPERATOR(pg_catalog.=) (SELECT d.datdba FROM pg_catalog.pg_database d"
-        f"    WHERE d.datname OPERATOR(pg_catalog.=) current_database()))"
-    )
-
-
-def _ensure_bookkeeping(conn: psycopg.Connection) -> None:
-    """BOOKKEEPING_SCHEMA exists; a database migrated by an older release, whose yoyo
-    tables are where its search path put them (usually `public`), has them moved in.
-    Tables owned by anybody else (planted by another login) are left alone."""
-    with conn.transaction():
-        exists = conn.execute(
-            "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) %s", (BOOKKEEPING_SCHEMA,)
-        ).fetchone()
-        if exists:
-            return
-        conn.execute(f"CREATE SCHEMA {BOOKKEEPING_SCHEMA}")
-        conn.execute(f"REVOKE ALL ON SCHEMA {BOOKKEEPING_SCHEMA} FROM PUBLIC")
-        legacy = conn.execute(
-            "SELECT n.nspname::text FROM pg_catalog.pg_class c"
-            " JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace"
-            " WHERE c.relname OPERATOR(pg_catalog.=) %s AND c.relkind OPERATOR(pg_catalog.=) 'r'"
-            " AND n.nspname OPERATOR(pg_catalog.<>) ALL (ARRAY['pg_catalog', 'information_schema', %s])"
-            f" AND {_trusted_owner_sql('c.relowner')}",
-            (default_migration_table, BOOKKEEPING_SCHEMA),
-        ).fetchall()
-        if not legacy:
-            return
-        if len(legacy) > 1:
-            raise ConfigError(
-                f"yoyo's {default_migration_table} table is in several schemas "
-                f"({', '.join(r[0] for r in legacy)}): keep the right one, drop the others, migrate again"
-            )
-        source = legacy[0][0]
-        for table in YOYO_TABLES:
-            found = conn.execute(
-                "SELECT c.oid::pg_catalog.regclass::text, "
-                + _trusted_owner_sql("c.relowner")
-                + " FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n"
-                " ON n.oid OPERATOR(pg_catalog.=) c.relnamespace"
-                " WHERE n.nspname OPERATOR(pg_catalog.=) %s AND c.relname OPERATOR(pg_catalog.=) %s",
-                (source, table),
-            ).fetchone()
-            if found is None:
-                continue
-            if not found[1]:
-                raise ConfigError(
-                    f"{found[0]} is owned by a login that did not migrate this "
-                    "database: inspect it, drop it, migrate again"
-                )
-            conn.execute(f"ALTER TABLE {found[0]} SET SCHEMA {BOOKKEEPING_SCHEMA}")
-        log.info("moved yoyo's tables from schema %s into %s", source, BOOKKEEPING_SCHEMA)
-
-
-def _clear_stale_yoyo_lock(conn: psycopg.Connection, timeout: float) -> None:
-    """Under our advisory lock no other migrate runs: a row in yoyo's lock table is the
-    leftover of a migrate that was killed, which would otherwise block every deploy."""
-    table = f"{BOOKKEEPING_SCHEMA}.yoyo_lock"
-    try:
-        with conn.transaction():
-            conn.execute(f"SET LOCAL lock_timeout = {max(int(timeout * 1000), 1)}")
-            for pid, ctime in conn.execute(f"DELETE FROM {table} RETURNING pid, ctime").fetchall():
-                log.warning(
-                    "removed yoyo's lock row of process %s (taken %s UTC) left by a migrate that did not finish",
-                    pid,
-                    ctime,
-                )
-    except psycopg.errors.LockNotAvailable:
-        raise _yoyo_lock_busy(conn, timeout) from None
-
-
-def _yoyo_lock_busy(conn: psycopg.Connection, timeout: float) -> MigrateLockBusy:
-    """Names the sessions (other than ours and yoyo's) with a lock on yoyo's lock table:
-    an open transaction that wrote its row."""
-    table = f"{BOOKKEEPING_SCHEMA}.yoyo_lock"
-    rows = conn.execute(
-        "SELECT DISTINCT l.pid, a.usename, a.application_name, a.backend_start, a.client_addr"
-        "  FROM pg_catalog.pg_locks l"
-        "  LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) l.pid"
-        " WHERE l.relation OPERATOR(pg_catalog.=) pg_catalog.to_regclass(%s) AND l.granted"
-        "   AND a.application_name OPERATOR(pg_catalog.!~~) 'scrinalia-workers migrate%%'",
-        (table,),
-    ).fetchall()
-    who = "; ".join(Holder(*r).describe() for r in rows) or "a session that has since let go"
-    return MigrateLockBusy(
-        f"yoyo's lock table {table} stayed taken for {timeout:.0f}s by an open "
-        f"transaction: {who}. End it (SELECT pg_terminate_backend(pid))"
-    )
-
-
 @contextmanager
 def _migrating(dsn: str, *, lock_timeout: float, create_groups: bool = False, check_groups: bool = True):
     """Our pinned connection holding the migrate lock, and a pinned yoyo backend."""
     with connect(dsn, application_name="scrinalia-workers migrate") as conn:
         _pin(conn)
         started = time.monotonic()
-        _take_lock(conn, lock_timeout)
+        take_lock(conn, lock_timeout)
         if check_groups:
             _ensure_groups(conn, create_groups)
         _check_schema_owners(conn)
         _check_privileges(conn)
-        _ensure_bookkeeping(conn)
-        backend = PinnedBackend(_resolved_conninfo(conn))
+        ensure_bookkeeping(conn)
+        backend = PinnedBackend(resolved_conninfo(conn))
         try:
             backend.init_database()  # creates yoyo's lock table in our schema
-            _clear_stale_yoyo_lock(conn, max(lock_timeout - (time.monotonic() - started), 1.0))
+            clear_stale_yoyo_lock(conn, max(lock_timeout - (time.monotonic() - started), 1.0))
             remaining = max(lock_timeout - (time.monotonic() - started), 1.0)
             # yoyo polls its lock row for `remaining` seconds; a row held by an open
             # transaction would block its INSERT outright: bound that wait as well.
@@ -381,7 +145,7 @@ def _migrating(dsn: str, *, lock_timeout: float, create_groups: bool = False, ch
                 with backend.lock(timeout=remaining):
                     yield conn, backend, read_migrations(str(paths.migrations_dir()))
             except yoyo_exceptions.LockTimeout:
-                raise _yoyo_lock_busy(conn, remaining) from None
+                raise yoyo_lock_busy(conn, remaining) from None
         finally:
             backend.connection.close()
 
@@ -439,13 +203,9 @@ def migrate(dsn: str, *, create_groups: bool = False, lock_timeout: float = DEFA
 def _refuse_losing_schedule_runs(conn: psycopg.Connection, todo) -> None:
     if SCHEDULES_MIGRATION not in [m.id for m in todo]:
         return
-    if conn.execute("SELECT to_regclass('scrinalia.archive_worker_runs')").fetchone()[0] is None:
+    if one(conn.execute(sql.REGCLASS, ("scrinalia.archive_worker_runs",)))[0] is None:
         return
-    runs, schedules = conn.execute(
-        "SELECT (SELECT count(*) FROM scrinalia.archive_worker_runs"
-        "         WHERE trigger OPERATOR(pg_catalog.=) 'SCHEDULE'),"
-        "       (SELECT count(*) FROM scrinalia.archive_worker_schedules)"
-    ).fetchone()
+    runs, schedules = one(conn.execute(sql.SCHEDULE_RUNS_AND_SCHEDULES))
     if runs:
         raise RollbackRefused(
             f"refusing to roll back {SCHEDULES_MIGRATION}: it would delete {runs} SCHEDULE run(s) "
@@ -470,10 +230,5 @@ def rollback(dsn: str, count: int | None = None, *, lock_timeout: float = DEFAUL
 def applied_migrations(dsn: str) -> list[str]:
     with connect(dsn, application_name="scrinalia-workers migrate") as conn:
         _pin(conn)
-        if (
-            conn.execute("SELECT to_regclass(%s)", (f"{BOOKKEEPING_SCHEMA}.{default_migration_table}",)).fetchone()[0]
-            is None
-        ):
-            return []
-        done = {r[0] for r in conn.execute(f"SELECT migration_id FROM {BOOKKEEPING_SCHEMA}.{default_migration_table}")}
+        done = applied_ids(conn)
     return [mid for mid in head_ids() if mid in done]

@@ -15,6 +15,9 @@ from scrinalia_workers.errors import (
     MissingPrivilege,
     SchemaMismatch,
 )
+from scrinalia_workers.gateway import connection as db
+from scrinalia_workers.gateway.connection import one
+from scrinalia_workers.gateway.statements.checks import HAS_SCHEDULE_TRIGGER, PRIVILEGES, RUN_COLUMNS, SCHEMA_HEAD
 from scrinalia_workers.logs import one_line
 from scrinalia_workers.sqlfiles import head as expected_head
 from scrinalia_workers.text import printable
@@ -25,49 +28,37 @@ _FIX = "run `scrinalia-workers migrate`"
 
 def check_schema(conn: psycopg.Connection) -> str:
     """Returns the head, or raises SchemaMismatch with a one-line message."""
-    EXPECTED_HEAD = expected_head()
+    expected = expected_head()
     try:
         with conn.transaction():
-            head = conn.execute("SELECT scrinalia.schema_head()").fetchone()[0]
+            head = one(conn.execute(SCHEMA_HEAD))[0]
     except psycopg.errors.UndefinedFunction:
         head = None
     except psycopg.errors.InvalidSchemaName:
         raise SchemaMismatch(
-            f"the database has no scrinalia schema, this scrinalia-workers needs {EXPECTED_HEAD}: {_FIX}"
+            f"the database has no scrinalia schema, this scrinalia-workers needs {expected}: {_FIX}"
         ) from None
     except psycopg.errors.InsufficientPrivilege as e:
         raise SchemaMismatch(
             f"cannot read the schema head ({e.diag.message_primary}): grant this login a scrinalia_* role"
         ) from None
-    if head != EXPECTED_HEAD:
+    if head != expected:
         raise SchemaMismatch(
             f"database schema is at {head or 'an unknown version (no schema_head())'}, "
-            f"this scrinalia-workers needs {EXPECTED_HEAD}: {_FIX}"
+            f"this scrinalia-workers needs {expected}: {_FIX}"
         )
-    cols = {
-        r[0]
-        for r in conn.execute(
-            "SELECT a.attname FROM pg_catalog.pg_attribute a"
-            " WHERE a.attrelid = to_regclass('scrinalia.archive_worker_runs')"
-            " AND a.attnum > 0 AND NOT a.attisdropped"
-        )
-    }
+    cols = {r[0] for r in conn.execute(RUN_COLUMNS)}
     missing = [c for c in REQUIRED_COLUMNS if c not in cols]
     if missing:
         raise SchemaMismatch(
             f"database schema is at {head} but archive_worker_runs lacks "
-            f"{', '.join(missing)}; this scrinalia-workers needs {EXPECTED_HEAD}: {_FIX}"
+            f"{', '.join(missing)}; this scrinalia-workers needs {expected}: {_FIX}"
         )
-    has_enum = conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_enum e"
-        " JOIN pg_catalog.pg_type t ON t.oid = e.enumtypid"
-        " JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace"
-        " WHERE n.nspname = 'scrinalia' AND t.typname = 'run_trigger' AND e.enumlabel = 'SCHEDULE')"
-    ).fetchone()[0]
+    has_enum = one(conn.execute(HAS_SCHEDULE_TRIGGER))[0]
     if not has_enum:
         raise SchemaMismatch(
             f"database schema is at {head} but run_trigger lacks SCHEDULE; "
-            f"this scrinalia-workers needs {EXPECTED_HEAD}: {_FIX}"
+            f"this scrinalia-workers needs {expected}: {_FIX}"
         )
     return head
 
@@ -80,27 +71,7 @@ def check_privileges(conn: psycopg.Connection, functions: tuple[str, ...], job: 
     in no group. A function that does not exist means the database's SQL code is older
     than this package (a release can add functions without a migration): SchemaMismatch."""
     cur = conn.cursor(row_factory=dict_row)
-    row = cur.execute(
-        """WITH n AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = 'scrinalia'),
-                -- each function asked for, and its oid (NULL: the installed code lacks it)
-                f AS (SELECT s.sig, s.i, p.oid
-                        FROM unnest(%(functions)s::text[]) WITH ORDINALITY AS s(sig, i)
-                        LEFT JOIN pg_catalog.pg_proc p ON p.pronamespace = (SELECT oid FROM n)
-                         AND format('%%s(%%s)', p.proname, replace(pg_catalog.oidvectortypes(p.proargtypes),
-                                                                   'scrinalia.', '')) = s.sig)
-           SELECT current_user AS login,
-                  n.oid IS NOT NULL AS has_schema,
-                  coalesce(has_schema_privilege(n.oid, 'USAGE'), false) AS usage,
-                  EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
-                           WHERE r.rolname = ANY (%(groups)s) AND pg_has_role(r.oid, 'MEMBER')) AS member,
-                  ARRAY(SELECT 'scrinalia.' || f.sig FROM f
-                         WHERE f.oid IS NOT NULL AND NOT has_function_privilege(f.oid, 'EXECUTE')
-                         ORDER BY f.i) AS denied,
-                  ARRAY(SELECT 'scrinalia.' || f.sig FROM f WHERE f.oid IS NULL ORDER BY f.i) AS missing
-             FROM (SELECT 1) one
-             LEFT JOIN n ON true""",
-        {"groups": list(groups), "functions": list(functions)},
-    ).fetchone()
+    row = one(cur.execute(PRIVILEGES, {"groups": list(groups), "functions": list(functions)}))
     if not row["has_schema"]:
         return
     if row["missing"]:
@@ -137,8 +108,6 @@ def preflight(
     """The start-up of a daemon: a configured DSN that reaches a schema at the head, and
     (given `functions`) a login allowed to call every one of them. Anything wrong here
     is misconfiguration: ConfigError, one line, exit 2."""
-    from scrinalia_workers.gateway import connection as db
-
     dsn = db.require_dsn(dsn)
     try:
         # connect as the daemon will (a pooler may refuse the keepalive options)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.adapt import Loader
@@ -63,19 +64,16 @@ def connect(
     """A connection; DatabaseUnavailable when the server cannot be reached (transient:
     the daemons retry), ConfigError when the connection string itself is unusable.
     Neither message ever carries the password."""
-    extra = {}
+    params: dict[str, Any] = {
+        "application_name": application_name,
+        "connect_timeout": connect_timeout,
+        **KEEPALIVES,
+    }
     try:
         if server_keepalives:
             given = psycopg.conninfo.conninfo_to_dict(dsn).get("options") or os.environ.get("PGOPTIONS", "")
-            extra["options"] = f"{given} {SERVER_KEEPALIVES}".strip()
-        conn = psycopg.connect(
-            dsn,
-            autocommit=autocommit,
-            application_name=application_name,
-            connect_timeout=connect_timeout,
-            **KEEPALIVES,
-            **extra,
-        )
+            params["options"] = f"{given} {SERVER_KEEPALIVES}".strip()
+        conn = psycopg.connect(dsn, autocommit=autocommit, **params)
         # No server-side prepared statements: behind a transaction-mode pooler (PgBouncer
         # before 1.21) they collide between clients. Every call is one function call
         # whose PL/pgSQL body caches its own plans, so nothing is lost.
@@ -87,6 +85,18 @@ def connect(
         raise ConfigError(redact(f"invalid connection string: {str(e).strip()}", dsn)) from None
     except psycopg.OperationalError as e:
         raise DatabaseUnavailable(redact(f"cannot connect to the database: {str(e).strip()}", dsn)) from None
+
+
+Row = TypeVar("Row")
+
+
+def one(cur: psycopg.Cursor[Row]) -> Row:
+    """The one row a statement returns (a call of a function, a count): a statement that
+    returns none here means the database is not what this code was written for."""
+    row = cur.fetchone()
+    if row is None:
+        raise LookupError("a statement that always returns one row returned none")
+    return row
 
 
 # --- instants Python cannot hold ----------------------------------------------------
