@@ -271,11 +271,18 @@ def _gap_end(w: datetime, zone: ZoneInfo) -> datetime:
     return hi.replace(microsecond=0)
 
 
+def _offset(t: datetime) -> timedelta:
+    """The UTC offset of an instant in a ZoneInfo zone (never None for those)."""
+    off = t.utcoffset()
+    assert off is not None
+    return off
+
+
 def _instants(c: _Cron, w: datetime, zone: ZoneInfo) -> tuple[datetime, ...]:
     """The UTC instants at which wall-clock match `w` fires, earliest first."""
     a0 = w.replace(tzinfo=zone)
     a1 = w.replace(tzinfo=zone, fold=1)
-    off0, off1 = a0.utcoffset(), a1.utcoffset()
+    off0, off1 = _offset(a0), _offset(a1)
     if off0 == off1:
         return (a0.astimezone(_UTC),)
     if off0 < off1:  # spring-forward: w does not exist
@@ -290,7 +297,7 @@ def _next(c: _Cron, zone: ZoneInfo, after: datetime) -> datetime:
     after = after.astimezone(_UTC)
     naive = after.replace(tzinfo=None)
     # Start early enough that the second pass of a repeated hour is seen.
-    off = min(after.astimezone(zone).utcoffset(), (after + _FOLD_LOOKAHEAD).astimezone(zone).utcoffset())
+    off = min(_offset(after.astimezone(zone)), _offset((after + _FOLD_LOOKAHEAD).astimezone(zone)))
     start = (naive + off).replace(second=0, microsecond=0) - _MINUTE
     it = copy.copy(c.proto)
     it.set_current(start)
@@ -322,10 +329,11 @@ def next_occurrences(items: Iterable[tuple[str, str | ZoneInfo]], after: datetim
 
     Raises on the first invalid expression or zone, like next_occurrence.
     """
-    out = try_next_occurrences(items, after)
-    for r in out:
+    out = []
+    for r in try_next_occurrences(items, after):
         if isinstance(r, Exception):
             raise r
+        out.append(r)
     return out
 
 

@@ -30,6 +30,8 @@ from scrinalia_workers.admin.migrate import migrate
 from scrinalia_workers.demo.handlers import WORKERS
 from scrinalia_workers.demo.setup import disable, refuse_unless_demo_only, seed
 from scrinalia_workers.gateway import connection as db
+from scrinalia_workers.gateway.connection import one
+from scrinalia_workers.gateway.statements import demo as sql
 
 MAX_SECONDS = 240.0  # the natural end comes after about a minute; this is the cap
 QUIET = 10.0  # after this long without a line, say what the demo is waiting for
@@ -68,7 +70,7 @@ class Demo:
     def setup(self, conn: psycopg.Connection) -> None:
         for name, cron, what, _ in seed(conn):
             self.say(f"schedule {name:<16} {cron:<12} {what}")
-        now, period = conn.execute("SELECT now(), date_trunc('minute', now())").fetchone()
+        now, period = one(conn.execute(sql.NOW_AND_MINUTE))
         quick = ["demo-thumbnails", "demo-ocr", "demo-export"]
         if (now - period).total_seconds() < 50:
             when = f"this minute's period {iso(period)} (it began {(now - period).total_seconds():.0f} s ago)"
@@ -76,24 +78,21 @@ class Demo:
             period += timedelta(minutes=1)
             when = f"the next minute's period {iso(period)} (in {(period - now).total_seconds():.0f} s)"
         conn.execute(
-            "UPDATE scrinalia.archive_worker_schedules SET next_run_at = %s WHERE worker_name = ANY (%s)",
+            sql.ARM_AT,
             (period, quick),
         )
         self.say(
             f"demo: armed {', '.join(quick)} on {when}, so they start now rather than at the next "
             "period the scheduler would compute"
         )
-        back = conn.execute(
-            "UPDATE scrinalia.archive_worker_schedules SET next_run_at = "
-            "date_trunc('day', now()) - interval '3 days' + interval '3 hours'"
-            " WHERE worker_name = 'demo-reindex' RETURNING next_run_at"
-        ).fetchone()[0]
+        back = one(conn.execute(sql.REINDEX_THREE_DAYS_BACK))[0]
         self.say(
             f"demo: moved demo-reindex's next period to {iso(back)}, 3 days ago, as if no scheduler "
             "had run since: expect one catch-up run, not three"
         )
 
     def _pipe(self, proc: subprocess.Popen, label: str) -> None:
+        assert proc.stderr is not None  # started with stderr=PIPE
         for line in proc.stderr:
             self.say(f"[{label}] {line.rstrip()}")
 
@@ -128,11 +127,7 @@ class Demo:
     def observe(self, conn: psycopg.Connection) -> None:
         cur = conn.cursor(row_factory=dict_row)
         for r in cur.execute(
-            "SELECT run_id, worker_name, status::text, trigger::text, attempt, retry_of,"
-            " scheduled_for, not_before, not_before > now() AS waiting, error,"
-            " scrinalia.max_attempts() AS max_attempts"
-            " FROM scrinalia.archive_worker_runs WHERE worker_name = ANY (%s)"
-            " ORDER BY run_id",
+            sql.DEMO_RUNS,
             (DEMO_WORKERS,),
         ).fetchall():
             if self.seen.get(r["run_id"]) == r["status"]:
@@ -152,16 +147,12 @@ class Demo:
                     f"demo: retry #{r['run_id']} waits its backoff until {iso(r['not_before'])}; "
                     "the demo moves its not_before to now to keep the demo short"
                 )
-                conn.execute(
-                    "UPDATE scrinalia.archive_worker_runs SET not_before = now() WHERE run_id = %s", (r["run_id"],)
-                )
-                conn.execute("NOTIFY scrinalia_runs")
+                conn.execute(sql.HASTEN_RETRY, (r["run_id"],))
+                conn.execute(sql.WAKE_RUNNERS)
 
     def observe_skips(self, conn: psycopg.Connection) -> None:
         for w, at, reason, nxt in conn.execute(
-            "SELECT worker_name, last_skipped_at, last_skip_reason, next_run_at"
-            " FROM scrinalia.archive_worker_schedules WHERE worker_name = ANY (%s)"
-            " AND last_skipped_at IS NOT NULL ORDER BY worker_name",
+            sql.DEMO_SKIPS,
             (DEMO_WORKERS,),
         ).fetchall():
             if self.skips.get(w) != at:
@@ -173,40 +164,20 @@ class Demo:
 
     def shown(self, conn: psycopg.Connection) -> dict[str, bool]:
         """What the demo set out to show, and whether the ledger shows it yet."""
-        return (
-            conn.cursor(row_factory=dict_row)
-            .execute("""
-            SELECT (SELECT count(*) >= 2 FROM scrinalia.archive_worker_runs WHERE worker_name = 'demo-thumbnails'
-                     AND status = 'SUCCEEDED') AS enqueued_each_minute,
-                   EXISTS (SELECT 1 FROM scrinalia.archive_worker_schedules WHERE worker_name = 'demo-ocr'
-                            AND last_skipped_at IS NOT NULL) AS skipped,
-                   NOT EXISTS (SELECT 1 FROM scrinalia.archive_worker_runs WHERE worker_name = 'demo-ocr'
-                                AND status = ANY (scrinalia.active_statuses())) AS ocr_done,
-                   EXISTS (SELECT 1 FROM scrinalia.archive_worker_runs WHERE worker_name = 'demo-reindex'
-                            AND status = 'SUCCEEDED') AS caught_up,
-                   EXISTS (SELECT 1 FROM scrinalia.archive_worker_runs WHERE worker_name = 'demo-export'
-                            AND retry_of IS NOT NULL AND status = 'SUCCEEDED') AS retried
-        """)
-            .fetchone()
-        )
+        return one(conn.cursor(row_factory=dict_row).execute(sql.SHOWN))
 
     def waiting(self, conn: psycopg.Connection) -> None:
         """One line on what the demo waits for, so that a silence is never a mystery."""
         cur = conn.cursor(row_factory=dict_row)
         parts = []
         for r in cur.execute(
-            "SELECT run_id, worker_name, status::text, started_at FROM scrinalia.archive_worker_runs"
-            " WHERE worker_name = ANY (%s) AND status = ANY (scrinalia.active_statuses())"
-            " ORDER BY run_id",
+            sql.DEMO_ACTIVE_RUNS,
             (DEMO_WORKERS,),
         ).fetchall():
             since = f" since {iso(r['started_at'])}" if r["started_at"] else ""
             parts.append(f"run #{r['run_id']} of {r['worker_name']} is {r['status']}{since}")
         nxt = cur.execute(
-            "SELECT next_run_at, extract(epoch FROM next_run_at - now()) AS secs,"
-            " string_agg(worker_name, ', ' ORDER BY worker_name) AS workers"
-            " FROM scrinalia.archive_worker_schedules WHERE enabled AND worker_name = ANY (%s)"
-            " AND next_run_at > now() GROUP BY next_run_at ORDER BY next_run_at LIMIT 1",
+            sql.DEMO_NEXT_PERIOD,
             (DEMO_WORKERS,),
         ).fetchone()
         if nxt:
@@ -218,15 +189,13 @@ class Demo:
 
     def table(self, conn: psycopg.Connection) -> None:
         rows = conn.execute(
-            "SELECT worker_name, cron, next_run_at, coalesce(active_status::text, '-'), last_skipped_at"
-            " FROM scrinalia.worker_agenda WHERE scheduled AND worker_name = ANY (%s) ORDER BY worker_name",
+            sql.DEMO_AGENDA,
             (DEMO_WORKERS,),
         ).fetchall()
         lines = [f"  {'worker':<17}{'cron':<13}{'next run':<22}{'active':<9}last skip"]
         lines += [f"  {w:<17}{c:<13}{iso(n):<22}{a:<9}{iso(s)}" for w, c, n, a, s in rows]
         counts = conn.execute(
-            "SELECT status::text, count(*) FROM scrinalia.archive_worker_runs"
-            " WHERE worker_name = ANY (%s) GROUP BY 1 ORDER BY 1",
+            sql.DEMO_RUN_COUNTS,
             (DEMO_WORKERS,),
         ).fetchall()
         lines.append("  runs: " + (", ".join(f"{s} {n}" for s, n in counts) or "none yet"))
@@ -339,14 +308,15 @@ def _migrate(dsn: str, create_groups: bool) -> None:
 
 
 def run(duration: float | None = None, dsn: str | None = None, out=sys.stdout) -> int:
-    dsn = db.configured_dsn(dsn)
-    user_db = dsn is not None
+    configured = db.configured_dsn(dsn)
+    user_db = configured is not None
     cluster = None
     demo = None
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
     try:
-        if user_db:
+        if configured is not None:
+            dsn = configured
             # refused before anything is written, migrations included
             with db.connect(dsn, application_name="scrinalia-workers demo") as conn:
                 refuse_unless_demo_only(conn)

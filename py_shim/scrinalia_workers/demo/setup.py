@@ -16,12 +16,14 @@ from psycopg.types.json import Jsonb
 from scrinalia_workers.admin.catalogue import DEMO_TAG
 from scrinalia_workers.demo.handlers import DEMO_OPTIONS, WORKERS
 from scrinalia_workers.errors import NotADemoDatabase
+from scrinalia_workers.gateway.connection import one
+from scrinalia_workers.gateway.statements import demo as sql
 
 WHO = "demo"
 
 
 def _has_catalogue(conn: psycopg.Connection) -> bool:
-    return conn.execute("SELECT to_regclass('scrinalia.archive_workers') IS NOT NULL").fetchone()[0]
+    return bool(one(conn.execute(sql.HAS_CATALOGUE))[0])
 
 
 def foreign_workers(conn: psycopg.Connection) -> list[str]:
@@ -31,8 +33,7 @@ def foreign_workers(conn: psycopg.Connection) -> list[str]:
     return [
         r[0]
         for r in conn.execute(
-            "SELECT worker_name FROM scrinalia.archive_workers"
-            " WHERE left(description, length(%s)) IS DISTINCT FROM %s ORDER BY worker_name",
+            sql.FOREIGN_WORKERS,
             (DEMO_TAG, DEMO_TAG),
         ).fetchall()
     ]
@@ -59,22 +60,18 @@ def seed(conn: psycopg.Connection) -> list[tuple[str, str, str, bool]]:
     done = []
     with conn.transaction():
         # no one registers a worker between the guard and the seed
-        conn.execute("LOCK TABLE scrinalia.archive_workers IN SHARE ROW EXCLUSIVE MODE")
+        conn.execute(sql.LOCK_CATALOGUE)
         refuse_unless_demo_only(conn)
         cur = conn.cursor(row_factory=dict_row)
         for name, (cron, request, what) in WORKERS.items():
             cur.execute(
-                "SELECT scrinalia.register_worker(%s, p_options => %s, p_description => %s)",
+                sql.REGISTER_DEMO_WORKER,
                 (name, Jsonb(DEMO_OPTIONS), f"{DEMO_TAG} {what}"),
             )
-            s = cur.execute(
-                "SELECT cron, timezone, request, enabled FROM scrinalia.get_schedule(%s)", (name,)
-            ).fetchone()
+            s = cur.execute(sql.SCHEDULE_OF, (name,)).fetchone()
             changed = s != {"cron": cron, "timezone": "UTC", "request": request, "enabled": True}
             if changed:
-                cur.execute(
-                    "SELECT scrinalia.put_schedule(%s, %s, 'UTC', %s, true, %s)", (name, cron, Jsonb(request), WHO)
-                )
+                cur.execute(sql.PUT_DEMO_SCHEDULE, (name, cron, Jsonb(request), WHO))
             done.append((name, cron, what, changed))
     return done
 
@@ -84,25 +81,10 @@ def disable(conn: psycopg.Connection) -> tuple[list[str], list[int]]:
 
     Returns (paused workers, cancelled run ids). Touches only demo-tagged workers.
     """
-    tagged = "SELECT worker_name FROM scrinalia.archive_workers WHERE left(description, length(%s)) = %s"
-    paused = [
-        r[0]
-        for r in conn.execute(
-            f"SELECT worker_name FROM scrinalia.archive_worker_schedules WHERE enabled"
-            f" AND worker_name IN ({tagged}) ORDER BY worker_name",
-            (DEMO_TAG, DEMO_TAG),
-        ).fetchall()
-    ]
+    paused = [r[0] for r in conn.execute(sql.DEMO_ENABLED_SCHEDULES, (DEMO_TAG, DEMO_TAG)).fetchall()]
     for name in paused:
-        conn.execute("SELECT scrinalia.set_schedule_enabled(%s, false, %s)", (name, WHO))
-    queued = [
-        r[0]
-        for r in conn.execute(
-            f"SELECT run_id FROM scrinalia.archive_worker_runs WHERE status = 'QUEUED'"
-            f" AND worker_name IN ({tagged}) ORDER BY run_id",
-            (DEMO_TAG, DEMO_TAG),
-        ).fetchall()
-    ]
+        conn.execute(sql.PAUSE_SCHEDULE, (name, WHO))
+    queued = [r[0] for r in conn.execute(sql.DEMO_QUEUED_RUNS, (DEMO_TAG, DEMO_TAG)).fetchall()]
     for run_id in queued:
-        conn.execute("SELECT scrinalia.cancel_run(%s, %s)", (run_id, WHO))
+        conn.execute(sql.CANCEL_RUN, (run_id, WHO))
     return paused, queued
