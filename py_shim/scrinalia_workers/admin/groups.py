@@ -14,17 +14,17 @@ import psycopg
 
 from scrinalia_workers.errors import MissingPrivilege
 from scrinalia_workers.gateway import connection
+from scrinalia_workers.gateway.checks import GROUPS, MEMBERSHIPS, refuse_unsound_groups
 from scrinalia_workers.gateway.connection import one
 from scrinalia_workers.gateway.statements import admin as sql
-
-GROUPS = ("scrinalia_reader", "scrinalia_operator", "scrinalia_runner", "scrinalia_scheduler")
-# (member, group): an operator can do everything a reader can.
-MEMBERSHIPS = (("scrinalia_operator", "scrinalia_reader"),)
+from scrinalia_workers.gateway.statements.checks import group_problems
 
 
 def groups_sql() -> str:
     """The SQL of the step, idempotent, for a login with CREATEROLE (or a superuser)."""
     names = ", ".join(f"'{g}'" for g in GROUPS)
+    pairs = ", ".join(f"'{m}>{g}'" for m, g in MEMBERSHIPS)
+    problems = group_problems(f"ARRAY[{names}]::text[]", f"ARRAY[{pairs}]::text[]")
     # in a block: two of these at once (migrates of two databases) must both succeed
     grants = "\n".join(
         f"DO $$ BEGIN GRANT {g} TO {m}; EXCEPTION WHEN unique_violation THEN NULL; END $$;" for m, g in MEMBERSHIPS
@@ -35,12 +35,18 @@ def groups_sql() -> str:
 -- login that creates them has) or a superuser. The grants are migrate's business.
 {sql.PINNED_SEARCH_PATH};
 DO $$
-DECLARE g text;
+DECLARE grp text; bad record;
 BEGIN
-    FOREACH g IN ARRAY ARRAY[{names}] LOOP
-        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = g) THEN
+    -- a group that exists must be a group and nothing more: refuse, changing nothing
+    FOR bad IN {problems.strip()} LOOP
+        RAISE EXCEPTION 'refusing to trust role %: it has %', bad.role, bad.problem
+            USING HINT = 'a scrinalia group must be NOLOGIN, without SUPERUSER, CREATEROLE, CREATEDB, '
+                         'REPLICATION or BYPASSRLS, a member of no other role; inspect it, fix or drop it';
+    END LOOP;
+    FOREACH grp IN ARRAY ARRAY[{names}] LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = grp) THEN
             BEGIN
-                EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', g);
+                EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', grp);
             EXCEPTION WHEN duplicate_object OR unique_violation THEN
                 NULL;  -- created meanwhile by a migrate of another database
             END;
@@ -85,7 +91,9 @@ def _privilege_hint(conn: psycopg.Connection, e: psycopg.Error) -> str:
 
 
 def create(conn: psycopg.Connection) -> list[str]:
-    """Creates what is missing (in one transaction); returns what it did."""
+    """Creates what is missing (in one transaction); returns what it did. Refuses, changing
+    nothing, when a group that exists is not what it must be."""
+    refuse_unsound_groups(conn)
     gone = missing(conn)
     if not gone:
         return []

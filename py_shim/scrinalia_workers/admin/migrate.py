@@ -38,6 +38,7 @@ from scrinalia_workers.errors import (
     MissingPrivilege,
     RollbackRefused,
 )
+from scrinalia_workers.gateway.checks import refuse_unsound_groups
 from scrinalia_workers.gateway.connection import connect, one
 from scrinalia_workers.gateway.statements import admin as sql
 
@@ -112,6 +113,7 @@ def _check_privileges(conn: psycopg.Connection) -> None:
 
 
 def _ensure_groups(conn: psycopg.Connection, create: bool) -> None:
+    refuse_unsound_groups(conn)
     gone = groups.missing(conn)
     if not gone:
         return

@@ -17,12 +17,23 @@ from scrinalia_workers.errors import (
 )
 from scrinalia_workers.gateway import connection as db
 from scrinalia_workers.gateway.connection import one
-from scrinalia_workers.gateway.statements.checks import HAS_SCHEDULE_TRIGGER, PRIVILEGES, RUN_COLUMNS, SCHEMA_HEAD
+from scrinalia_workers.gateway.statements.checks import (
+    GROUP_PROBLEMS,
+    HAS_SCHEDULE_TRIGGER,
+    PRIVILEGES,
+    RUN_COLUMNS,
+    SCHEMA_HEAD,
+)
 from scrinalia_workers.logs import one_line
 from scrinalia_workers.sqlfiles import head as expected_head
 from scrinalia_workers.text import printable
 
 REQUIRED_COLUMNS = ("attempt", "retry_of", "not_before", "scheduled_for")
+
+# The cluster-wide NOLOGIN groups the SQL grants to (admin/groups.py creates them), and
+# the one membership between them: (member, group), an operator can do what a reader can.
+GROUPS = ("scrinalia_reader", "scrinalia_operator", "scrinalia_runner", "scrinalia_scheduler")
+MEMBERSHIPS = (("scrinalia_operator", "scrinalia_reader"),)
 _FIX = "run `scrinalia-workers migrate`"
 
 
@@ -61,6 +72,30 @@ def check_schema(conn: psycopg.Connection) -> str:
             f"this scrinalia-workers needs {expected}: {_FIX}"
         )
     return head
+
+
+def group_problems(conn: psycopg.Connection) -> list[tuple[str, str]]:
+    """(role, problem) for each scrinalia group that exists but is not what it must be."""
+    params = {"groups": list(GROUPS), "memberships": [f"{m}>{g}" for m, g in MEMBERSHIPS]}
+    return [(r[0], r[1]) for r in conn.execute(GROUP_PROBLEMS, params)]
+
+
+def refuse_unsound_groups(conn: psycopg.Connection) -> None:
+    """ConfigError naming every group that is not what it must be: nothing may go on
+    trusting a group somebody created (or altered) with more than the group's rights."""
+    problems = group_problems(conn)
+    if not problems:
+        return
+    by_role: dict[str, list[str]] = {}
+    for role, problem in problems:
+        by_role.setdefault(role, []).append(problem)
+    named = "; ".join(f"role {printable(r)} has {', '.join(printable(p) for p in ps)}" for r, ps in by_role.items())
+    raise ConfigError(
+        f"refusing to trust the scrinalia groups: {named}. A scrinalia group must be NOLOGIN, without "
+        "SUPERUSER, CREATEROLE, CREATEDB, REPLICATION or BYPASSRLS, a member of no other role, and "
+        "administered only by a superuser or a CREATEROLE login; inspect it (it may have been planted), "
+        "then ALTER ROLE / REVOKE it back or drop it; nothing was changed"
+    )
 
 
 def check_privileges(conn: psycopg.Connection, functions: tuple[str, ...], job: str, groups: tuple[str, ...]) -> None:
@@ -115,6 +150,7 @@ def preflight(
             if functions:
                 check_privileges(conn, functions, job, groups)
             check_schema(conn)
+            refuse_unsound_groups(conn)
     except DatabaseUnavailable as e:
         raise ConfigError(str(e)) from None
     except psycopg.OperationalError as e:  # the server went away during the check

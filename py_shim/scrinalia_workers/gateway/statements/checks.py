@@ -38,3 +38,42 @@ PRIVILEGES = """WITH n AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname
                   ARRAY(SELECT 'scrinalia.' || f.sig FROM f WHERE f.oid IS NULL ORDER BY f.i) AS missing
              FROM (SELECT 1) one
              LEFT JOIN n ON true"""
+
+
+def group_problems(groups: str, memberships: str) -> str:
+    """What is wrong with the scrinalia groups that exist: (role, problem) rows.
+
+    `groups` and `memberships` are SQL text[] expressions (parameters for the shim, array
+    literals in the SQL printed for a DBA): the group names, and the 'member>group' pairs
+    expected between them. A group must be NOLOGIN with none of the attributes that
+    reach beyond the database, a member of nothing but the groups it is meant to be in,
+    and administered only by a superuser or a role with CREATEROLE: anything else could
+    turn a login granted the group into more than the group."""
+    return f"""
+SELECT r.rolname::text AS role, p.problem
+  FROM pg_catalog.pg_roles r
+ CROSS JOIN LATERAL (
+        SELECT a.problem FROM unnest(ARRAY[
+            CASE WHEN r.rolcanlogin THEN 'LOGIN' END,
+            CASE WHEN r.rolsuper THEN 'SUPERUSER' END,
+            CASE WHEN r.rolcreaterole THEN 'CREATEROLE' END,
+            CASE WHEN r.rolcreatedb THEN 'CREATEDB' END,
+            CASE WHEN r.rolreplication THEN 'REPLICATION' END,
+            CASE WHEN r.rolbypassrls THEN 'BYPASSRLS' END]::text[]) AS a(problem)
+         WHERE a.problem IS NOT NULL
+        UNION ALL
+        SELECT 'a member with ADMIN OPTION: ' || m.rolname
+          FROM pg_catalog.pg_auth_members am
+          JOIN pg_catalog.pg_roles m ON m.oid = am.member
+         WHERE am.roleid = r.oid AND am.admin_option AND NOT m.rolsuper AND NOT m.rolcreaterole
+        UNION ALL
+        SELECT 'a member of ' || g.rolname
+          FROM pg_catalog.pg_auth_members am
+          JOIN pg_catalog.pg_roles g ON g.oid = am.roleid
+         WHERE am.member = r.oid AND r.rolname || '>' || g.rolname <> ALL ({memberships})
+       ) p
+ WHERE r.rolname = ANY ({groups})
+ ORDER BY 1, 2"""
+
+
+GROUP_PROBLEMS = group_problems("%(groups)s::text[]", "%(memberships)s::text[]")
