@@ -16,6 +16,7 @@ schedules it created. Without one it starts a throwaway PostgreSQL (pgserver.py)
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -99,8 +100,12 @@ class Demo:
     def start(self, label: str, module: str, *args: str) -> None:
         # a session of its own: Ctrl-C reaches the demo, which stops them in order;
         # and they die with the demo even if it is killed outright (Linux)
+        # the DSN (and so any password in it) goes through the environment: a command
+        # line is readable by every local user in /proc/PID/cmdline
+        env = dict(os.environ, DATABASE_URL=self.dsn) if self.dsn else None
         p = subprocess.Popen(
-            [sys.executable, "-m", module, "--dsn", self.dsn, *args],
+            [sys.executable, "-m", module, *args],
+            env=env,
             stderr=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             text=True,
