@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import shutil
 import sys
-import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, TextIO
@@ -22,6 +21,7 @@ from psycopg.rows import dict_row
 
 from scrinalia_workers.cli import fmt as clifmt
 from scrinalia_workers.cli.common import one
+from scrinalia_workers.clock import SYSTEM, Clock
 from scrinalia_workers.gateway.backoff import Backoff, is_transient
 from scrinalia_workers.gateway.statements import cli as sql
 from scrinalia_workers.logs import one_line
@@ -133,10 +133,15 @@ def render(conn: psycopg.Connection[Any], width: int = 80, failures: int = 5) ->
 
 
 def watch(
-    connect: Callable[[], psycopg.Connection[Any]], interval: float, out: TextIO = sys.stdout, width: int | None = None
+    connect: Callable[[], psycopg.Connection[Any]],
+    interval: float,
+    out: TextIO = sys.stdout,
+    width: int | None = None,
+    clock: Clock = SYSTEM,
 ) -> int:
     """Refreshes render() in place every `interval` seconds until Ctrl-C; a lost
-    connection is shown on the screen and retried, never a traceback."""
+    connection is shown on the screen and retried, never a traceback. `clock` paces
+    the refreshes (a test's FakeClock makes them immediate)."""
     conn = None
     retry = Backoff(base=0.5, cap=max(interval, 5.0))
     try:
@@ -160,7 +165,7 @@ def watch(
                 )
             out.write(CLEAR + screen + "\n")
             out.flush()
-            time.sleep(delay)
+            clock.sleep(delay)
     except KeyboardInterrupt:
         out.write("\n")
         return 0
