@@ -19,8 +19,8 @@ from typing import Any, TextIO
 import psycopg
 from psycopg.rows import dict_row
 
-from scrinalia_workers.cli import fmt as clifmt
 from scrinalia_workers.cli.common import one
+from scrinalia_workers.cli.fmt import utc as utc_or_none
 from scrinalia_workers.clock import SYSTEM, Clock
 from scrinalia_workers.gateway.backoff import Backoff, is_transient
 from scrinalia_workers.gateway.statements import cli as sql
@@ -31,7 +31,7 @@ CLEAR = "\x1b[H\x1b[2J"
 
 def utc(ts: datetime | None) -> str:
     """An instant as the CLI prints it, '-' for none."""
-    return clifmt.utc(ts) or "-"
+    return utc_or_none(ts) or "-"
 
 
 def span(d: timedelta | float | None) -> str:
