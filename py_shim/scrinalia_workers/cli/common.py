@@ -62,4 +62,5 @@ def one(cur: psycopg.Cursor[T]) -> T:
 
 
 def max_attempts(conn: psycopg.Connection[Any]) -> int:
-    return int(one(conn.execute(sql.MAX_ATTEMPTS))[0])
+    (most,) = one(conn.execute(sql.MAX_ATTEMPTS))
+    return int(most)
