@@ -35,6 +35,12 @@ GRANT EXECUTE ON FUNCTION
     scrinalia.run_counts(),
     scrinalia.scheduler_metrics()
    TO scrinalia_reader;
+-- the command line's reads of one worker's runs (runs WORKER, runs WORKER --timeline);
+-- the view worker_catalogue (worker list, worker show) is the owner's, granted to no group
+GRANT EXECUTE ON FUNCTION
+    scrinalia.worker_runs(text, integer),
+    scrinalia.worker_timeline(text, integer)
+   TO scrinalia_reader;
 
 GRANT EXECUTE ON FUNCTION
     scrinalia.put_schedule(text, text, text, jsonb, boolean, text, bigint),

@@ -22,6 +22,7 @@ from helpers import (
     set_next_run,
     tick,
 )
+from scrinalia_workers.gateway.statements import cli as statements
 from scrinalia_workers.testkit.cluster import free_port
 
 
@@ -441,9 +442,20 @@ def test_runs_of_one_worker_are_its_live_run_then_its_newest_finished(db_dsn, db
     ]
     rows = json.loads(cli("runs", "ocr", "--json", dsn=db_dsn).out)
     assert [x["run_id"] for x in rows] == [live, *reversed(done)]
-    # the finished half is an index scan of the worker's finished runs, not of the ledger
-    from scrinalia_workers.cli.app import WORKER_RUNS_SQL
-
-    db.execute("SET enable_seqscan = off")
-    plan = "\n".join(r[0] for r in db.execute("EXPLAIN " + WORKER_RUNS_SQL, {"w": "ocr", "n": 3}))
-    assert "ix_worker_runs_finished" in plan and "uq_worker_run_active" in plan
+    # the finished half is an index scan of the worker's finished runs, not of the ledger:
+    # the plan of scrinalia.worker_runs()'s own query, as auto_explain reports it
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        plans: list[str] = []
+        conn.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
+        for setting in (
+            "LOAD 'auto_explain'",
+            "SET auto_explain.log_min_duration = 0",
+            "SET auto_explain.log_nested_statements = on",
+            "SET auto_explain.log_level = notice",
+            "SET enable_seqscan = off",
+        ):
+            conn.execute(setting)
+        conn.execute(statements.WORKER_RUNS, {"w": "ocr", "n": 3}).fetchall()
+    inner = [p for p in plans if "worker_run_history" in p and "scrinalia.worker_runs(" not in p]
+    assert len(inner) == 1, plans
+    assert "ix_worker_runs_finished" in inner[0] and "uq_worker_run_active" in inner[0], inner[0]

@@ -1,13 +1,23 @@
-"""Issue 14: the live status screen and the per-worker timeline, as an operator reads them."""
+"""The live status screen and the per-worker timeline, as an operator reads them."""
 
 from __future__ import annotations
 
 import io
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
 
+import psycopg
 import pytest
 
-from helpers import claim, finish, make_worker, put_schedule, set_next_run, tick
+from helpers import assert_one_line_error, claim, cli, finish, make_worker, put_schedule, set_next_run, tick
 from scrinalia_workers.cli import watch
+from scrinalia_workers.testkit.clock import FakeClock
+from scrinalia_workers.testkit.procs import Proc
+from scrinalia_workers.testkit.waiting import wait_for
 
 
 @pytest.fixture
@@ -42,24 +52,51 @@ def test_the_screen_fits_80_columns_and_says_what_matters(busy, connect_as):
     assert failures.count("FAILED") == 2 and "ConnectionError: the OCR engine" in failures
 
 
+class Screen(io.StringIO):
+    """A terminal that records what watch() writes and presses Ctrl-C at its `frames`-th
+    write, between two refreshes, as an operator does."""
+
+    def __init__(self, frames: int):
+        super().__init__()
+        self.frames: list[str] = []
+        self.quit_at = frames
+
+    def write(self, s):
+        self.frames.append(s)
+        if len(self.frames) == self.quit_at:
+            raise KeyboardInterrupt
+        return len(s)
+
+
 def test_watch_refreshes_in_place_and_stops_cleanly(busy, db_dsn, role_logins):
-    import psycopg
-
     dsn = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["reader"])
-    frames = []
-
-    class Screen(io.StringIO):
-        def write(self, s):
-            frames.append(s)
-            if len(frames) == 3:
-                raise KeyboardInterrupt  # as Ctrl-C does, between two refreshes
-            return len(s)
-
-    code = watch.watch(lambda: psycopg.connect(dsn, autocommit=True), 0.05, out=Screen(), width=80)
+    clock, screen = FakeClock(), Screen(frames=3)
+    code = watch.watch(lambda: psycopg.connect(dsn, autocommit=True), 2.0, out=screen, width=80, clock=clock)
     assert code == 0
-    screens = [f for f in frames if f.startswith(watch.CLEAR)]
-    assert frames[-1] == "\n"  # the screen is left with the cursor on a new line
+    screens = [f for f in screen.frames if f.startswith(watch.CLEAR)]
+    assert screen.frames[-1] == "\n"  # the screen is left with the cursor on a new line
     assert len(screens) == 3 and all("AGENDA" in s for s in screens)
+    assert clock.slept == [2.0, 2.0]  # one interval between two screens
+
+
+def test_watch_shows_a_lost_database_and_reconnects_with_backoff(busy, db_dsn, role_logins):
+    dsn = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["reader"])
+    attempts = []
+
+    def connect():
+        attempts.append(1)
+        if len(attempts) <= 2:  # the database is away for two refreshes
+            raise psycopg.OperationalError("connection refused")
+        return psycopg.connect(dsn, autocommit=True)
+
+    clock, screen = FakeClock(), Screen(frames=3)
+    assert watch.watch(connect, 2.0, out=screen, width=80, clock=clock) == 0
+    first, second, third = (f for f in screen.frames if f.startswith(watch.CLEAR))
+    assert "database unavailable (connection refused); retrying in" in first and "AGENDA" not in first
+    assert "database unavailable" in second and "AGENDA" in third
+    # the backoff doubles from half a second (+-25% jitter), then the interval resumes
+    assert 0.375 <= clock.slept[0] <= 0.625 and 0.75 <= clock.slept[1] <= 1.25, clock.slept
+    assert len(clock.slept) == 2 and len(attempts) == 3
 
 
 def test_the_timeline_shows_each_attempt_with_its_outcome_and_backoff(busy):
@@ -81,49 +118,51 @@ def test_spans_read_at_a_glance(seconds, text):
     assert watch.span(seconds) == text
 
 
-def test_status_watch_in_a_real_terminal_fits_80_columns_and_quits_on_ctrl_c(busy, db_dsn, role_logins):
+class TerminalProc(Proc):
+    """The CLI on a pseudo-terminal, so that the procs fixture stops it whatever the test
+    does (a Proc's own pipes would not be a terminal)."""
+
+    def __init__(self, args: list[str], tty: int, env: dict[str, str]):
+        self.popen = subprocess.Popen(args, stdin=tty, stdout=tty, stderr=tty, env=env, start_new_session=True)
+        self.pid = self.popen.pid
+        self.events, self.raw = [], []
+
+
+def test_status_watch_in_a_real_terminal_fits_80_columns_and_quits_on_ctrl_c(busy, db_dsn, role_logins, procs):
     """`scrinalia-workers status --watch` under a pseudo-terminal of 80 columns, as an
     operator runs it; Ctrl-C (SIGINT) ends it with exit 0 and no traceback."""
-    import os
-    import pty
-    import select
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    import psycopg
-
     dsn = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["reader"])
     main, child = pty.openpty()
     env = dict(os.environ, COLUMNS="80", LINES="40")
-    p = subprocess.Popen(
-        [sys.executable, "-m", "scrinalia_workers.cli", "status", "--watch", "--interval", "0.3", "--dsn", dsn],
-        stdin=child,
-        stdout=child,
-        stderr=child,
-        env=env,
-        start_new_session=True,
-    )
+    argv = [sys.executable, "-m", "scrinalia_workers.cli", "status", "--watch", "--interval", "0.3", "--dsn", dsn]
+    p = procs.append(TerminalProc(argv, child, env))
     os.close(child)
-    out = b""
-    deadline = time.monotonic() + 20
-    try:
-        while out.count(watch.CLEAR.encode()) < 2 and time.monotonic() < deadline:
-            if select.select([main], [], [], 0.5)[0]:
-                out += os.read(main, 65536)
-        assert out.count(watch.CLEAR.encode()) >= 2, out[-2000:]
-        os.killpg(p.pid, signal.SIGINT)
-        assert p.wait(10) == 0
-        while select.select([main], [], [], 0.2)[0]:
+    out = bytearray()
+
+    def read() -> bytearray:
+        """What the terminal has shown so far (the child's end closes when it exits)."""
+        while select.select([main], [], [], 0)[0]:
             try:
-                out += os.read(main, 65536)
+                chunk = os.read(main, 65536)
             except OSError:
                 break
+            if not chunk:
+                break
+            out.extend(chunk)
+        return out
+
+    def exited() -> bool:
+        read()  # the terminal kept drained while the CLI quits
+        return p.popen.poll() is not None
+
+    try:
+        wait_for(lambda: read().count(watch.CLEAR.encode()) >= 2, timeout=30, what="two screens")
+        os.killpg(p.pid, signal.SIGINT)
+        wait_for(exited, timeout=30, what="exit on Ctrl-C")
+        read()
     finally:
-        if p.poll() is None:
-            p.kill()
         os.close(main)
+    assert p.popen.returncode == 0
     text = out.decode()
     last = text.rsplit(watch.CLEAR, 1)[1]
     assert "AGENDA" in last and "ACTIVE RUNS" in last and "Traceback" not in text
@@ -131,24 +170,8 @@ def test_status_watch_in_a_real_terminal_fits_80_columns_and_quits_on_ctrl_c(bus
 
 
 def test_runs_timeline_from_the_cli(busy, db_dsn, role_logins):
-    import subprocess
-    import sys
-
-    import psycopg
-
     dsn = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["reader"])
-    r = subprocess.run(
-        [sys.executable, "-m", "scrinalia_workers.cli", "runs", "ocr", "--timeline", "--dsn", dsn],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("ocr: the last") and "1/3" in r.stdout and "backoff" in r.stdout
-    r = subprocess.run(
-        [sys.executable, "-m", "scrinalia_workers.cli", "runs", "--timeline", "--dsn", dsn],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and "needs a WORKER" in r.stderr
+    r = cli("runs", "ocr", "--timeline", dsn=dsn)
+    assert r.code == 0, r.err
+    assert r.out.startswith("ocr: the last") and "1/3" in r.out and "backoff" in r.out
+    assert_one_line_error(cli("runs", "--timeline", dsn=dsn), 1, "needs a WORKER")

@@ -3,24 +3,27 @@
     scrinalia-workers status --watch [--interval SECONDS]
     scrinalia-workers runs WORKER --timeline
 
-Both read only what a login in scrinalia_reader may read (the views and
-scheduler_health()), fit an 80-column terminal, and print instants in UTC with a Z.
+Both read only what a login in scrinalia_reader may read (the views,
+scheduler_health() and worker_timeline()), fit an 80-column terminal, and print
+instants in UTC with a Z.
 """
 
 from __future__ import annotations
 
 import shutil
 import sys
-import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import TextIO
+from typing import Any, TextIO
 
 import psycopg
 from psycopg.rows import dict_row
 
-from scrinalia_workers.cli import fmt as clifmt
+from scrinalia_workers.cli.common import one
+from scrinalia_workers.cli.fmt import utc as utc_or_none
+from scrinalia_workers.clock import SYSTEM, Clock
 from scrinalia_workers.gateway.backoff import Backoff, is_transient
+from scrinalia_workers.gateway.statements import cli as sql
 from scrinalia_workers.logs import one_line
 
 CLEAR = "\x1b[H\x1b[2J"
@@ -28,7 +31,7 @@ CLEAR = "\x1b[H\x1b[2J"
 
 def utc(ts: datetime | None) -> str:
     """An instant as the CLI prints it, '-' for none."""
-    return clifmt.utc(ts) or "-"
+    return utc_or_none(ts) or "-"
 
 
 def span(d: timedelta | float | None) -> str:
@@ -56,26 +59,15 @@ def _row(cells: list[str], widths: list[int]) -> str:
     return " ".join(_fit(c, w).ljust(w) for c, w in zip(cells, widths)).rstrip()
 
 
-def render(conn: psycopg.Connection, width: int = 80, failures: int = 5) -> str:
+def render(conn: psycopg.Connection[Any], width: int = 80, failures: int = 5) -> str:
     """One screen: the scheduler's health, the agenda with the time to each next run,
     the active runs with their lease, and the latest failures."""
     cur = conn.cursor(row_factory=dict_row)
-    now = cur.execute("SELECT now() AS now").fetchone()["now"]
-    h = cur.execute("SELECT healthy, reason, holder_role, heartbeat_age FROM scrinalia.scheduler_health()").fetchone()
-    agenda = cur.execute(
-        "SELECT worker_name, cron, timezone, next_run_at, paused, awaiting_arm, scheduled, arm_error,"
-        " active_run_id, active_status, active_trigger, active_attempt, active_not_before"
-        " FROM scrinalia.worker_agenda ORDER BY next_run_at NULLS LAST, worker_name"
-    ).fetchall()
-    active = cur.execute(
-        "SELECT run_id, worker_name, status, trigger, attempt_label, lease_owner, lease_expires_at, not_before,"
-        " created_at FROM scrinalia.worker_run_history WHERE status = ANY (scrinalia.active_statuses()) ORDER BY run_id"
-    ).fetchall()
-    failed = cur.execute(
-        "SELECT run_id, worker_name, status, attempt_label, finished_at, error FROM scrinalia.worker_run_history"
-        " WHERE status IN ('FAILED', 'INTERRUPTED') ORDER BY finished_at DESC NULLS LAST, run_id DESC LIMIT %s",
-        (failures,),
-    ).fetchall()
+    now = one(cur.execute(sql.NOW))["now"]
+    h = one(cur.execute(sql.WATCH_HEALTH))
+    agenda = cur.execute(sql.WATCH_AGENDA).fetchall()
+    active = cur.execute(sql.ACTIVE_RUNS).fetchall()
+    failed = cur.execute(sql.LATEST_FAILURES, (failures,)).fetchall()
 
     out = [_fit(f"scrinalia-workers  {utc(now)}  (Ctrl-C to quit)", width)]
     if h["healthy"]:
@@ -94,7 +86,7 @@ def render(conn: psycopg.Connection, width: int = 80, failures: int = 5) -> str:
         elif a["paused"]:
             nxt, when, state = "-", "-", "paused"
         elif a["arm_error"]:
-            nxt, when, state = "-", "-", "SET ASIDE: " + one_line(a["arm_error"])
+            nxt, when, state = "-", "-", f"SET ASIDE: {one_line(a['arm_error'])}"
         elif a["awaiting_arm"]:
             nxt, when, state = "-", "-", "awaiting arm"
         else:
@@ -141,10 +133,15 @@ def render(conn: psycopg.Connection, width: int = 80, failures: int = 5) -> str:
 
 
 def watch(
-    connect: Callable[[], psycopg.Connection], interval: float, out: TextIO = sys.stdout, width: int | None = None
+    connect: Callable[[], psycopg.Connection[Any]],
+    interval: float,
+    out: TextIO = sys.stdout,
+    width: int | None = None,
+    clock: Clock = SYSTEM,
 ) -> int:
     """Refreshes render() in place every `interval` seconds until Ctrl-C; a lost
-    connection is shown on the screen and retried, never a traceback."""
+    connection is shown on the screen and retried, never a traceback. `clock` paces
+    the refreshes (a test's FakeClock makes them immediate)."""
     conn = None
     retry = Backoff(base=0.5, cap=max(interval, 5.0))
     try:
@@ -168,7 +165,7 @@ def watch(
                 )
             out.write(CLEAR + screen + "\n")
             out.flush()
-            time.sleep(delay)
+            clock.sleep(delay)
     except KeyboardInterrupt:
         out.write("\n")
         return 0
@@ -177,31 +174,11 @@ def watch(
             conn.close()
 
 
-# A worker's last scheduled periods with their attempts. A period's attempts are
-# consecutive among the worker's SCHEDULE runs (the tick skips while a retry is owed),
-# so its live run and its newest periods x max_attempts() finished ones hold them all;
-# the finished ones are read newest first through ix_worker_runs_finished.
-TIMELINE_SQL = """
-WITH recent AS (
-    SELECT * FROM scrinalia.worker_run_history
-     WHERE worker_name = %(w)s AND trigger = 'SCHEDULE' AND status IN ('QUEUED', 'RUNNING')
-    UNION ALL
-    (SELECT * FROM scrinalia.worker_run_history
-      WHERE worker_name = %(w)s AND trigger = 'SCHEDULE' AND status NOT IN ('QUEUED', 'RUNNING')
-      ORDER BY run_id DESC LIMIT %(periods)s * scrinalia.max_attempts())
-)
-SELECT run_id, trigger, status, attempt, attempt_label, retry_of, scheduled_for, not_before,
-       created_at, started_at, finished_at, duration, error
-  FROM recent
- WHERE scheduled_for IN (SELECT DISTINCT scheduled_for FROM recent ORDER BY scheduled_for DESC LIMIT %(periods)s)
- ORDER BY scheduled_for DESC, attempt"""
-
-
-def timeline(conn: psycopg.Connection, worker: str, periods: int = 10, width: int = 80) -> str:
+def timeline(conn: psycopg.Connection[Any], worker: str, periods: int = 10, width: int = 80) -> str:
     """One worker's scheduled periods, newest first, each with its attempts: outcome,
     when it started relative to the period, the backoff before it, and the error."""
     cur = conn.cursor(row_factory=dict_row)
-    rows = cur.execute(TIMELINE_SQL, {"w": worker, "periods": periods}).fetchall()
+    rows = cur.execute(sql.WORKER_TIMELINE, {"w": worker, "periods": periods}).fetchall()
     if not rows:
         return f"{worker}: no scheduled runs yet"
     out = [f"{worker}: the last {periods} scheduled periods, newest first"]
@@ -222,6 +199,6 @@ def timeline(conn: psycopg.Connection, worker: str, periods: int = 10, width: in
         )
         out.append(_fit(line, width))
         if r["error"]:
-            out.append(_fit("           " + one_line(r["error"]), width))
+            out.append(_fit(f"           {one_line(r['error'])}", width))
         prev_end = r["finished_at"]
     return "\n".join(out)

@@ -1,0 +1,137 @@
+"""schedule get|put|delete|pause|resume|import: a worker's schedule, one function per action."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from scrinalia_workers import errors
+from scrinalia_workers.cli.common import EXIT_OK, max_attempts, one, open_db, parse_json_object, who
+from scrinalia_workers.cli.files import read_schedule_file
+from scrinalia_workers.cli.fmt import in_zone, print_fields, print_json, utc
+from scrinalia_workers.gateway.statements import cli as sql
+
+
+def active_run(a: dict[str, Any], most: int) -> str | None:
+    """An agenda row's active run in a few words, or None when the slot is free."""
+    if a["active_run_id"] is None:
+        return None
+    s = f"#{a['active_run_id']} {a['active_status']} {a['active_trigger']}"
+    if a["active_trigger"] == "SCHEDULE":
+        s += f" {a['active_attempt']}/{most}"
+    if a["active_not_before"] and a["active_not_before"] > datetime.now(UTC):
+        s += f" not before {utc(a['active_not_before'])}"
+    return s
+
+
+def _fields(a: dict[str, Any], most: int) -> list[tuple[str, Any]]:
+    if a["paused"]:
+        nxt = "paused"
+    elif a["awaiting_arm"]:
+        nxt = "not armed yet (the scheduler computes it at its next tick)"
+    else:
+        nxt = f"{in_zone(a['next_run_at'], a['timezone'])} ({utc(a['next_run_at'])})"
+    skipped = utc(a["last_skipped_at"])
+    if skipped and a["last_skip_reason"]:
+        skipped += f" ({a['last_skip_reason']})"
+    return [
+        ("worker", a["worker_name"]),
+        ("cron", a["cron"]),
+        ("timezone", a["timezone"]),
+        ("enabled", "no (paused)" if a["paused"] else "yes"),
+        ("next run", nxt),
+        ("request", json.dumps(a["request"], ensure_ascii=False)),
+        ("last enqueued", utc(a["last_enqueued_at"]) and f"{utc(a['last_enqueued_at'])} (run #{a['last_run_id']})"),
+        ("last skipped", skipped),
+        ("active run", active_run(a, most)),
+        ("updated", a["updated_at"] and f"{utc(a['updated_at'])} by {a['updated_by'] or '-'}"),
+    ]
+
+
+def _show(conn: psycopg.Connection[Any], worker: str, as_json: bool) -> None:
+    a = conn.cursor(row_factory=dict_row).execute(sql.WORKER_AGENDA, (worker,)).fetchone()
+    if a is None:
+        raise errors.ScrinaliaError(f"[{errors.UNKNOWN_WORKER}] unknown worker {worker!r}")
+    if not a["scheduled"]:
+        raise errors.ScrinaliaError(f"[{errors.NO_SCHEDULE}] worker {worker!r} has no schedule")
+    if as_json:
+        print_json(a)
+    else:
+        print_fields(_fields(a, max_attempts(conn)))
+
+
+def _changed(conn: psycopg.Connection[Any], args: argparse.Namespace, verb: str) -> int:
+    """After a write: what was done, then the schedule as it now is."""
+    if not args.json:
+        print(f"schedule of {args.worker} {verb}")
+    _show(conn, args.worker, args.json)
+    return EXIT_OK
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    with open_db(args) as conn:
+        _show(conn, args.worker, args.json)
+    return EXIT_OK
+
+
+def cmd_put(args: argparse.Namespace) -> int:
+    from scrinalia_workers import cron
+
+    # fast, local, field-naming errors before connecting
+    expr = cron.validate(args.cron)
+    if args.timezone is not None:
+        cron.validate_timezone(args.timezone)
+    request = parse_json_object(args.request, "--request")
+    with open_db(args) as conn:
+        conn.execute(sql.PUT_SCHEDULE, (args.worker, expr, args.timezone, Jsonb(request), not args.disabled, who()))
+        return _changed(conn, args, "saved")
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    with open_db(args) as conn:
+        conn.execute(sql.DELETE_SCHEDULE, (args.worker,))
+    if args.json:
+        print_json({"deleted": args.worker})
+    else:
+        print(f"deleted the schedule of {args.worker}")
+    return EXIT_OK
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    with open_db(args) as conn:
+        conn.execute(sql.SET_SCHEDULE_ENABLED, (args.worker, False, who()))
+        return _changed(conn, args, "paused")
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    with open_db(args) as conn:
+        conn.execute(sql.SET_SCHEDULE_ENABLED, (args.worker, True, who()))
+        return _changed(conn, args, "resumed (re-armed from the cron: paused periods are not caught up)")
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    label, schedules = read_schedule_file(args.file)
+    with open_db(args) as conn:
+        # --dry-run: the same call, rolled back (so no NOTIFY either)
+        with conn.transaction(force_rollback=args.dry_run):
+            try:
+                created, replaced = one(conn.execute(sql.PUT_SCHEDULES, (schedules, who())))
+            except psycopg.Error as e:
+                e.add_note(label)
+                raise
+    if args.json:
+        print_json({"file": label, "created": created, "replaced": replaced, "dry_run": args.dry_run})
+    elif args.dry_run:
+        print(
+            f"{label}: {created + replaced} schedule(s) valid: {created} would be created, {replaced} replaced "
+            "(--dry-run: nothing written)"
+        )
+    else:
+        print(f"imported {created + replaced} schedule(s) from {label}: {created} created, {replaced} replaced")
+    return EXIT_OK

@@ -1,0 +1,101 @@
+"""status [--watch]: the scheduler lock and health, the agenda, the queue counters."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from psycopg.rows import dict_row
+
+from scrinalia_workers.cli.commands.schedule import active_run
+from scrinalia_workers.cli.common import EXIT_OK, max_attempts, one, open_db
+from scrinalia_workers.cli.fmt import in_zone, print_json, print_table, utc
+from scrinalia_workers.gateway.statements import cli as sql
+from scrinalia_workers.logs import one_line
+
+
+def _scheduler_line(s: dict[str, Any]) -> str:
+    if s["lock_held"]:
+        holder = s["holder_application"] or "?"
+        where = f" from {s['holder_client']}" if s["holder_client"] else ""
+        line = f"lock held by pid {s['holder_pid']} ({holder}{where}, connected {utc(s['holder_backend_start'])})"
+    else:
+        line = "NO scheduler holds the lock: nothing is ticking"
+    if s["last_tick_at"]:
+        line += f"; last tick {utc(s['last_tick_at'])} by {s['last_tick_by'] or '-'} ({s['ticks']} ticks)"
+    else:
+        line += "; never ticked"
+    return line
+
+
+def _next_run(a: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(in the schedule's zone, in UTC), or what stands in for them."""
+    if not a["scheduled"]:
+        return "unscheduled", "unscheduled"
+    if a["paused"]:
+        return "paused", "-"
+    if a["arm_error"]:
+        return f"SET ASIDE: {one_line(a['arm_error'], 60)}", utc(a["arm_retry_at"])
+    if a["awaiting_arm"]:
+        return "not armed yet", "-"
+    return in_zone(a["next_run_at"], a["timezone"]), utc(a["next_run_at"])
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    if args.watch:
+        from scrinalia_workers.cli.watch import watch
+
+        open_db(args).close()  # a bad DSN or login is one line before the screen takes over
+        return watch(lambda: open_db(args), args.interval)
+    with open_db(args) as conn:
+        cur = conn.cursor(row_factory=dict_row)
+        agenda = cur.execute(sql.AGENDA).fetchall()
+        counters = cur.execute(sql.QUEUE_COUNTERS).fetchall()
+        sched = one(cur.execute(sql.SCHEDULER_STATUS))
+        health = one(cur.execute(sql.SCHEDULER_HEALTH))
+        most = max_attempts(conn)
+    if args.json:
+        print_json({"scheduler": sched, "health": health, "agenda": agenda, "queue_counters": counters})
+        return EXIT_OK
+    print(f"scheduler: {_scheduler_line(sched)}")
+    print("health: " + ("healthy" if health["healthy"] else f"NOT HEALTHY: {health['reason']}"))
+    print()
+    rows = []
+    for a in agenda:
+        skipped = utc(a["last_skipped_at"])
+        rows.append(
+            [
+                a["worker_name"],
+                a["cron"],
+                a["timezone"],
+                *_next_run(a),
+                "yes" if a["paused"] else ("no" if a["scheduled"] else None),
+                utc(a["last_enqueued_at"]),
+                skipped,
+                one_line(a["last_skip_reason"], 40) if skipped else None,
+                active_run(a, most),
+            ]
+        )
+    print_table(
+        [
+            "worker",
+            "cron",
+            "zone",
+            "next run (zone)",
+            "next run (UTC)",
+            "paused",
+            "last enqueued",
+            "last skipped",
+            "skip reason",
+            "active run",
+        ],
+        rows,
+        title="agenda (when each worker runs)",
+    )
+    print()
+    print_table(
+        ["worker", "pending", "processed"],
+        [[c["worker_name"], c["pending"], c["processed"]] for c in counters],
+        title="queue counters (units of work, not runs)",
+    )
+    return EXIT_OK

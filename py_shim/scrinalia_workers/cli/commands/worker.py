@@ -1,0 +1,90 @@
+"""worker register|list|show: the worker catalogue, the owner's (register runs at deploy time)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from psycopg.rows import dict_row
+
+from scrinalia_workers import errors
+from scrinalia_workers.cli.common import EXIT_OK, PROG, open_db
+from scrinalia_workers.cli.fmt import print_fields, print_json, print_table, utc
+from scrinalia_workers.gateway.statements import cli as sql
+from scrinalia_workers.logs import one_line
+
+
+def cmd_register(args: argparse.Namespace) -> int:
+    from scrinalia_workers.admin import catalogue
+
+    workers = catalogue.read(args.file)
+    label = "<stdin>" if args.file == "-" else args.file
+    if args.check:
+        if args.json:
+            print_json({"file": label, "valid": [w["name"] for w in workers]})
+        else:
+            print(f"{label}: {len(workers)} worker(s) valid: {', '.join(w['name'] for w in workers)}")
+        return EXIT_OK
+    with open_db(args) as conn:
+        done = catalogue.register(conn, workers, label)
+    if args.json:
+        print_json({"file": label, "registered": [{"worker": n, "new": new} for n, new in done]})
+    else:
+        print(
+            f"registered {len(done)} worker(s) from {label}: "
+            + ", ".join(f"{n} ({'new' if new else 'updated'})" for n, new in done)
+        )
+    return EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with open_db(args) as conn:
+        rows = conn.cursor(row_factory=dict_row).execute(sql.CATALOGUE).fetchall()
+    if args.json:
+        print_json(rows)
+        return EXIT_OK
+    print_table(
+        ["worker", "engines", "presets", "options", "updated", "description"],
+        [
+            [
+                r["worker_name"],
+                ", ".join(r["engines"]) or None,
+                ", ".join(r["presets"]) or None,
+                ", ".join(r["options"]) or None,
+                utc(r["updated_at"]),
+                one_line(r["description"], 50) or None,
+            ]
+            for r in rows
+        ],
+    )
+    return EXIT_OK
+
+
+def _compact(v: Any) -> str | None:
+    return json.dumps(v, ensure_ascii=False) if v else None
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with open_db(args) as conn:
+        r = conn.cursor(row_factory=dict_row).execute(sql.CATALOGUE_WORKER, (args.worker,)).fetchone()
+    if r is None:
+        raise errors.ScrinaliaError(
+            f"[{errors.UNKNOWN_WORKER}] unknown worker {args.worker!r} (hint: {PROG} worker list)"
+        )
+    if args.json:
+        print_json(r)
+        return EXIT_OK
+    print_fields(
+        [
+            ("worker", r["worker_name"]),
+            ("description", r["description"] or None),
+            ("engines", _compact(r["engines"])),
+            ("presets", _compact(r["presets"])),
+            ("options", _compact(r["options"])),
+            ("default config", _compact(r["default_config"])),
+            ("created", utc(r["created_at"])),
+            ("updated", utc(r["updated_at"])),
+        ]
+    )
+    return EXIT_OK

@@ -1,0 +1,82 @@
+"""What the command line sends: calls of the SQL API and reads of its views (docs/sql-api.md).
+
+`SELECT *` where the CLI's --json prints whole rows: the view or function says which
+columns a row has. Parameters are psycopg's (%s, or %(name)s where named).
+"""
+
+# --- shared -------------------------------------------------------------------
+
+SCHEMA_HEAD = "SELECT scrinalia.schema_head() AS schema_head"
+MAX_ATTEMPTS = "SELECT scrinalia.max_attempts() AS max_attempts"  # the retry policy's one home
+
+# --- runs: enqueue, cancel, settings, prune -----------------------------------
+
+# (worker, request, requested_by)
+ENQUEUE = "SELECT * FROM scrinalia.enqueue(%s, %s, 'CLI', %s)"
+# (run_id, cancelled_by)
+CANCEL_RUN = "SELECT * FROM scrinalia.cancel_run(%s, %s)"
+# (worker, settings, updated_by)
+PUT_SETTINGS = "SELECT * FROM scrinalia.put_settings(%s, %s, %s)"
+# (older_than, batch): how many it deleted; called until 0
+PRUNE_RUNS = "SELECT scrinalia.prune_runs(%s::interval, %s) AS deleted"
+
+# --- schedules ----------------------------------------------------------------
+
+# (worker, cron, timezone, request, enabled, updated_by)
+PUT_SCHEDULE = "SELECT scrinalia.put_schedule(%s, %s, %s, %s, %s, %s)"
+# (the schedules as a JSON array, updated_by)
+PUT_SCHEDULES = "SELECT created, replaced FROM scrinalia.put_schedules(%s::jsonb, %s)"
+# (worker, enabled, updated_by)
+SET_SCHEDULE_ENABLED = "SELECT scrinalia.set_schedule_enabled(%s, %s, %s)"
+# (worker,)
+DELETE_SCHEDULE = "SELECT scrinalia.delete_schedule(%s)"
+# (worker,): no row for an unknown worker
+WORKER_AGENDA = "SELECT * FROM scrinalia.worker_agenda WHERE worker_name = %s"
+
+# --- status -------------------------------------------------------------------
+
+AGENDA = "SELECT * FROM scrinalia.worker_agenda ORDER BY worker_name"
+QUEUE_COUNTERS = "SELECT * FROM scrinalia.worker_queue_counters ORDER BY worker_name"
+SCHEDULER_STATUS = "SELECT * FROM scrinalia.scheduler_status()"
+SCHEDULER_HEALTH = "SELECT healthy, reason FROM scrinalia.scheduler_health()"
+
+# --- runs: the history --------------------------------------------------------
+
+# All runs, newest first: the primary key read backwards. (n)
+RUNS = "SELECT * FROM scrinalia.worker_run_history ORDER BY run_id DESC LIMIT %(n)s"
+# One worker's: its live run and its newest finished runs, through their indexes. (w, n)
+WORKER_RUNS = "SELECT * FROM scrinalia.worker_runs(%(w)s, %(n)s) ORDER BY run_id DESC"
+# (worker,): a row when the worker is in the catalogue
+WORKER_KNOWN = "SELECT 1 AS known FROM scrinalia.worker_agenda WHERE worker_name = %s"
+# One worker's last scheduled periods, newest first, each with its attempts. (w, periods)
+WORKER_TIMELINE = (
+    "SELECT run_id, trigger, status, attempt, attempt_label, retry_of, scheduled_for, not_before,"
+    " created_at, started_at, finished_at, duration, error"
+    " FROM scrinalia.worker_timeline(%(w)s, %(periods)s) ORDER BY scheduled_for DESC, attempt"
+)
+
+# --- the live screen (status --watch) -----------------------------------------
+
+NOW = "SELECT now() AS now"
+WATCH_HEALTH = "SELECT healthy, reason, holder_role, heartbeat_age FROM scrinalia.scheduler_health()"
+WATCH_AGENDA = (
+    "SELECT worker_name, cron, timezone, next_run_at, paused, awaiting_arm, scheduled, arm_error,"
+    " active_run_id, active_status, active_trigger, active_attempt, active_not_before"
+    " FROM scrinalia.worker_agenda ORDER BY next_run_at NULLS LAST, worker_name"
+)
+ACTIVE_RUNS = (
+    "SELECT run_id, worker_name, status, trigger, attempt_label, lease_owner, lease_expires_at, not_before,"
+    " created_at FROM scrinalia.worker_run_history WHERE status = ANY (scrinalia.active_statuses()) ORDER BY run_id"
+)
+# (how many,)
+LATEST_FAILURES = (
+    "SELECT run_id, worker_name, status, attempt_label, finished_at, error FROM scrinalia.worker_run_history"
+    " WHERE status IN ('FAILED', 'INTERRUPTED') ORDER BY finished_at DESC NULLS LAST, run_id DESC LIMIT %s"
+)
+
+# --- the worker catalogue (the owner's) ---------------------------------------
+
+_CATALOGUE_COLUMNS = "worker_name, description, engines, presets, options, default_config, created_at, updated_at"
+CATALOGUE = f"SELECT {_CATALOGUE_COLUMNS} FROM scrinalia.worker_catalogue ORDER BY worker_name"
+# (worker,)
+CATALOGUE_WORKER = f"SELECT {_CATALOGUE_COLUMNS} FROM scrinalia.worker_catalogue WHERE worker_name = %s"
