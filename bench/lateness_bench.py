@@ -15,8 +15,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -26,50 +24,15 @@ from pathlib import Path
 import psycopg
 
 from scrinalia_workers.scheduler.daemon import PREPARED_LIMIT, TICK_CHUNK
+from scrinalia_workers.testkit.procs import Proc, Procs
+from scrinalia_workers.testkit.waiting import wait_for
 
 from . import pgcron, seed
-from .common import Result, check, conn, now, percentile
+from .common import Result, check, child_env, conn, percentile
 
-ROOT = Path(__file__).resolve().parent.parent
 N_SCHEDULES = 200
+POLL = 0.02  # how often a wait for the processes' work looks
 ALONE_MINUTES = 3  # after the shared minutes, ours with pg_cron's jobs unscheduled
-
-
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
-
-
-def _start(args: list[str], log: Path) -> subprocess.Popen:
-    f = open(log, "w")
-    return subprocess.Popen(
-        [sys.executable, *args], stdout=f, stderr=subprocess.STDOUT, env=_env(), start_new_session=True
-    )
-
-
-def _stop(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
-def _await(cond, timeout: float, what: str, proc: subprocess.Popen | None = None, log: Path | None = None):
-    """Polls cond() every 20 ms until it returns something truthy, or fails clearly."""
-    deadline = now() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if proc is not None and proc.poll() is not None:
-            tail = log.read_text()[-800:] if log else ""
-            raise RuntimeError(f"{what}: the process exited with {proc.returncode}: {tail.strip()}")
-        check(now() < deadline, f"{what}: not within {timeout:.0f} s")
-        time.sleep(0.02)
 
 
 def scheduler_available() -> bool:
@@ -158,7 +121,7 @@ def _pgcron_commit_lateness(c, due) -> list[float]:
     return lat
 
 
-def spike(c, n: int, commit_ts: bool, proc, log) -> dict:
+def spike(c, n: int, commit_ts: bool, proc: Proc) -> dict:
     """n more schedules all due at one instant a few seconds ahead (the clock is data):
     when is the last of their runs visible? The scheduler wakes by itself (next_wakeup)."""
     c.execute(
@@ -177,14 +140,14 @@ def spike(c, n: int, commit_ts: bool, proc, log) -> dict:
     at = c.execute(
         "SELECT min(next_run_at) FROM scrinalia.archive_worker_schedules WHERE worker_name LIKE 'spike%%'"
     ).fetchone()[0]
-    _await(
+    wait_for(
         lambda: c.execute(
             "SELECT count(*) = %s FROM scrinalia.archive_worker_runs WHERE scheduled_for = %s", (n, at)
         ).fetchone()[0],
-        60,
-        f"{n:,} spike runs",
-        proc,
-        log,
+        timeout=60,
+        interval=POLL,
+        what=f"{n:,} spike runs",
+        watch=[proc],
     )
     runs, workers, twice = c.execute(
         "SELECT count(*), count(DISTINCT worker_name), (SELECT count(*) - count(DISTINCT (worker_name, scheduled_for)) "
@@ -230,10 +193,10 @@ def scheduler_lateness(
         cron = {"available": False, "why": "no superuser DSN to set pg_cron up with"}
     else:
         bench_db = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
-        cron = pgcron.setup(admin_dsn, bench_db, N_SCHEDULES, wait=_await)
+        cron = pgcron.setup(admin_dsn, bench_db, N_SCHEDULES, wait=wait_for)
     listener = Listener(dsn, ("scrinalia_runs", pgcron.CHANNEL))
-    log = logdir / "scheduler.log"
-    proc = _start(["-m", "scrinalia_workers.scheduler", "--dsn", dsn, "--json"], log)
+    procs = Procs()
+    proc = procs.scheduler(dsn, log=logdir / "scheduler.log", env=child_env(), new_session=True)
     samples, per_round, seen, boundaries, loads = [], [], [], [], []
     cron_rounds, cron_missing = [], []
     seen_alone, cron_while_alone = [], 0
@@ -245,15 +208,15 @@ def scheduler_lateness(
     alone = alone if cron["available"] else 0
     try:
         with conn(dsn) as c:
-            _await(
+            wait_for(
                 lambda: c.execute(
                     "SELECT count(*) = %s FROM scrinalia.archive_worker_schedules WHERE next_run_at IS NOT NULL",
                     (N_SCHEDULES,),
                 ).fetchone()[0],
-                60,
-                "the scheduler arming the schedules",
-                proc,
-                log,
+                timeout=60,
+                interval=POLL,
+                what="the scheduler arming the schedules",
+                watch=[proc],
             )
             while len(per_round) + len(seen_alone) < rounds + alone:
                 if cron["available"] and len(per_round) == rounds and not seen_alone:
@@ -272,17 +235,17 @@ def scheduler_lateness(
                 b = _epoch(c, due[0])
                 # pg_cron reads its new jobs on its next loop: a boundary a few seconds away is a warm-up
                 warm = cron["available"] and warmup is None and not per_round and wait < 10
-                got = _await(
+                got = wait_for(
                     lambda: c.execute(
                         "SELECT array_agg(extract(epoch FROM created_at - scheduled_for)::float8) "
                         "FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE' AND scheduled_for = %s "
                         "HAVING count(*) = %s",
                         (due[0], N_SCHEDULES),
                     ).fetchone(),
-                    wait + 30,
-                    "200 runs for the due minute",
-                    proc,
-                    log,
+                    timeout=wait + 30,
+                    interval=POLL,
+                    what="200 runs for the due minute",
+                    watch=[proc],
                 )
                 lat = got[0]
                 check(len(lat) == N_SCHEDULES, f"{len(lat)} runs for {N_SCHEDULES} schedules")
@@ -299,12 +262,12 @@ def scheduler_lateness(
                     "WHERE status = 'QUEUED'"
                 )
                 # the tick's one NOTIFY (all 200 runs commit together) may trail the rows by a moment
-                ticks = _await(
+                ticks = wait_for(
                     lambda: [t for t, p in listener.between("scrinalia_runs", b - 1, b + 59) if p == "tick"],
-                    10,
-                    "the tick's NOTIFY",
-                    proc,
-                    log,
+                    timeout=10,
+                    interval=POLL,
+                    what="the tick's NOTIFY",
+                    watch=[proc],
                 )
                 crons = []
                 if cron["available"] and len(per_round) == rounds:
@@ -338,9 +301,9 @@ def scheduler_lateness(
                     cron_missing.append(N_SCHEDULES - len(crons))
             if spike_n:
                 c.execute("UPDATE scrinalia.archive_worker_schedules SET enabled = false")  # the minute ones rest
-                spike_result = spike(c, spike_n, commit_ts, proc, log)
+                spike_result = spike(c, spike_n, commit_ts, proc)
     finally:
-        _stop(proc)
+        procs.stop_all()
         listener.close()
         if cron["available"]:
             cron["details"] = pgcron.run_details(admin_dsn, boundaries[0] - 1) if boundaries else []
@@ -364,21 +327,21 @@ def scheduler_lateness(
     }
 
 
-def _enqueue_and_await(c, worker: str, proc, log) -> float:
+def _enqueue_and_await(c, worker: str, proc: Proc) -> float:
     """Enqueues one run, waits until the runner finished it; returns started_at - created_at."""
     run_id = c.execute(
         "SELECT run_id FROM scrinalia.enqueue(%s, '{}'::jsonb, 'MANUAL', 'bench')", (worker,)
     ).fetchone()[0]
-    got = _await(
+    got = wait_for(
         lambda: c.execute(
             "SELECT extract(epoch FROM started_at - created_at)::float8 FROM scrinalia.archive_worker_runs "
             "WHERE run_id = %s AND status = 'SUCCEEDED'",
             (run_id,),
         ).fetchone(),
-        30,
-        f"run #{run_id} claimed and finished",
-        proc,
-        log,
+        timeout=30,
+        interval=POLL,
+        what=f"run #{run_id} claimed and finished",
+        watch=[proc],
     )
     return got[0]
 
@@ -388,24 +351,24 @@ def claim_latency(dsn: str, n: int, logdir: Path) -> dict:
         seed.reset(c)
         seed.workers(c, n + 1)
     cmd, which = runner_command(dsn)
-    log = logdir / "runner.log"
-    proc = _start(cmd, log)
+    procs = Procs()
+    proc = procs.start([sys.executable, *cmd], child_env(), log=logdir / "runner.log", new_session=True)
     samples = []
     rnd = random.Random(4)
     try:
         with conn(dsn) as c:
             # a first run, not counted, proves the runner connected and LISTENs
-            _enqueue_and_await(c, seed.worker_name(n), proc, log)
+            _enqueue_and_await(c, seed.worker_name(n), proc)
             for i in range(n):
                 # idle long enough that the runner is asleep in its LISTEN wait
                 time.sleep(rnd.uniform(0.02, 0.05))
-                samples.append(_enqueue_and_await(c, seed.worker_name(i), proc, log))
+                samples.append(_enqueue_and_await(c, seed.worker_name(i), proc))
             states = dict(
                 c.execute("SELECT status::text, count(*) FROM scrinalia.archive_worker_runs GROUP BY 1").fetchall()
             )
         check(states == {"SUCCEEDED": n + 1}, f"ledger is {states}, expected {n + 1} SUCCEEDED")
     finally:
-        _stop(proc)
+        procs.stop_all()
     return {"samples": samples, "runner": which}
 
 
