@@ -27,6 +27,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
+READ_AFTER_EXIT = 5.0  # seconds wait() gives the reader to reach the end of an exited child's output
+
 
 class Proc:
     """A child process whose JSON log lines are collected by a thread. Each event
@@ -40,6 +42,7 @@ class Proc:
         log: Path | None = None,
         lines: str = "stderr",
         new_session: bool = False,
+        unset: Iterable[str] = (),
     ):
         self.args = list(args)
         self.log = log
@@ -58,14 +61,17 @@ class Proc:
             streams = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
         else:
             raise ValueError(f"lines must be 'stderr' or 'stdout', not {lines!r}")
+        child_env = {k: v for k, v in os.environ.items() if k not in set(unset)}
         self.popen = subprocess.Popen(
-            self.args, text=True, env=dict(os.environ, **(env or {})), start_new_session=new_session, **streams
+            self.args, text=True, env={**child_env, **(env or {})}, start_new_session=new_session, **streams
         )
         self.pid = self.popen.pid
+        self._reader: threading.Thread | None = None
         if log is None:
             stream = self.popen.stdout if lines == "stdout" else self.popen.stderr
             assert stream is not None
-            threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+            self._reader = threading.Thread(target=self._read, args=(stream,), daemon=True)
+            self._reader.start()
 
     def _read(self, stream: IO[str]) -> None:
         for line in stream:
@@ -148,9 +154,10 @@ class Proc:
             self.popen.send_signal(signal.SIGTERM)
 
     def wait(self, timeout: float = 15.0) -> int:
-        """Its exit code; if it has not exited within timeout, SIGKILL and AssertionError."""
+        """Its exit code, once its last lines are read; if it has not exited within
+        timeout, SIGKILL and AssertionError."""
         try:
-            return self.popen.wait(timeout)
+            code = self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
             self.popen.kill()
             self.popen.wait()
@@ -158,6 +165,9 @@ class Proc:
         finally:
             if self._logfile is not None and self.popen.poll() is not None:
                 self._logfile.close()
+        if self._reader is not None:
+            self._reader.join(READ_AFTER_EXIT)  # a child it left holding the pipe must not hold us
+        return code
 
     def stop(self, timeout: float = 15.0) -> int:
         self.terminate()
