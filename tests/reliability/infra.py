@@ -171,15 +171,3 @@ def multi_host_dsn(*clusters: LocalCluster, dbname: str = "postgres", user: str 
     hosts = ",".join("127.0.0.1" for _ in clusters)
     ports = ",".join(str(c.port) for c in clusters)
     return f"host={hosts} port={ports} user={user} dbname={dbname} target_session_attrs=read-write"
-
-
-def stop_all(procs) -> list[int | str]:
-    """SIGTERMs every procs.Proc (each one even when another did not stop in time);
-    returns the exit codes, or the failure text of one that had to be killed."""
-    codes: list[int | str] = []
-    for p in procs:
-        try:
-            codes.append(p.stop())
-        except AssertionError as e:
-            codes.append(str(e))
-    return codes
