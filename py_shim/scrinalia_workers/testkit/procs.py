@@ -9,9 +9,11 @@ running when it is done (the `procs` fixture of tests/conftest.py, or `with Proc
 no caller writes kill-in-finally. Children inherit this process's environment,
 PYTHONPATH included (the tests put their own handler modules on it).
 
-A Proc reads its child's log lines (stderr, or stdout for a program that writes its
-story there) in a thread; with `log=path` the child writes both streams to that file
-instead and nothing is read, so a benchmark's reader costs the machine nothing.
+A Proc reads its child's log lines (stderr; or stdout, or both, for a program that
+writes its story there) in a thread; with `log=path` the child writes both streams to
+that file instead and nothing is read, so a benchmark's reader costs the machine
+nothing. With group=True it runs in a session of its own and every signal Proc sends
+goes to that whole process group (a shell and what it execs or spawns).
 """
 
 from __future__ import annotations
@@ -42,10 +44,13 @@ class Proc:
         log: Path | None = None,
         lines: str = "stderr",
         new_session: bool = False,
+        group: bool = False,
+        inherit_env: bool = True,
         unset: Iterable[str] = (),
     ):
         self.args = list(args)
         self.log = log
+        self.group = group
         self.events: list[dict[str, Any]] = []
         self.raw: list[str] = []
         self._cond = threading.Condition()
@@ -59,16 +64,23 @@ class Proc:
             streams = {"stdout": subprocess.PIPE, "stderr": subprocess.DEVNULL}
         elif lines == "stderr":
             streams = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
+        elif lines == "both":
+            streams = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
         else:
-            raise ValueError(f"lines must be 'stderr' or 'stdout', not {lines!r}")
-        child_env = {k: v for k, v in os.environ.items() if k not in set(unset)}
+            raise ValueError(f"lines must be 'stderr', 'stdout' or 'both', not {lines!r}")
+        dropped = set(unset)
+        inherited = {k: v for k, v in os.environ.items() if k not in dropped} if inherit_env else {}
         self.popen = subprocess.Popen(
-            self.args, text=True, env={**child_env, **(env or {})}, start_new_session=new_session, **streams
+            self.args,
+            text=True,
+            env={**inherited, **(env or {})},
+            start_new_session=new_session or group,
+            **streams,
         )
         self.pid = self.popen.pid
         self._reader: threading.Thread | None = None
         if log is None:
-            stream = self.popen.stdout if lines == "stdout" else self.popen.stderr
+            stream = self.popen.stderr if lines == "stderr" else self.popen.stdout
             assert stream is not None
             self._reader = threading.Thread(target=self._read, args=(stream,), daemon=True)
             self._reader.start()
@@ -144,14 +156,21 @@ class Proc:
         return f"{' '.join(self.args[1:4])} exited with {code}:\n{self.tail()}"
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
-        self.popen.send_signal(sig)
+        """Sends sig (SIGKILL unless told) to the process, or to its group with group=True."""
+        if self.group:
+            try:
+                os.killpg(self.pid, sig)
+            except ProcessLookupError:
+                pass
+        else:
+            self.popen.send_signal(sig)
 
     def terminate(self) -> None:
         """SIGTERM, resumed first in case it was frozen with SIGSTOP (a stopped process
         acts on SIGTERM only once it runs again)."""
         if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGCONT)
-            self.popen.send_signal(signal.SIGTERM)
+            self.kill(signal.SIGCONT)
+            self.kill(signal.SIGTERM)
 
     def wait(self, timeout: float = 15.0) -> int:
         """Its exit code, once its last lines are read; if it has not exited within
@@ -159,7 +178,7 @@ class Proc:
         try:
             code = self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.popen.kill()
+            self.kill()
             self.popen.wait()
             raise AssertionError(f"process did not stop on SIGTERM within {timeout}s") from None
         finally:
@@ -240,10 +259,10 @@ class Procs:
         for p in self.started:
             if p.popen.poll() is None:
                 try:
-                    os.kill(p.pid, signal.SIGCONT)
+                    p.kill(signal.SIGCONT)
                 except ProcessLookupError:
                     pass
-                p.popen.kill()
+                p.kill()
             p.popen.wait()
             if p._logfile is not None:
                 p._logfile.close()
