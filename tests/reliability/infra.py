@@ -21,12 +21,12 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
 from scrinalia_workers.testkit.cluster import LocalCluster, find_bin_dir, free_port
+from scrinalia_workers.testkit.waiting import wait_for
 
 
 def pgbouncer_binary() -> str | None:
@@ -68,15 +68,13 @@ def pgbouncer_version(binary: str | None = None) -> tuple[int, ...]:
 
 
 def _wait_port(port: int, timeout: float, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def listening() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"pgbouncer exited {proc.returncode}:\n{log.read_text()[-2000:]}")
         with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"pgbouncer did not listen on {port} within {timeout}s")
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    wait_for(listening, timeout=timeout, what=f"pgbouncer listening on {port}")
 
 
 class PgBouncer:
