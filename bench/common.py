@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psycopg
 
 from scrinalia_workers.gateway.connection import connect
 
 now = time.perf_counter
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def child_env() -> dict[str, str]:
+    """The environment a benchmark's child process needs on top of ours: the bench
+    package importable (its handler modules, bench.notify_runner)."""
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
 class InvariantError(AssertionError):

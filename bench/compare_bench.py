@@ -10,35 +10,16 @@ its own public API with an empty task:
 
 procrastinate: App(PsycopgConnector), @app.task, defer_async / batch_defer_async.
 pgqueuer: Queries over a PsycopgDriver (psycopg 3 for all three systems), enqueue
-with scalars / lists; its drain-mode harness (pgqueuer_drain, _drain_with) is here.
+with scalars / lists. The peers' set-up is bench/peers.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import multiprocessing
 
-import psycopg
-
-from . import seed
+from . import drain_bench, seed
 from .common import Result, check, conn, median, now, vacuum_analyze
-
-N_RUNNERS = 4
-BATCH = 1_000
-
-
-def versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for name in ("procrastinate", "pgqueuer", "psycopg"):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = None
-    return out
-
+from .peers import BATCH, pgqueuer_queries, procrastinate_app, versions
 
 # --- ours ---------------------------------------------------------------------
 
@@ -74,20 +55,8 @@ def ours_enqueue(dsn: str, n: int) -> dict:
 # --- procrastinate --------------------------------------------------------------
 
 
-def _procrastinate_app(dsn: str):
-    import procrastinate
-
-    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
-
-    @app.task(name="noop")
-    async def noop() -> None:
-        return None
-
-    return app, noop
-
-
 async def _procrastinate_enqueue(dsn: str, n: int) -> dict:
-    app, noop = _procrastinate_app(dsn)
+    app, noop = procrastinate_app(dsn)
     async with app.open_async():
         await app.schema_manager.apply_schema_async()
         await noop.defer_async()  # warm the pool
@@ -114,15 +83,8 @@ def procrastinate_enqueue(dsn: str, n: int) -> dict:
 # --- pgqueuer -------------------------------------------------------------------
 
 
-async def _pgq_queries(dsn: str):
-    from pgqueuer import PsycopgDriver, Queries
-
-    aconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
-    return aconn, Queries(PsycopgDriver(aconn))
-
-
 async def _pgqueuer_enqueue(dsn: str, n: int) -> dict:
-    aconn, q = await _pgq_queries(dsn)
+    aconn, q = await pgqueuer_queries(dsn)
     async with aconn:
         if not await q.schema_is_installed():
             await q.install()
@@ -148,91 +110,8 @@ def pgqueuer_enqueue(dsn: str, n: int) -> dict:
     return r
 
 
-def _pgqueuer_worker(dsn: str, name: str, start) -> None:
-    logging.disable(logging.CRITICAL)
-    from pgqueuer import QueueManager
-    from pgqueuer.domain.types import QueueExecutionMode
-
-    async def main():
-        aconn, q = await _pgq_queries(dsn)
-        async with aconn:
-            qm = QueueManager(q)
-
-            @qm.entrypoint("noop")
-            async def noop(job) -> None:
-                return None
-
-            start.wait()
-            await qm.run(mode=QueueExecutionMode.drain)
-
-    asyncio.run(main())
-
-
-def pgqueuer_drain(dsn: str, n: int) -> dict:
-    async def fill():
-        aconn, q = await _pgq_queries(dsn)
-        async with aconn:
-            for i in range(0, n, BATCH):
-                m = min(BATCH, n - i)
-                await q.enqueue(["noop"] * m, [None] * m, [0] * m)
-
-    with conn(dsn) as c:
-        c.execute("TRUNCATE pgqueuer, pgqueuer_log RESTART IDENTITY")
-    asyncio.run(fill())
-    vacuum_analyze(dsn, "pgqueuer", "pgqueuer_log")
-    elapsed = _drain_with(
-        _pgqueuer_worker,
-        dsn,
-        "SELECT NOT EXISTS (SELECT FROM pgqueuer)"
-        f" AND (SELECT count(*) FROM pgqueuer_log WHERE status = 'successful') = {int(n)}",
-    )
-    with conn(dsn) as c:
-        left = c.execute("SELECT count(*) FROM pgqueuer").fetchone()[0]
-        done, distinct = c.execute(
-            "SELECT count(*), count(DISTINCT job_id) FROM pgqueuer_log WHERE status = 'successful'"
-        ).fetchone()
-        span = c.execute("SELECT extract(epoch FROM max(created) - min(created)) FROM pgqueuer_log").fetchone()[0]
-    check(left == 0, f"pgqueuer: {left} jobs left in the queue")
-    check(done == n == distinct, f"pgqueuer: {done} successes for {distinct} jobs, expected {n}")
-    return {"rate": n / elapsed, "ledger_rate": n / float(span) if span else None}
-
-
-# --- the common drain harness ---------------------------------------------------
-
-
-def _drain_with(target, dsn: str, done_sql: str) -> float:
-    """Starts N_RUNNERS worker processes, releases them together, and times until
-    done_sql (polled every 10 ms on a connection of our own) says all jobs are done:
-    a system that flushes its completions in batches or lingers before exiting is
-    timed by when its work is done, not by when its processes exit."""
-    ctx = multiprocessing.get_context("fork")
-    start = ctx.Barrier(N_RUNNERS + 1)
-    procs = [ctx.Process(target=target, args=(dsn, f"bench-{i}", start)) for i in range(N_RUNNERS)]
-    for p in procs:
-        p.start()
-    with conn(dsn) as c:
-        c.execute(done_sql)
-        start.wait(timeout=60)
-        t0 = now()
-        deadline = t0 + 600
-        while not c.execute(done_sql).fetchone()[0]:
-            check(now() < deadline, "the jobs were not done within 10 minutes")
-            check(any(p.is_alive() for p in procs), "every worker process exited before the jobs were done")
-            c.execute("SELECT pg_sleep(0.01)")
-        elapsed = now() - t0
-    for p in procs:
-        p.join(timeout=120)
-        if p.is_alive():
-            p.terminate()
-    bad = [p.exitcode for p in procs if p.exitcode != 0]
-    check(not bad, f"worker processes exited with {bad}")
-    return elapsed
-
-
 def run(dsn_for, quick: bool = False) -> Result:
     """dsn_for(name) -> the DSN of a fresh database of that name (ours migrated)."""
-    from . import drain_bench
-
     n = 2_000 if quick else 10_000
     rounds = 1 if quick else 3
     v = versions()

@@ -22,23 +22,20 @@ Systems:
 from __future__ import annotations
 
 import asyncio
-import logging
 import multiprocessing
-import os
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import psycopg
 
-from . import seed
-from .common import check, conn, median, now, vacuum_analyze
+from scrinalia_workers.testkit.procs import Proc, Procs
+from scrinalia_workers.testkit.waiting import wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
-N_WORKERS = 4
+from . import peers, seed
+from .common import check, child_env, conn, median, now, vacuum_analyze
+from .peers import N_WORKERS
+
 POLL = 0.01
 # Is a job still waiting or running? Each reads its system's live jobs only: our and
 # procrastinate's partial indexes, pgqueuer's table (it deletes a finished job).
@@ -70,12 +67,6 @@ UPDATE scrinalia.archive_worker_runs r
 RETURNING r.run_id"""
 
 
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
-
-
 def _timed_drain(dsn: str, make_visible, live_sql: str, done_sql: str, workers_alive) -> float:
     """Runs make_visible(conn) (one commit that makes the N jobs visible) and times
     from its return until done_sql is true. While live_sql (does a job still wait or
@@ -83,24 +74,29 @@ def _timed_drain(dsn: str, make_visible, live_sql: str, done_sql: str, workers_a
     poll costs the same however much history the table holds; done_sql (the count of
     the N done) is read once nothing is live. Each system is polled this way."""
     with conn(dsn) as c:
+
+        def finished() -> bool:
+            done = not c.execute(live_sql).fetchone()[0] and c.execute(done_sql).fetchone()[0]
+            if not done:
+                check(workers_alive(), "a worker process exited before the jobs were done")
+            return done
+
         make_visible(c)
         t0 = now()
-        deadline = t0 + 600
-        while c.execute(live_sql).fetchone()[0] or not c.execute(done_sql).fetchone()[0]:
-            check(now() < deadline, "the jobs were not done within 10 minutes")
-            check(workers_alive(), "a worker process exited before the jobs were done")
-            time.sleep(POLL)
+        wait_for(finished, timeout=600, interval=POLL, what="the jobs done")
         return now() - t0
 
 
-def _await_sessions(dsn: str, sql: str, k: int, what: str, timeout: float = 60) -> None:
+def _await_sessions(dsn: str, sql: str, k: int, what: str, watch: list[Proc] | None = None) -> None:
     """Waits until k sessions match sql (pg_stat_activity): the workers are connected
     and idle, waiting for work."""
-    deadline = now() + timeout
     with conn(dsn) as c:
-        while c.execute(sql).fetchone()[0] < k:
-            check(now() < deadline, f"{what}: the workers did not start within {timeout:.0f} s")
-            time.sleep(0.05)
+        wait_for(
+            lambda: c.execute(sql).fetchone()[0] >= k,
+            timeout=60,
+            what=f"{what}: the workers connected and idle",
+            watch=watch or (),
+        )
 
 
 # --- ours: the real runner processes ----------------------------------------------
@@ -173,30 +169,17 @@ def runner_drain(dsn: str, n: int, batch: int | None, logdir: Path, history_upto
     _ours_prepare(dsn, n, history_upto)
     since = history_upto or 0
     extra = [] if batch is None else ["--batch", str(batch)]
-    procs = []
-    try:
+    with Procs() as procs:
         for i in range(N_WORKERS):
-            log = open(logdir / f"runner-{batch}-{i}.log", "w")
-            procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "scrinalia_workers.runner",
-                        "--dsn",
-                        dsn,
-                        "--handlers",
-                        "bench.any_handlers",
-                        "--json",
-                        "--runner-id",
-                        f"bench-{i}",
-                        *extra,
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=_env(),
-                    start_new_session=True,
-                )
+            procs.runner(
+                dsn,
+                "bench.any_handlers",
+                "--runner-id",
+                f"bench-{i}",
+                *extra,
+                log=logdir / f"runner-{batch}-{i}.log",
+                env=child_env(),
+                new_session=True,
             )
         _await_sessions(
             dsn,
@@ -204,6 +187,7 @@ def runner_drain(dsn: str, n: int, batch: int | None, logdir: Path, history_upto
             "AND state = 'idle' AND query LIKE '%next_claimable_at%'",
             N_WORKERS,
             "ours",
+            watch=procs.started,
         )
         elapsed = _timed_drain(
             dsn,
@@ -211,19 +195,10 @@ def runner_drain(dsn: str, n: int, batch: int | None, logdir: Path, history_upto
             OURS_LIVE,
             f"SELECT count(*) = {int(n)} FROM scrinalia.archive_worker_runs"
             f" WHERE run_id > {int(since)} AND status = 'SUCCEEDED'",
-            lambda: all(p.poll() is None for p in procs),
+            lambda: all(p.running() for p in procs.started),
         )
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-    check(all(p.returncode == 0 for p in procs), f"ours: runner exit codes {[p.returncode for p in procs]}")
+        codes = procs.stop_all(timeout=30)
+    check(all(c == 0 for c in codes), f"ours: runner exit codes {codes}")
     return {"rate": n / elapsed, "elapsed": elapsed, **_ours_check(dsn, n, history_upto)}
 
 
@@ -275,61 +250,17 @@ def bare_drain(dsn: str, n: int, batch: int = 1) -> dict:
 # --- pgqueuer ---------------------------------------------------------------------
 
 
-def _pgqueuer_worker(dsn: str, i: int, ready) -> None:
-    logging.disable(logging.CRITICAL)
-    from pgqueuer import PsycopgDriver, Queries, QueueManager
-
-    async def main():
-        aconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, application_name=f"bench-pgq-{i}")
-        async with aconn:
-            qm = QueueManager(Queries(PsycopgDriver(aconn)))
-
-            @qm.entrypoint("noop")
-            async def noop(job) -> None:
-                return None
-
-            ready.set()
-            await qm.run()
-
-    asyncio.run(main())
-
-
-def _pgqueuer_fill(dsn: str, n: int):
-    from pgqueuer import PsycopgDriver, Queries
-
-    async def fill():
-        aconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
-        async with aconn:
-            q = Queries(PsycopgDriver(aconn))
-            await q.enqueue(["noop"] * n, [None] * n, [0] * n)  # one statement, one commit
-
-    return lambda c: asyncio.run(fill())
-
-
-def pgqueuer_install(dsn: str) -> None:
-    from pgqueuer import PsycopgDriver, Queries
-
-    async def install():
-        aconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
-        async with aconn:
-            q = Queries(PsycopgDriver(aconn))
-            if not await q.schema_is_installed():
-                await q.install()
-
-    asyncio.run(install())
-
-
 def pgqueuer_drain(dsn: str, n: int) -> dict:
     with conn(dsn) as c:
         c.execute("TRUNCATE pgqueuer, pgqueuer_log RESTART IDENTITY")
     vacuum_analyze(dsn, "pgqueuer", "pgqueuer_log")
     done_sql = f"SELECT count(*) = {int(n)} FROM pgqueuer_log WHERE status = 'successful'"
     elapsed = _with_processes(
-        _pgqueuer_worker,
+        peers.pgqueuer_worker,
         dsn,
         "pgqueuer",
         "bench-pgq-%",
-        lambda alive: _timed_drain(dsn, _pgqueuer_fill(dsn, n), PGQUEUER_LIVE, done_sql, alive),
+        lambda alive: _timed_drain(dsn, lambda c: peers.pgqueuer_fill(dsn, n), PGQUEUER_LIVE, done_sql, alive),
     )
     with conn(dsn) as c:
         done, distinct = c.execute(
@@ -342,46 +273,8 @@ def pgqueuer_drain(dsn: str, n: int) -> dict:
 # --- procrastinate ----------------------------------------------------------------
 
 
-def _procrastinate_app(dsn: str):
-    import procrastinate
-
-    conninfo = psycopg.conninfo.make_conninfo(dsn, application_name="bench-procrastinate")
-    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=conninfo))
-
-    @app.task(name="noop")
-    async def noop() -> None:
-        return None
-
-    return app, noop
-
-
-def _procrastinate_worker(dsn: str, i: int, ready) -> None:
-    logging.disable(logging.CRITICAL)
-    app, _ = _procrastinate_app(dsn)
-
-    async def main():
-        async with app.open_async():
-            ready.set()
-            await app.run_worker_async(concurrency=1, name=f"bench-{i}", install_signal_handlers=False)
-
-    asyncio.run(main())
-
-
-def procrastinate_install(dsn: str) -> None:
-    with conn(dsn) as c:
-        if c.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL").fetchone()[0]:
-            return
-    app, _ = _procrastinate_app(dsn)
-
-    async def install():
-        async with app.open_async():
-            await app.schema_manager.apply_schema_async()
-
-    asyncio.run(install())
-
-
 def procrastinate_drain(dsn: str, n: int) -> dict:
-    app, noop = _procrastinate_app(dsn)
+    app, noop = peers.procrastinate_app(dsn, "bench-procrastinate")
 
     def fill(c):
         async def go():
@@ -395,7 +288,7 @@ def procrastinate_drain(dsn: str, n: int) -> dict:
     vacuum_analyze(dsn, "procrastinate_jobs", "procrastinate_events")
     done_sql = f"SELECT count(*) = {int(n)} FROM procrastinate_jobs WHERE status = 'succeeded'"
     elapsed = _with_processes(
-        _procrastinate_worker,
+        peers.procrastinate_worker,
         dsn,
         "procrastinate",
         "bench-procrastinate",
@@ -461,15 +354,13 @@ def run(dsns: dict[str, str], n: int, rounds: int, versions: dict, history: int 
         }
     )
     if versions.get("pgqueuer"):
-        from . import compare_bench
-
-        pgqueuer_install(dsns["pgqueuer"])
+        peers.pgqueuer_install(dsns["pgqueuer"])
         systems["pgqueuer"] = lambda: pgqueuer_drain(dsns["pgqueuer"], n)
         # its best figure: the jobs there before its workers start (drain mode), timed
         # from the workers' start barrier, start-up included
-        systems["pgqueuer, drain mode"] = lambda: compare_bench.pgqueuer_drain(dsns["pgqueuer"], n)
+        systems["pgqueuer, drain mode"] = lambda: peers.pgqueuer_drain_mode(dsns["pgqueuer"], n)
     if versions.get("procrastinate"):
-        procrastinate_install(dsns["procrastinate"])
+        peers.procrastinate_install(dsns["procrastinate"])
         systems["procrastinate"] = lambda: procrastinate_drain(dsns["procrastinate"], n)
     out: dict = {name: {"rates": [], "pages": []} for name in systems}
     with tempfile.TemporaryDirectory(prefix="scrinalia-drain-") as tmp:

@@ -15,8 +15,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -25,51 +23,16 @@ from pathlib import Path
 
 import psycopg
 
-from scrinalia_workers.scheduler.daemon import PREPARED_LIMIT, TICK_CHUNK
+from scrinalia_workers.testkit.procs import Proc, Procs
+from scrinalia_workers.testkit.waiting import wait_for
 
 from . import pgcron, seed
-from .common import Result, check, conn, now, percentile
+from .common import Result, check, child_env, conn, percentile
+from .lateness_report import row, scheduler_rows
 
-ROOT = Path(__file__).resolve().parent.parent
 N_SCHEDULES = 200
+POLL = 0.02  # how often a wait for the processes' work looks
 ALONE_MINUTES = 3  # after the shared minutes, ours with pg_cron's jobs unscheduled
-
-
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
-
-
-def _start(args: list[str], log: Path) -> subprocess.Popen:
-    f = open(log, "w")
-    return subprocess.Popen(
-        [sys.executable, *args], stdout=f, stderr=subprocess.STDOUT, env=_env(), start_new_session=True
-    )
-
-
-def _stop(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
-def _await(cond, timeout: float, what: str, proc: subprocess.Popen | None = None, log: Path | None = None):
-    """Polls cond() every 20 ms until it returns something truthy, or fails clearly."""
-    deadline = now() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if proc is not None and proc.poll() is not None:
-            tail = log.read_text()[-800:] if log else ""
-            raise RuntimeError(f"{what}: the process exited with {proc.returncode}: {tail.strip()}")
-        check(now() < deadline, f"{what}: not within {timeout:.0f} s")
-        time.sleep(0.02)
 
 
 def scheduler_available() -> bool:
@@ -158,7 +121,7 @@ def _pgcron_commit_lateness(c, due) -> list[float]:
     return lat
 
 
-def spike(c, n: int, commit_ts: bool, proc, log) -> dict:
+def spike(c, n: int, commit_ts: bool, proc: Proc) -> dict:
     """n more schedules all due at one instant a few seconds ahead (the clock is data):
     when is the last of their runs visible? The scheduler wakes by itself (next_wakeup)."""
     c.execute(
@@ -177,14 +140,14 @@ def spike(c, n: int, commit_ts: bool, proc, log) -> dict:
     at = c.execute(
         "SELECT min(next_run_at) FROM scrinalia.archive_worker_schedules WHERE worker_name LIKE 'spike%%'"
     ).fetchone()[0]
-    _await(
+    wait_for(
         lambda: c.execute(
             "SELECT count(*) = %s FROM scrinalia.archive_worker_runs WHERE scheduled_for = %s", (n, at)
         ).fetchone()[0],
-        60,
-        f"{n:,} spike runs",
-        proc,
-        log,
+        timeout=60,
+        interval=POLL,
+        what=f"{n:,} spike runs",
+        watch=[proc],
     )
     runs, workers, twice = c.execute(
         "SELECT count(*), count(DISTINCT worker_name), (SELECT count(*) - count(DISTINCT (worker_name, scheduled_for)) "
@@ -230,10 +193,10 @@ def scheduler_lateness(
         cron = {"available": False, "why": "no superuser DSN to set pg_cron up with"}
     else:
         bench_db = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
-        cron = pgcron.setup(admin_dsn, bench_db, N_SCHEDULES, wait=_await)
+        cron = pgcron.setup(admin_dsn, bench_db, N_SCHEDULES, wait=wait_for)
     listener = Listener(dsn, ("scrinalia_runs", pgcron.CHANNEL))
-    log = logdir / "scheduler.log"
-    proc = _start(["-m", "scrinalia_workers.scheduler", "--dsn", dsn, "--json"], log)
+    procs = Procs()
+    proc = procs.scheduler(dsn, log=logdir / "scheduler.log", env=child_env(), new_session=True)
     samples, per_round, seen, boundaries, loads = [], [], [], [], []
     cron_rounds, cron_missing = [], []
     seen_alone, cron_while_alone = [], 0
@@ -245,15 +208,15 @@ def scheduler_lateness(
     alone = alone if cron["available"] else 0
     try:
         with conn(dsn) as c:
-            _await(
+            wait_for(
                 lambda: c.execute(
                     "SELECT count(*) = %s FROM scrinalia.archive_worker_schedules WHERE next_run_at IS NOT NULL",
                     (N_SCHEDULES,),
                 ).fetchone()[0],
-                60,
-                "the scheduler arming the schedules",
-                proc,
-                log,
+                timeout=60,
+                interval=POLL,
+                what="the scheduler arming the schedules",
+                watch=[proc],
             )
             while len(per_round) + len(seen_alone) < rounds + alone:
                 if cron["available"] and len(per_round) == rounds and not seen_alone:
@@ -272,17 +235,17 @@ def scheduler_lateness(
                 b = _epoch(c, due[0])
                 # pg_cron reads its new jobs on its next loop: a boundary a few seconds away is a warm-up
                 warm = cron["available"] and warmup is None and not per_round and wait < 10
-                got = _await(
+                got = wait_for(
                     lambda: c.execute(
                         "SELECT array_agg(extract(epoch FROM created_at - scheduled_for)::float8) "
                         "FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE' AND scheduled_for = %s "
                         "HAVING count(*) = %s",
                         (due[0], N_SCHEDULES),
                     ).fetchone(),
-                    wait + 30,
-                    "200 runs for the due minute",
-                    proc,
-                    log,
+                    timeout=wait + 30,
+                    interval=POLL,
+                    what="200 runs for the due minute",
+                    watch=[proc],
                 )
                 lat = got[0]
                 check(len(lat) == N_SCHEDULES, f"{len(lat)} runs for {N_SCHEDULES} schedules")
@@ -299,12 +262,12 @@ def scheduler_lateness(
                     "WHERE status = 'QUEUED'"
                 )
                 # the tick's one NOTIFY (all 200 runs commit together) may trail the rows by a moment
-                ticks = _await(
+                ticks = wait_for(
                     lambda: [t for t, p in listener.between("scrinalia_runs", b - 1, b + 59) if p == "tick"],
-                    10,
-                    "the tick's NOTIFY",
-                    proc,
-                    log,
+                    timeout=10,
+                    interval=POLL,
+                    what="the tick's NOTIFY",
+                    watch=[proc],
                 )
                 crons = []
                 if cron["available"] and len(per_round) == rounds:
@@ -338,14 +301,15 @@ def scheduler_lateness(
                     cron_missing.append(N_SCHEDULES - len(crons))
             if spike_n:
                 c.execute("UPDATE scrinalia.archive_worker_schedules SET enabled = false")  # the minute ones rest
-                spike_result = spike(c, spike_n, commit_ts, proc, log)
+                spike_result = spike(c, spike_n, commit_ts, proc)
     finally:
-        _stop(proc)
+        procs.stop_all()
         listener.close()
         if cron["available"]:
             cron["details"] = pgcron.run_details(admin_dsn, boundaries[0] - 1) if boundaries else []
             pgcron.teardown(admin_dsn)
     return {
+        "schedules": N_SCHEDULES,
         "samples": samples,
         "rounds": rounds,
         "round_max": per_round,
@@ -364,21 +328,21 @@ def scheduler_lateness(
     }
 
 
-def _enqueue_and_await(c, worker: str, proc, log) -> float:
+def _enqueue_and_await(c, worker: str, proc: Proc) -> float:
     """Enqueues one run, waits until the runner finished it; returns started_at - created_at."""
     run_id = c.execute(
         "SELECT run_id FROM scrinalia.enqueue(%s, '{}'::jsonb, 'MANUAL', 'bench')", (worker,)
     ).fetchone()[0]
-    got = _await(
+    got = wait_for(
         lambda: c.execute(
             "SELECT extract(epoch FROM started_at - created_at)::float8 FROM scrinalia.archive_worker_runs "
             "WHERE run_id = %s AND status = 'SUCCEEDED'",
             (run_id,),
         ).fetchone(),
-        30,
-        f"run #{run_id} claimed and finished",
-        proc,
-        log,
+        timeout=30,
+        interval=POLL,
+        what=f"run #{run_id} claimed and finished",
+        watch=[proc],
     )
     return got[0]
 
@@ -388,258 +352,25 @@ def claim_latency(dsn: str, n: int, logdir: Path) -> dict:
         seed.reset(c)
         seed.workers(c, n + 1)
     cmd, which = runner_command(dsn)
-    log = logdir / "runner.log"
-    proc = _start(cmd, log)
+    procs = Procs()
+    proc = procs.start([sys.executable, *cmd], child_env(), log=logdir / "runner.log", new_session=True)
     samples = []
     rnd = random.Random(4)
     try:
         with conn(dsn) as c:
             # a first run, not counted, proves the runner connected and LISTENs
-            _enqueue_and_await(c, seed.worker_name(n), proc, log)
+            _enqueue_and_await(c, seed.worker_name(n), proc)
             for i in range(n):
                 # idle long enough that the runner is asleep in its LISTEN wait
                 time.sleep(rnd.uniform(0.02, 0.05))
-                samples.append(_enqueue_and_await(c, seed.worker_name(i), proc, log))
+                samples.append(_enqueue_and_await(c, seed.worker_name(i), proc))
             states = dict(
                 c.execute("SELECT status::text, count(*) FROM scrinalia.archive_worker_runs GROUP BY 1").fetchall()
             )
         check(states == {"SUCCEEDED": n + 1}, f"ledger is {states}, expected {n + 1} SUCCEEDED")
     finally:
-        _stop(proc)
+        procs.stop_all()
     return {"samples": samples, "runner": which}
-
-
-def _row(what: str, samples: str, values: list[float], target: str, verdict: str) -> list[str]:
-    return [
-        what,
-        samples,
-        f"{percentile(values, 50) * 1000:.1f} ms",
-        f"{percentile(values, 99) * 1000:.1f} ms",
-        f"{max(values) * 1000:.1f} ms",
-        target,
-        verdict,
-    ]
-
-
-def _commit_rows(s: dict) -> tuple[list[list[str]], list[str], bool]:
-    """The figures issue 12 judges: lateness to the commit that makes a run visible."""
-    rows, notes = [], []
-    k = len(s["seen"])
-    ok = percentile(s["committed"], 99) <= 0.050
-    rows.append(
-        _row(
-            "ours: the run's commit (commit timestamp) - its due instant",
-            f"{len(s['committed']):,} runs ({k} minutes)",
-            s["committed"],
-            "p99 <= 50 ms",
-            "met" if ok else "NOT met",
-        )
-    )
-    if s["pgcron_committed"]:
-        rows.append(
-            _row(
-                "pg_cron, the same minutes: the job's commit (commit timestamp) - its minute",
-                f"{len(s['pgcron_committed']):,} job runs",
-                s["pgcron_committed"],
-                "(the reference)",
-                "-",
-            )
-        )
-    if s["committed_alone"]:
-        rows.append(
-            _row(
-                "ours alone (pg_cron's jobs unscheduled): commit - due instant",
-                f"{len(s['committed_alone']):,} runs",
-                s["committed_alone"],
-                "-",
-                "-",
-            )
-        )
-    sp = s.get("spike")
-    if sp and "lateness" in sp:
-        ok_spike = sp["last"] <= 0.5
-        ok = ok and ok_spike
-        rows.append(
-            _row(
-                f"spike: {sp['n']:,} schedules due at one instant, each run's commit - the instant",
-                f"{sp['n']:,} runs ({sp['transactions']} transaction{'s' if sp['transactions'] != 1 else ''})",
-                sp["lateness"],
-                "last (max) <= 0.5 s",
-                "met" if ok_spike else "NOT met",
-            )
-        )
-        notes.append(
-            f"The spike: {sp['n']:,} more schedules (yearly cron) set due at one instant 4 s ahead, the "
-            f"minute schedules disabled; the scheduler wakes by itself, ticks up to {PREPARED_LIMIT:,} of "
-            f"them ahead of the instant in one transaction committed at it, and any beyond in chunks of "
-            f"{TICK_CHUNK:,}: the first run was visible after {sp['first'] * 1000:.0f} ms, "
-            f"the last after {sp['last'] * 1000:.0f} ms. Checked: {sp['n']:,} runs on distinct workers, no "
-            "period twice."
-        )
-    notes.append(
-        "How lateness is timed (issue 12): the cluster runs with track_commit_timestamp = on; for each run "
-        "row, pg_xact_commit_timestamp(xmin) - scheduled_for is the time from its due instant to the commit "
-        "that made it visible, read from the row itself before anything rewrites it. pg_cron's jobs each "
-        f"insert one row (public.{pgcron.TABLE}, its minute) in the same transaction as their NOTIFY, timed "
-        "the same way."
-    )
-    return rows, notes, ok
-
-
-def _scheduler_rows(s: dict, quick: bool) -> tuple[list[list[str]], list[str], bool]:
-    rows, notes = [], []
-    ok_commit = True
-    if s.get("commit_ts"):
-        rows, notes, ok_commit = _commit_rows(s)
-    else:
-        notes.append(
-            "track_commit_timestamp is off on this server: lateness is only seen through NOTIFY "
-            "(issue 12 asks for commit timestamps; the bench's own cluster turns them on)."
-        )
-    k = len(s["seen"])
-    # every run of a tick becomes visible at the tick's commit: one sample per run
-    seen = [x for x in s["seen"] for _ in range(N_SCHEDULES)]
-    s["seen_runs"] = seen
-    ok_seen = percentile(seen, 99) <= 0.050
-    rows.append(
-        _row(
-            "ours, as a LISTENing client sees it: the first tick NOTIFY after the boundary - the boundary",
-            f"{len(seen):,} runs ({k} ticks)",
-            seen,
-            "p99 <= 50 ms",
-            "met" if ok_seen else "NOT met",
-        )
-    )
-    cron = s["pgcron"]
-    if cron["available"] and cron["rounds"]:
-        vals = [x for r in cron["rounds"] for x in r]
-        missing = sum(cron["missing"])
-        rows.append(
-            _row(
-                f"pg_cron {cron['version']}, as a client sees it: the job's commit (its NOTIFY) - the boundary",
-                f"{len(vals):,} job runs ({len(cron['rounds'])} minutes)" + (f", {missing} missed" if missing else ""),
-                vals,
-                "(the reference)",
-                "-",
-            )
-        )
-        st = cron["settings"]
-        waves = -(-N_SCHEDULES // int(st["cron.max_running_jobs"])) if st.get("cron.max_running_jobs") else None
-        notes.append(
-            f"pg_cron {cron['version']} (Debian's postgresql-15-cron) in the same cluster and the same minutes: "
-            f"{N_SCHEDULES} jobs `* * * * *` made with cron.schedule_in_database(), each running "
-            f"`{pgcron.job_command(0)}` (job 0's command; each job its own number) in the benchmark's "
-            "database; its settings as installed: "
-            + ", ".join(f"{k}={v}" for k, v in st.items())
-            + ". "
-            + (
-                f"cron.max_running_jobs={st['cron.max_running_jobs']} lets at most that many jobs run at once, "
-                f"so the {N_SCHEDULES} jobs of a minute queue behind each other in at least {waves} waves: "
-                f"from the first job ({min(vals) * 1000:.0f} ms) to the last ({max(vals) * 1000:.0f} ms), the "
-                "spread is mostly that queue, not one job's own lateness. "
-                if waves
-                else ""
-            )
-            + (
-                "With cron.use_background_workers=off (the default) each job run opens a new libpq connection "
-                "(a backend fork and authentication) to cron.host. "
-                if st.get("cron.use_background_workers") == "off"
-                else ""
-            )
-            + (
-                f"{missing} job runs missed their minute (no NOTIFY within 59 s)."
-                if missing
-                else "Every job ran once in every minute measured."
-            )
-        )
-        if s["seen_alone"]:
-            alone = [x for x in s["seen_alone"] for _ in range(N_SCHEDULES)]
-            s["seen_alone_runs"] = alone
-            rows.append(
-                _row(
-                    "ours alone (pg_cron's jobs unscheduled), as a client sees it",
-                    f"{len(alone):,} runs ({len(s['seen_alone'])} ticks)",
-                    alone,
-                    "-",
-                    "-",
-                )
-            )
-            notes.append(
-                f"'ours alone': {len(s['seen_alone'])} more minutes right after, with pg_cron's jobs "
-                f"unscheduled ({s['cron_while_alone']} of its notifications arrived in them), to show "
-                "what sharing 2 cores with pg_cron's work at the boundary costs our tick: "
-                + ", ".join(f"{x * 1000:.1f} ms" for x in s["seen_alone"])
-                + "."
-            )
-        bset = set(s["boundaries"])
-        starts = [
-            d["start"] - (d["start"] // 60) * 60 for d in cron.get("details", []) if (d["start"] // 60) * 60 in bset
-        ]
-        if starts:
-            rows.append(
-                _row(
-                    "pg_cron, its own record: job_run_details.start_time - the boundary",
-                    f"{len(starts):,}",
-                    starts,
-                    "-",
-                    "-",
-                )
-            )
-            notes.append(
-                "pg_cron's own record of when a job started (job_run_details.start_time, p50 "
-                f"{percentile(starts, 50) * 1000:.1f} ms) against the commit a client sees (p50 "
-                f"{percentile(vals, 50) * 1000:.1f} ms): the difference is the job's own run and commit, "
-                "the rest is waiting to start."
-            )
-        if s["seen_alone"]:
-            notes.append(
-                "Our 50 ms target is judged in the minutes shared with pg_cron, as the comparison "
-                "runs them: there our tick shares the 2 cores with pg_cron's connections and jobs at "
-                f"the same instant; alone, right after, its p99 was {percentile(alone, 99) * 1000:.1f} ms."
-            )
-        if s["warmup"]:
-            notes.append(
-                "The first boundary after the set-up was under 10 s away and not counted (pg_cron "
-                "reads new jobs on its next loop)."
-            )
-    else:
-        rows.append(["pg_cron, as a client sees it", "-", "-", "-", "-", "(the reference)", "not measured"])
-        notes.append(f"pg_cron not measured: {cron['why']}.")
-    p99 = percentile(s["samples"], 99)
-    ok_db = p99 <= 0.100
-    rows.append(
-        _row(
-            "ours, the database's view: run created_at - scheduled_for",
-            f"{len(s['samples']):,} ({k} ticks)",
-            s["samples"],
-            "p99 <= 100 ms",
-            "met" if ok_db else "NOT met",
-        )
-    )
-    notes.append(
-        "How lateness is timed: one client connection LISTENs in the benchmark's database on both "
-        "channels; NOTIFY is delivered at commit, so a notification's arrival (time.time(), the same "
-        "machine and clock as the server) minus the minute boundary is the time until the run is "
-        "visible to a user. Ours sends one pg_notify('scrinalia_runs', 'tick') from the tick that "
-        f"creates all {N_SCHEDULES} runs, so its {N_SCHEDULES} runs of a minute share one figure "
-        "(counted once per run). 'created_at - scheduled_for' is the tick transaction's now(), before its "
-        "work and commit; a run the scheduler prepared and ticked ahead of its instant (tick_due_at: the "
-        "work done 0.25 s early, the call returning at the instant on the server's clock, then the COMMIT) "
-        "is created as of the instant, so there it reads 0: the commit timestamps above are the measure. "
-        "Worst per tick (database's view): "
-        + ", ".join(f"{x * 1000:.1f} ms" for x in s["round_max"])
-        + "; as seen: "
-        + ", ".join(f"{x * 1000:.1f} ms" for x in s["seen"])
-        + "."
-    )
-    loads = [x for x in s["load"] if x is not None]
-    if loads:
-        notes.append(
-            f"The machine is shared: 1-minute load average {min(loads):.2f}-{max(loads):.2f} over the minutes measured."
-        )
-    if not quick and k < 10:
-        notes.append(f"Issue 12 asks for at least 10 minutes; this run measured {k}.")
-    return rows, notes, ok_seen and ok_db and ok_commit
 
 
 def run(
@@ -652,7 +383,7 @@ def run(
     if scheduler_available():
         s = scheduler_lateness(dsn, rounds, quick, logdir, admin_dsn=admin_dsn, alone=0 if quick else ALONE_MINUTES)
         data["scheduler"] = s
-        rows, notes, sched_ok = _scheduler_rows(s, quick)
+        rows, notes, sched_ok = scheduler_rows(s, quick)
     else:
         rows.append(["scheduler", "-", "-", "-", "-", "p99 <= 50 ms", "not measured"])
         notes.append("scrinalia_workers.scheduler is not installed yet: the scheduler lateness was not measured.")
@@ -663,7 +394,7 @@ def run(
     # unmeasured scheduler: the verdict is open unless the part measured already failed
     met = (ok and sched_ok) if sched_ok is not None else (None if ok else False)
     rows.append(
-        _row(
+        row(
             "idle runner: run started_at - created_at",
             f"{n}",
             cl["samples"],

@@ -80,8 +80,8 @@ def setup(admin_dsn: str, bench_db: str, n: int, wait=None) -> dict:
                     lambda: c.execute(
                         "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_cron launcher'"
                     ).fetchone()[0],
-                    30,
-                    "the pg_cron launcher running",
+                    timeout=30,
+                    what="the pg_cron launcher running",
                 )
     except psycopg.Error as e:
         return {"available": False, "why": f"pg_cron could not be set up: {' '.join(str(e).split())}"}

@@ -229,6 +229,8 @@ def main(argv=None) -> int:
                     r = run_one(key, dbs, args, own_cluster=cluster is not None)
                 except InvariantError as e:
                     r = failed(key, f"invariant violated: {e}")
+                except AssertionError as e:  # testkit's wait_for gave up: a process's work never came
+                    r = failed(key, str(e).strip().splitlines()[0])
                 except (psycopg.Error, ScrinaliaError, OSError, RuntimeError) as e:
                     if args.debug:
                         traceback.print_exc()

@@ -14,6 +14,7 @@ import pytest
 
 from helpers import make_worker
 from scrinalia_workers.admin import migrate as m
+from scrinalia_workers.testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -83,14 +84,6 @@ def _reader(dsn_for, calls: Calls, stop: threading.Event):
             )
 
 
-def _await(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def test_clients_see_no_error_while_migrate_reinstalls_the_code(db, db_dsn, role_logins):
     workers = [make_worker(db, f"roll{i}") for i in range(CLIENTS)]
 
@@ -104,13 +97,13 @@ def test_clients_see_no_error_while_migrate_reinstalls_the_code(db, db_dsn, role
         t.start()
     windows = []
     try:
-        _await(lambda: calls.count() > 50, 20, "the clients to get going")
+        wait_for(lambda: calls.count() > 50, timeout=20, interval=0.02, what="the clients to get going")
         for _ in range(MIGRATES):
             before = calls.count()
             t0 = time.monotonic()
             assert m.migrate(db_dsn) == []
             windows.append((t0, time.monotonic()))
-            _await(lambda: calls.count() > before + 20, 20, "calls after the migrate")
+            wait_for(lambda: calls.count() > before + 20, timeout=20, interval=0.02, what="calls after the migrate")
     finally:
         stop.set()
         for t in threads:

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from datetime import datetime, timedelta
 
 import psycopg
@@ -22,6 +21,8 @@ from scrinalia_workers.demo import narrate as demo
 from scrinalia_workers.demo.setup import DEMO_TAG, NotADemoDatabase, disable, seed
 from scrinalia_workers.logs import EventLog
 from scrinalia_workers.runner.daemon import Runner
+from scrinalia_workers.testkit.procs import Proc
+from scrinalia_workers.testkit.waiting import wait_for
 
 DEMO_WORKERS = sorted(demo_handlers.WORKERS)
 ENV_DB_VARS = ("DATABASE_URL", "PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE")
@@ -31,24 +32,30 @@ def one(conn, sql, *params):
     return conn.execute(sql, params).fetchone()
 
 
-def demo_cli(*args: str, env: dict | None = None, **kw) -> subprocess.Popen:
-    base = {k: v for k, v in os.environ.items() if k not in ENV_DB_VARS}
-    return subprocess.Popen(
-        [sys.executable, "-m", "scrinalia_workers", "demo", *args],
-        env={**base, **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **kw,
+def demo_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "scrinalia_workers", "demo", *args]
+
+
+def demo_env(env: dict | None = None) -> dict[str, str]:
+    """Ours without the variables that name a database, plus env."""
+    return {**{k: v for k, v in os.environ.items() if k not in ENV_DB_VARS}, **(env or {})}
+
+
+def start_demo(procs, dsn: str) -> Proc:
+    """The demo as a terminal runs it, in a process group of its own; its story (stdout)
+    is read as it comes."""
+    p = Proc(demo_argv("--dsn", dsn), lines="stdout", new_session=True, unset=ENV_DB_VARS)
+    return procs.append(p)
+
+
+def _await_runners(p: Proc) -> None:
+    wait_for(
+        lambda: any("runner started runner_id=demo-runner-2" in ln for ln in list(p.raw)),
+        timeout=30,
+        interval=0.1,
+        what="the runners",
+        watch=[p],
     )
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, f"{what} not within {timeout}s"
-        time.sleep(0.1)
-    return value
 
 
 # --- the whole demo, on a database of the user's that is empty -----------------------------
@@ -61,7 +68,12 @@ def test_the_demo_shows_enqueue_natural_skip_catch_up_retry_and_tidies_up(empty_
     t = threading.Thread(target=lambda: result.update(code=demo.run(dsn=empty_db_dsn, out=out)))
     t.start()
     try:
-        wait_for(lambda: "runner started runner_id=demo-runner-2" in out.getvalue(), 30, "the demo's runners")
+        wait_for(
+            lambda: "runner started runner_id=demo-runner-2" in out.getvalue(),
+            timeout=30,
+            interval=0.1,
+            what="the demo's runners",
+        )
         # someone else's worker and run appear mid-demo: the demo's runners leave them alone
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
             make_worker(conn, "intruder")
@@ -119,22 +131,15 @@ def test_the_demo_shows_enqueue_natural_skip_catch_up_retry_and_tidies_up(empty_
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["Ctrl-C", "SIGTERM"])
-def test_ctrl_c_stops_the_demo_and_pauses_its_schedules(empty_db_dsn, how):
-    p = demo_cli("--dsn", empty_db_dsn, start_new_session=True)
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(p.stdout), daemon=True).start()
-    try:
-        wait_for(lambda: any("runner started runner_id=demo-runner-2" in ln for ln in lines), 30, "the runners")
-        if how == "Ctrl-C":
-            os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole group
-        else:
-            p.terminate()  # a supervisor's stop: the demo alone
-        assert p.wait(30) == 130
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    text = "".join(lines)
+def test_ctrl_c_stops_the_demo_and_pauses_its_schedules(empty_db_dsn, how, procs):
+    p = start_demo(procs, empty_db_dsn)
+    _await_runners(p)
+    if how == "Ctrl-C":
+        os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole group
+    else:
+        p.kill(signal.SIGTERM)  # a supervisor's stop: the demo alone
+    assert p.wait(30) == 130
+    text = "".join(p.raw)
     assert "interrupted" in text and "paused the demo's schedules" in text, text
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         assert conn.execute("SELECT worker_name FROM scrinalia.archive_worker_schedules WHERE enabled").fetchall() == []
@@ -148,8 +153,9 @@ def test_ctrl_c_stops_the_demo_and_pauses_its_schedules(empty_db_dsn, how):
                 )[0]
                 == 0
             ),
-            5,
-            "the demo's daemons gone",
+            timeout=5,
+            interval=0.1,
+            what="the demo's daemons gone",
         )
         assert (
             one(
@@ -186,8 +192,8 @@ def test_the_demo_refuses_a_database_holding_other_workers(db, db_dsn, how):
     db.execute("SELECT scrinalia.enqueue('ocr', '{}', 'CLI')")
     before = _snapshot(db)
     args, env = (["--dsn", db_dsn], None) if how == "--dsn" else ([], {"DATABASE_URL": db_dsn})
-    p = demo_cli(*args, env=env)
-    out, err = p.communicate(timeout=60)
+    p = subprocess.run(demo_argv(*args), env=demo_env(env), capture_output=True, text=True, timeout=60)
+    out, err = p.stdout, p.stderr
     assert p.returncode == 1, (out, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err
@@ -291,15 +297,11 @@ def test_a_silence_says_what_the_demo_waits_for(db, db_dsn):
 
 
 @pytest.mark.slow
-def test_the_demos_daemons_die_with_it(empty_db_dsn):
-    p = demo_cli("--dsn", empty_db_dsn, start_new_session=True)
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(p.stdout), daemon=True).start()
-    try:
-        wait_for(lambda: any("runner started runner_id=demo-runner-2" in ln for ln in lines), 30, "the runners")
-    finally:
-        p.kill()  # no chance to tidy up: its children must not outlive it all the same
-        p.wait()
+def test_the_demos_daemons_die_with_it(empty_db_dsn, procs):
+    p = start_demo(procs, empty_db_dsn)
+    _await_runners(p)
+    p.kill()  # no chance to tidy up: its children must not outlive it all the same
+    p.popen.wait()
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         wait_for(
             lambda: (
@@ -310,8 +312,9 @@ def test_the_demos_daemons_die_with_it(empty_db_dsn):
                 )[0]
                 == 0
             ),
-            15,
-            "the orphaned daemons gone",
+            timeout=15,
+            interval=0.1,
+            what="the orphaned daemons gone",
         )
 
 

@@ -15,11 +15,9 @@ import importlib.util
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import tomllib
 from pathlib import Path
@@ -29,6 +27,8 @@ import pytest
 import yaml
 
 from scrinalia_workers.demo import handlers as demo_handlers
+from scrinalia_workers.testkit.procs import Proc
+from scrinalia_workers.testkit.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose.yaml"
@@ -205,72 +205,23 @@ def test_each_process_gets_a_database_url(compose):
 # --- the resolved commands, run ---------------------------------------------------------
 
 
-class Service:
-    """One resolved service command, run here with its resolved environment."""
+def service(procs, svc: dict) -> Proc:
+    """One resolved service command, run here with its resolved environment alone (as
+    a container has nothing else), in a process group of its own; its output read."""
+    env = {k: v for k, v in (svc.get("environment") or {}).items() if v is not None}
+    # what the image would add: PATH to the console scripts; SCRINALIA_ROOT is
+    # /app in the image and the checkout here (the package is installed editable)
+    base = {
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "PYTHONUNBUFFERED": "1",
+        "SCRINALIA_ROOT": str(ROOT),
+    }
+    return procs.start(argv_of(svc), {**base, **env}, inherit_env=False, lines="both", group=True)
 
-    def __init__(self, name: str, svc: dict, replica: int = 1):
-        self.name = f"{name}-{replica}"
-        argv = argv_of(svc)
-        env = {k: v for k, v in (svc.get("environment") or {}).items() if v is not None}
-        # what the image would add: PATH to the console scripts; SCRINALIA_ROOT is
-        # /app in the image and the checkout here (the package is installed editable)
-        base = {
-            "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
-            "HOME": os.environ.get("HOME", "/tmp"),
-            "PYTHONUNBUFFERED": "1",
-            "SCRINALIA_ROOT": str(ROOT),
-        }
-        self.lines: list[str] = []
-        self._cond = threading.Condition()
-        self.p = subprocess.Popen(
-            argv,
-            env={**base, **env},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        threading.Thread(target=self._read, daemon=True).start()
 
-    def _read(self) -> None:
-        for line in self.p.stdout:
-            with self._cond:
-                self.lines.append(line)
-                self._cond.notify_all()
-
-    def wait_line(self, fragment: str, timeout: float = 20) -> str:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                for line in self.lines:
-                    if fragment in line:
-                        return line
-                if time.monotonic() > deadline or self.p.poll() is not None and not self._reading():
-                    raise AssertionError(
-                        f"{self.name}: no {fragment!r} within {timeout}s (exit "
-                        f"{self.p.poll()}):\n{''.join(self.lines[-20:])}"
-                    )
-                self._cond.wait(0.1)
-
-    def _reading(self) -> bool:
-        return not self.p.stdout.closed
-
-    def wait(self, timeout: float = 60) -> int:
-        try:
-            return self.p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.stop()
-            raise AssertionError(f"{self.name} did not exit within {timeout}s:\n{''.join(self.lines[-20:])}") from None
-
-    def stop(self) -> int | None:
-        if self.p.poll() is None:
-            os.killpg(self.p.pid, signal.SIGTERM)
-            try:
-                self.p.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.p.pid, signal.SIGKILL)
-                self.p.wait()
-        return self.p.returncode
+def _out(p: Proc, last: int | None = None) -> str:
+    return "".join(p.raw if last is None else p.raw[-last:])
 
 
 def _migrate_takes_create_groups() -> bool:
@@ -281,7 +232,7 @@ def _migrate_takes_create_groups() -> bool:
 
 
 @pytest.mark.slow
-def test_the_stack_runs_as_compose_resolves_it(empty_db_dsn, tmp_path):
+def test_the_stack_runs_as_compose_resolves_it(empty_db_dsn, tmp_path, procs):
     # the DSN enters the way an operator's does: compose's own environment
     doc = resolve({"SCRINALIA_DATABASE_URL": empty_db_dsn, "SCRINALIA_STANDBY_RETRY": "1"}, profiles=("demo",))
     s = doc["services"]
@@ -293,12 +244,12 @@ def test_the_stack_runs_as_compose_resolves_it(empty_db_dsn, tmp_path):
         # --create-groups arrives with the migrate branch; until then run the rest
         # of the line as resolved (test_commands_are_declared_console_scripts pins the flag)
         migrate = {**migrate, "command": [a for a in migrate["command"] if a != "--create-groups"]}
-    m = Service("migrate", migrate)
-    assert m.wait() == 0, "".join(m.lines)
-    seed = Service("demo-seed", s["demo-seed"])
-    assert seed.wait() == 0, "".join(seed.lines)
-    again = Service("demo-seed", s["demo-seed"], 2)  # idempotent: the second run changes nothing
-    assert again.wait() == 0 and "already scheduled" in "".join(again.lines), "".join(again.lines)
+    m = service(procs, migrate)
+    assert m.wait(60) == 0, _out(m)
+    seed = service(procs, s["demo-seed"])
+    assert seed.wait(60) == 0, _out(seed)
+    again = service(procs, s["demo-seed"])  # idempotent: the second run changes nothing
+    assert again.wait(60) == 0 and "already scheduled" in _out(again), _out(again)
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         assert [
             r[0]
@@ -310,43 +261,44 @@ def test_the_stack_runs_as_compose_resolves_it(empty_db_dsn, tmp_path):
             if w != "demo-thumbnails":
                 conn.execute("SELECT scrinalia.set_schedule_enabled(%s, false)", (w,))
 
-    started: list[Service] = []
-    try:
-        schedulers = [
-            Service("scheduler", s["scheduler"], i) for i in range(1, s["scheduler"]["deploy"]["replicas"] + 1)
-        ]
-        started += schedulers
-        runner = Service("runner", s["runner"])
-        started.append(runner)
-        runner.wait_line('"runner started"')
-        deadline = time.monotonic() + 20
-        while True:  # one holds the lock, every other replica stands by
-            text = ["".join(x.lines) for x in schedulers]
-            holders = [t for t in text if '"lock acquired"' in t]
-            if len(holders) == 1 and all('"standby"' in t for t in text if t not in holders):
-                break
-            assert time.monotonic() < deadline, "\n---\n".join(text)
-            time.sleep(0.1)
+    schedulers = [service(procs, s["scheduler"]) for _ in range(s["scheduler"]["deploy"]["replicas"])]
+    runner = service(procs, s["runner"])
+    started = {f"scheduler-{i}": p for i, p in enumerate(schedulers, 1)} | {"runner-1": runner}
+    wait_for(lambda: '"runner started"' in _out(runner), timeout=20, interval=0.1, what="the runner", watch=[runner])
 
-        # the system works on its own: a demo period due now is enqueued and run
-        with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-            conn.execute(
-                "UPDATE scrinalia.archive_worker_schedules SET next_run_at = date_trunc('minute', now())"
-                " WHERE worker_name = 'demo-thumbnails'"
+    def one_holder_the_rest_standing_by() -> bool:
+        text = [_out(x) for x in schedulers]
+        holders = [t for t in text if '"lock acquired"' in t]
+        return len(holders) == 1 and all('"standby"' in t for t in text if t not in holders)
+
+    try:
+        wait_for(one_holder_the_rest_standing_by, timeout=20, interval=0.1, what="one lock holder")
+    except AssertionError as e:
+        raise AssertionError("\n---\n".join(_out(x) for x in schedulers)) from e
+
+    # the system works on its own: a demo period due now is enqueued and run
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE scrinalia.archive_worker_schedules SET next_run_at = date_trunc('minute', now())"
+            " WHERE worker_name = 'demo-thumbnails'"
+        )
+        conn.execute("NOTIFY scrinalia_scheduler")
+        try:
+            wait_for(
+                lambda: conn.execute(
+                    "SELECT count(*) FROM scrinalia.archive_worker_runs WHERE worker_name ="
+                    " 'demo-thumbnails' AND status = 'SUCCEEDED'"
+                ).fetchone()[0],
+                timeout=20,
+                interval=0.1,
+                what="demo-thumbnails run",
             )
-            conn.execute("NOTIFY scrinalia_scheduler")
-            deadline = time.monotonic() + 20
-            while not conn.execute(
-                "SELECT count(*) FROM scrinalia.archive_worker_runs WHERE worker_name ="
-                " 'demo-thumbnails' AND status = 'SUCCEEDED'"
-            ).fetchone()[0]:
-                assert time.monotonic() < deadline, "".join(runner.lines[-20:])
-                time.sleep(0.1)
-        time.sleep(2)  # and they stay up (no crash loop)
-        for proc in started:
-            assert proc.p.poll() is None, f"{proc.name} exited:\n{''.join(proc.lines[-20:])}"
-    finally:
-        codes = {proc.name: proc.stop() for proc in started}
+        except AssertionError as e:
+            raise AssertionError(_out(runner, 20)) from e
+    time.sleep(2)  # and they stay up (no crash loop)
+    for name, proc in started.items():
+        assert proc.running(), f"{name} exited:\n{_out(proc, 20)}"
+    codes = dict(zip(started, procs.stop_all(started.values())))
     assert all(c == 0 for c in codes.values()), codes  # SIGTERM: a clean stop
 
 

@@ -7,7 +7,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 
 from helpers import claim, finish, make_worker, put_schedule, set_next_run, tick
 from scrinalia_workers.testkit.cluster import free_port
+from scrinalia_workers.testkit.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "monitoring"
@@ -97,18 +97,22 @@ def test_a_later_successful_period_clears_the_failure_alert(world, db):
     assert "FAILED_AFTER_ALL_ATTEMPTS" not in kinds
 
 
-def _scrape(url: str, deadline: float) -> str:
-    last = None
-    while time.monotonic() < deadline:
+def _scrape(url: str, timeout: float = 20) -> str:
+    last: list[object] = [None]
+
+    def metrics() -> str | None:
         try:
             body = urllib.request.urlopen(url, timeout=5).read().decode()
-            if "scrinalia_scheduler_healthy" in body:
-                return body
-            last = body[-500:]
         except OSError as e:
-            last = e
-        time.sleep(0.2)
-    raise AssertionError(f"no scrinalia metrics at {url}: {last}")
+            last[0] = e
+            return None
+        last[0] = body[-500:]
+        return body if "scrinalia_scheduler_healthy" in body else None
+
+    try:
+        return wait_for(metrics, timeout=timeout, interval=0.2, what=f"scrinalia metrics at {url}")
+    except AssertionError:
+        raise AssertionError(f"no scrinalia metrics at {url}: {last[0]}") from None
 
 
 def _samples(body: str) -> dict[tuple[str, frozenset], float]:
@@ -128,14 +132,14 @@ def _get(samples, name: str, **labels) -> float:
     raise AssertionError(f"no sample {name}{labels}")
 
 
-def test_the_real_exporter_exposes_the_metrics(world, db_dsn, role_logins):
+def test_the_real_exporter_exposes_the_metrics(world, db_dsn, role_logins, procs):
     exporter = shutil.which("prometheus-postgres-exporter")
     if exporter is None:
         _missing("prometheus-postgres-exporter is not installed (Debian package; .ci/run installs it)")
     info = psycopg.conninfo.conninfo_to_dict(db_dsn)
     dsn = f"postgresql://{role_logins['reader']}@{info['host']}:{info['port']}/{info['dbname']}?sslmode=disable"
     port = free_port()
-    p = subprocess.Popen(
+    p = procs.start(
         [
             exporter,
             f"--web.listen-address=127.0.0.1:{port}",
@@ -144,16 +148,13 @@ def test_the_real_exporter_exposes_the_metrics(world, db_dsn, role_logins):
             "--disable-settings-metrics",
             "--log.level=warn",
         ],
-        env={"DATA_SOURCE_NAME": dsn, "PATH": "/usr/bin:/bin"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        {"DATA_SOURCE_NAME": dsn, "PATH": "/usr/bin:/bin"},
+        inherit_env=False,
+        lines="both",
     )
-    try:
-        body = _scrape(f"http://127.0.0.1:{port}/metrics", time.monotonic() + 20)
-    finally:
-        p.terminate()
-        out = p.communicate(timeout=10)[0]
+    body = _scrape(f"http://127.0.0.1:{port}/metrics")
+    p.stop(timeout=10)
+    out = "".join(p.raw)
     assert "error" not in out.lower(), out
     s = _samples(body)
     assert _get(s, "scrinalia_scheduler_healthy") == 0

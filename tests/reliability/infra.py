@@ -21,12 +21,12 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
 from scrinalia_workers.testkit.cluster import LocalCluster, find_bin_dir, free_port
+from scrinalia_workers.testkit.waiting import wait_for
 
 
 def pgbouncer_binary() -> str | None:
@@ -68,15 +68,13 @@ def pgbouncer_version(binary: str | None = None) -> tuple[int, ...]:
 
 
 def _wait_port(port: int, timeout: float, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def listening() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"pgbouncer exited {proc.returncode}:\n{log.read_text()[-2000:]}")
         with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"pgbouncer did not listen on {port} within {timeout}s")
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    wait_for(listening, timeout=timeout, what=f"pgbouncer listening on {port}")
 
 
 class PgBouncer:
@@ -171,15 +169,3 @@ def multi_host_dsn(*clusters: LocalCluster, dbname: str = "postgres", user: str 
     hosts = ",".join("127.0.0.1" for _ in clusters)
     ports = ",".join(str(c.port) for c in clusters)
     return f"host={hosts} port={ports} user={user} dbname={dbname} target_session_attrs=read-write"
-
-
-def stop_all(procs) -> list[int | str]:
-    """SIGTERMs every procs.Proc (each one even when another did not stop in time);
-    returns the exit codes, or the failure text of one that had to be killed."""
-    codes: list[int | str] = []
-    for p in procs:
-        try:
-            codes.append(p.stop())
-        except AssertionError as e:
-            codes.append(str(e))
-    return codes

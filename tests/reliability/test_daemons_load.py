@@ -11,7 +11,6 @@ enqueued or skipped for it: nothing lost. RELIABILITY_DAEMON_SCHEDULES scales it
 from __future__ import annotations
 
 import os
-import time
 from datetime import datetime, timedelta
 
 import psycopg
@@ -20,7 +19,6 @@ from psycopg.types.json import Jsonb
 from invariants import busy_slots, check_all
 from scrinalia_workers.admin.migrate import migrate
 from scrinalia_workers.demo.load_handlers import DEMO_OPTIONS
-from scrinalia_workers.testkit.procs import start_runner, start_scheduler
 from scrinalia_workers.testkit.waiting import wait_for
 
 SCHEDULES = int(os.environ.get("RELIABILITY_DAEMON_SCHEDULES", "2000"))
@@ -44,63 +42,56 @@ def _seed(db: psycopg.Connection) -> None:
     )
 
 
-def test_real_daemons_under_load_through_a_restart(own_cluster):
+def test_real_daemons_under_load_through_a_restart(own_cluster, procs):
     cluster = own_cluster
     dsn = cluster.dsn("postgres")
     migrate(dsn, create_groups=True)
     db = psycopg.connect(dsn, autocommit=True)
     _seed(db)
     seeded = db.execute("SELECT max(next_run_at) FROM scrinalia.archive_worker_schedules").fetchone()[0]
-    schedulers = [start_scheduler(dsn, "--standby-retry", "0.5", "--name", f"s{i}") for i in (1, 2)]
+    schedulers = [procs.scheduler(dsn, "--standby-retry", "0.5", "--name", f"s{i}") for i in (1, 2)]
     runners = [
-        start_runner(dsn, "scrinalia_workers.demo.load_handlers", "--lease", "5", "--runner-id", f"r{i}")
+        procs.runner(dsn, "scrinalia_workers.demo.load_handlers", "--lease", "5", "--runner-id", f"r{i}")
         for i in range(RUNNERS)
     ]
-    try:
-        wait_for(
-            lambda: db.execute(
-                "SELECT count(*) = 0 FROM scrinalia.archive_worker_schedules WHERE next_run_at <= %s", (seeded,)
-            ).fetchone()[0],
-            timeout=60,
-            what="the catch-up ticked",
-        )
-        # The first on-time boundary is the minute after the last catch-up: a schedule
-        # whose catch-up came before a minute that passed meanwhile is armed for that
-        # minute and then for this one; one ticked after it skipped to this one.
-        catch_ups, last_catch_up = db.execute(
-            "SELECT count(*), max(created_at) FROM scrinalia.archive_worker_runs WHERE scheduled_for = %s", (seeded,)
-        ).fetchone()
-        assert catch_ups == SCHEDULES  # one catch-up each, not a replay
-        boundary = last_catch_up.replace(second=0, microsecond=0) + timedelta(minutes=1)
-        wait_for(
-            lambda: (
-                db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs WHERE status = 'SUCCEEDED'").fetchone()[
-                    0
-                ]
-                > SCHEDULES // 4
-            ),
-            timeout=60,
-            what="a quarter of the catch-up done",
-        )
-        cluster.restart()
-        db = psycopg.connect(dsn, autocommit=True)
-        restarted = time.monotonic()
-        # run until the first on-time boundary has been ticked and worked
-        while True:
-            assert busy_slots(db) == []
-            now = db.execute("SELECT now()").fetchone()[0]
-            settled = db.execute(
-                "SELECT count(*) = 0 FROM scrinalia.archive_worker_schedules WHERE next_run_at <= %s", (boundary,)
-            ).fetchone()[0]
-            if now > boundary + timedelta(seconds=5) and settled:
-                break
-            assert time.monotonic() - restarted < 120, "the daemons did not get past the boundary"
-            time.sleep(0.5)
-    finally:
-        for p in runners:
-            assert p.stop(timeout=30) == 0
-        for p in schedulers:
-            assert p.stop(timeout=30) == 0
+    wait_for(
+        lambda: db.execute(
+            "SELECT count(*) = 0 FROM scrinalia.archive_worker_schedules WHERE next_run_at <= %s", (seeded,)
+        ).fetchone()[0],
+        timeout=60,
+        what="the catch-up ticked",
+    )
+    # The first on-time boundary is the minute after the last catch-up: a schedule
+    # whose catch-up came before a minute that passed meanwhile is armed for that
+    # minute and then for this one; one ticked after it skipped to this one.
+    catch_ups, last_catch_up = db.execute(
+        "SELECT count(*), max(created_at) FROM scrinalia.archive_worker_runs WHERE scheduled_for = %s", (seeded,)
+    ).fetchone()
+    assert catch_ups == SCHEDULES  # one catch-up each, not a replay
+    boundary = last_catch_up.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    wait_for(
+        lambda: (
+            db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs WHERE status = 'SUCCEEDED'").fetchone()[0]
+            > SCHEDULES // 4
+        ),
+        timeout=60,
+        what="a quarter of the catch-up done",
+    )
+    cluster.restart()
+    db = psycopg.connect(dsn, autocommit=True)
+
+    # run until the first on-time boundary has been ticked and worked
+    def past_the_boundary() -> bool:
+        assert busy_slots(db) == []
+        now = db.execute("SELECT now()").fetchone()[0]
+        settled = db.execute(
+            "SELECT count(*) = 0 FROM scrinalia.archive_worker_schedules WHERE next_run_at <= %s", (boundary,)
+        ).fetchone()[0]
+        return now > boundary + timedelta(seconds=5) and settled
+
+    wait_for(past_the_boundary, timeout=120, interval=0.5, what="the daemons past the boundary")
+    assert procs.stop_all(runners, timeout=30) == [0] * len(runners)
+    assert procs.stop_all(schedulers, timeout=30) == [0] * len(schedulers)
 
     # the schedulers came back after the restart: a lock was acquired again
     assert sum(s.count("lock acquired") for s in schedulers) >= 2

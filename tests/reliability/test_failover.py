@@ -31,11 +31,10 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from infra import multi_host_dsn, require_server_binaries, stop_all
+from infra import multi_host_dsn, require_server_binaries
 from invariants import check_all
 from scrinalia_workers.admin.migrate import migrate
 from scrinalia_workers.testkit.cluster import LocalCluster, free_port
-from scrinalia_workers.testkit.procs import start_runner, start_scheduler
 from scrinalia_workers.testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -121,7 +120,7 @@ def pair():
 
 
 @pytest.mark.parametrize("replication", ["async", "sync"])
-def test_failover_under_the_real_daemons(pair, handlers_module, replication):
+def test_failover_under_the_real_daemons(pair, handlers_module, replication, procs):
     primary = pair[0]
     migrate(primary.dsn(), create_groups=True)
     pconn = psycopg.connect(primary.dsn(), autocommit=True)
@@ -143,89 +142,82 @@ def test_failover_under_the_real_daemons(pair, handlers_module, replication):
     last = first + timedelta(seconds=PERIODS - 1)
 
     dsn = multi_host_dsn(primary, replica)
-    scheds = [start_scheduler(dsn, "--standby-retry", RETRY, "--max-sleep", "0.5", "--name", f"s{i}") for i in (1, 2)]
-    runners = [start_runner(dsn, handlers_module, "--lease", "3", "--runner-id", f"r{i}") for i in (1, 2)]
-    new_conn = None
-    try:
-        wait_for(
-            lambda: (
-                pconn.execute(
-                    "SELECT count(*) FROM scrinalia.archive_worker_runs WHERE status = 'SUCCEEDED'"
-                ).fetchone()[0]
-                >= FAILOVER_AFTER
-            ),
-            timeout=FIRST_AT + FAILOVER_AFTER + 15,
-            what="the first runs done on the primary",
-        )
+    scheds = [procs.scheduler(dsn, "--standby-retry", RETRY, "--max-sleep", "0.5", "--name", f"s{i}") for i in (1, 2)]
+    runners = [procs.runner(dsn, handlers_module, "--lease", "3", "--runner-id", f"r{i}") for i in (1, 2)]
+    wait_for(
+        lambda: (
+            pconn.execute("SELECT count(*) FROM scrinalia.archive_worker_runs WHERE status = 'SUCCEEDED'").fetchone()[0]
+            >= FAILOVER_AFTER
+        ),
+        timeout=FIRST_AT + FAILOVER_AFTER + 15,
+        what="the first runs done on the primary",
+    )
 
-        # replication lag: the replica stops receiving WAL, the primary goes on (or waits)
-        rconn.execute("ALTER SYSTEM SET primary_conninfo = ''")
-        rconn.execute("SELECT pg_reload_conf()")
-        wait_for(
-            lambda: rconn.execute("SELECT count(*) FROM pg_stat_wal_receiver").fetchone()[0] == 0,
-            timeout=10,
-            what="the replica's WAL receiver gone",
-        )
-        lag_started = datetime.now(UTC)
-        time.sleep(LAG)  # the lag itself is the scenario: the primary works (or waits) meanwhile
-        primary_lsn = pconn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
-        killed = datetime.now(UTC)
-        primary.kill()
-        pconn.close()
-        replica_lsn = rconn.execute("SELECT pg_last_wal_receive_lsn()").fetchone()[0]
-        time.sleep(OUTAGE)  # no writable node: the daemons retry against a read-only replica
-        exited = [(p.popen.args[2:4], "".join(p.raw[-5:])) for p in scheds + runners if p.popen.poll() is not None]
-        assert not exited, f"a daemon exited during the outage: {exited}"
-        replica.promote()
-        promoted = datetime.now(UTC)
-        rconn.close()
-        new_conn = psycopg.connect(replica.dsn(), autocommit=True)
+    # replication lag: the replica stops receiving WAL, the primary goes on (or waits)
+    rconn.execute("ALTER SYSTEM SET primary_conninfo = ''")
+    rconn.execute("SELECT pg_reload_conf()")
+    wait_for(
+        lambda: rconn.execute("SELECT count(*) FROM pg_stat_wal_receiver").fetchone()[0] == 0,
+        timeout=10,
+        what="the replica's WAL receiver gone",
+    )
+    lag_started = datetime.now(UTC)
+    time.sleep(LAG)  # the lag itself is the scenario: the primary works (or waits) meanwhile
+    primary_lsn = pconn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+    killed = datetime.now(UTC)
+    primary.kill()
+    pconn.close()
+    replica_lsn = rconn.execute("SELECT pg_last_wal_receive_lsn()").fetchone()[0]
+    time.sleep(OUTAGE)  # no writable node: the daemons retry against a read-only replica
+    exited = [(p.popen.args[2:4], "".join(p.raw[-5:])) for p in scheds + runners if p.popen.poll() is not None]
+    assert not exited, f"a daemon exited during the outage: {exited}"
+    replica.promote()
+    promoted = datetime.now(UTC)
+    rconn.close()
+    new_conn = psycopg.connect(replica.dsn(), autocommit=True)
 
-        def lock_after_promotion():
-            evs = [
-                (_utc(e["ts"]), s)
-                for s in scheds
-                for e in list(s.events)
-                if e.get("event") == "lock acquired" and _utc(e["ts"]) > killed
-            ]
-            return min(evs, key=lambda x: x[0]) if evs else None
-
-        took, new_holder = wait_for(
-            lock_after_promotion, timeout=TAKEOVER_BOUND + 5, what="a scheduler holding the lock on the new primary"
-        )
-        old_holder = next(
-            s
+    def lock_after_promotion():
+        evs = [
+            (_utc(e["ts"]), s)
             for s in scheds
-            if any(e.get("event") == "lock acquired" and _utc(e["ts"]) < killed for e in list(s.events))
-        )
-        # the runners found the new primary by themselves (their connection is kept)
-        wait_for(
-            lambda: (
-                new_conn.execute(
-                    "SELECT count(DISTINCT application_name) FROM pg_stat_activity "
-                    "WHERE application_name IN ('scrinalia-runner r1', 'scrinalia-runner r2')"
-                ).fetchone()[0]
-                == 2
-            ),
-            timeout=15,
-            what="both runners connected to the new primary",
-        )
-        takeover = (took - promoted).total_seconds()
+            for e in list(s.events)
+            if e.get("event") == "lock acquired" and _utc(e["ts"]) > killed
+        ]
+        return min(evs, key=lambda x: x[0]) if evs else None
 
-        # run on until every armed period has passed and been ticked, and the runners drained
-        def settled():
-            now = new_conn.execute("SELECT now()").fetchone()[0]
-            pending = new_conn.execute(
-                "SELECT (SELECT count(*) FROM scrinalia.archive_worker_schedules WHERE next_run_at <= %s)"
-                " + (SELECT count(*) FROM scrinalia.archive_worker_runs WHERE status IN ('QUEUED', 'RUNNING')"
-                "    AND (not_before IS NULL OR not_before <= now()))",
-                (last,),
+    took, new_holder = wait_for(
+        lock_after_promotion, timeout=TAKEOVER_BOUND + 5, what="a scheduler holding the lock on the new primary"
+    )
+    old_holder = next(
+        s for s in scheds if any(e.get("event") == "lock acquired" and _utc(e["ts"]) < killed for e in list(s.events))
+    )
+    # the runners found the new primary by themselves (their connection is kept)
+    wait_for(
+        lambda: (
+            new_conn.execute(
+                "SELECT count(DISTINCT application_name) FROM pg_stat_activity "
+                "WHERE application_name IN ('scrinalia-runner r1', 'scrinalia-runner r2')"
             ).fetchone()[0]
-            return now > last + timedelta(seconds=1) and pending == 0
+            == 2
+        ),
+        timeout=15,
+        what="both runners connected to the new primary",
+    )
+    takeover = (took - promoted).total_seconds()
 
-        wait_for(settled, timeout=PERIODS + FIRST_AT + 20, interval=0.2, what="all periods ticked and run")
-    finally:
-        sched_codes, runner_codes = stop_all(scheds), stop_all(runners)
+    # run on until every armed period has passed and been ticked, and the runners drained
+    def settled():
+        now = new_conn.execute("SELECT now()").fetchone()[0]
+        pending = new_conn.execute(
+            "SELECT (SELECT count(*) FROM scrinalia.archive_worker_schedules WHERE next_run_at <= %s)"
+            " + (SELECT count(*) FROM scrinalia.archive_worker_runs WHERE status IN ('QUEUED', 'RUNNING')"
+            "    AND (not_before IS NULL OR not_before <= now()))",
+            (last,),
+        ).fetchone()[0]
+        return now > last + timedelta(seconds=1) and pending == 0
+
+    wait_for(settled, timeout=PERIODS + FIRST_AT + 20, interval=0.2, what="all periods ticked and run")
+    sched_codes, runner_codes = procs.stop_all(scheds), procs.stop_all(runners)
     assert sched_codes == [0, 0] and runner_codes == [0, 0]
 
     # a last retry pass, as the scheduler runs one every tick, then the ledger's invariants

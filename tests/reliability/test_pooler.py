@@ -32,11 +32,9 @@ from infra import (
     pgbouncer_version,
     require_pgbouncer,
     require_server_binaries,
-    stop_all,
 )
 from scrinalia_workers.admin.migrate import migrate
 from scrinalia_workers.testkit.cluster import LocalCluster
-from scrinalia_workers.testkit.procs import start_runner, start_scheduler
 from scrinalia_workers.testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -141,12 +139,12 @@ def test_pgbouncer_is_the_one_ci_installs():
     assert version >= (1, 18), version
 
 
-def test_scheduler_works_through_a_session_pool(cluster, dbname, bouncers):
+def test_scheduler_works_through_a_session_pool(cluster, dbname, bouncers, procs):
     bouncer = bouncers("session")
     direct = psycopg.connect(cluster.dsn(dbname), autocommit=True)
     _due_schedule(direct)
     scheds = [
-        start_scheduler(bouncer.dsn(dbname), "--standby-retry", "0.5", "--max-sleep", "0.5", "--name", f"pooled{i}")
+        procs.scheduler(bouncer.dsn(dbname), "--standby-retry", "0.5", "--max-sleep", "0.5", "--name", f"pooled{i}")
         for i in (1, 2)
     ]
     try:
@@ -176,13 +174,13 @@ def test_scheduler_works_through_a_session_pool(cluster, dbname, bouncers):
         assert all(s.popen.poll() is None for s in scheds)
         assert not any(s.count("tick error") for s in scheds)
         assert direct.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 1
+        codes = procs.stop_all(scheds)
     finally:
-        codes = stop_all(scheds)
         direct.close()
     assert codes == [0, 0]
 
 
-def test_standby_takes_over_through_a_session_pool(cluster, dbname, bouncers):
+def test_standby_takes_over_through_a_session_pool(cluster, dbname, bouncers, procs):
     """The holder is SIGKILLed: PgBouncer resets the server connection it held
     (server_reset_query = DISCARD ALL, the default, runs pg_advisory_unlock_all) and
     the standby takes the lock at its next retry."""
@@ -190,7 +188,7 @@ def test_standby_takes_over_through_a_session_pool(cluster, dbname, bouncers):
     direct = psycopg.connect(cluster.dsn(dbname), autocommit=True)
     _due_schedule(direct)
     scheds = [
-        start_scheduler(bouncer.dsn(dbname), "--standby-retry", "0.5", "--max-sleep", "0.5", "--name", f"pooled{i}")
+        procs.scheduler(bouncer.dsn(dbname), "--standby-retry", "0.5", "--max-sleep", "0.5", "--name", f"pooled{i}")
         for i in (1, 2)
     ]
     try:
@@ -215,24 +213,23 @@ def test_standby_takes_over_through_a_session_pool(cluster, dbname, bouncers):
             timeout=10,
             what="the new holder enqueuing a due period",
         )
+        codes = procs.stop_all(s for s in scheds if s.running())
     finally:
-        codes = stop_all(s for s in scheds if s.popen.poll() is None)
         direct.close()
     assert codes == [0]
     print(f"\nsession-pool takeover after SIGKILL: {takeover:.2f} s")
     assert takeover < 3.0
 
 
-def test_scheduler_refuses_a_transaction_pool(cluster, dbname, bouncers):
+def test_scheduler_refuses_a_transaction_pool(cluster, dbname, bouncers, procs):
     bouncer = bouncers("transaction")
     direct = psycopg.connect(cluster.dsn(dbname), autocommit=True)
     _due_schedule(direct)
-    sched = start_scheduler(bouncer.dsn(dbname), "--standby-retry", "0.5", "--max-sleep", "0.5")
+    sched = procs.scheduler(bouncer.dsn(dbname), "--standby-retry", "0.5", "--max-sleep", "0.5")
     try:
         code = _exit_code(sched, timeout=10)
         state = _state(direct)
     finally:
-        sched.stop()
         direct.close()
     assert code == 2, f"still running after 10 s through a transaction pool:\n{''.join(sched.raw[-5:])}"
     lines = [line for line in sched.raw if line.strip()]
@@ -241,16 +238,15 @@ def test_scheduler_refuses_a_transaction_pool(cluster, dbname, bouncers):
     assert state == {"ticks": 0, "last_tick_by": None, "runs": 0}
 
 
-def test_scheduler_names_a_pooler_that_refuses_its_startup_options(cluster, dbname, bouncers):
+def test_scheduler_names_a_pooler_that_refuses_its_startup_options(cluster, dbname, bouncers, procs):
     """A session pool, but PgBouncer left at its default ignore_startup_parameters."""
     bouncer = bouncers("session", ignore_startup_parameters="extra_float_digits")
     direct = psycopg.connect(cluster.dsn(dbname), autocommit=True)
     _due_schedule(direct)
-    sched = start_scheduler(bouncer.dsn(dbname), "--standby-retry", "0.5", "--max-sleep", "0.5")
+    sched = procs.scheduler(bouncer.dsn(dbname), "--standby-retry", "0.5", "--max-sleep", "0.5")
     try:
         code = _exit_code(sched, timeout=10)
     finally:
-        sched.stop()
         direct.close()
     assert "unsupported startup parameter: options" in bouncer.log()
     assert code == 2, f"still running after 10 s:\n{''.join(sched.raw[-3:])}"
@@ -315,13 +311,13 @@ def test_operator_clients_through_a_transaction_pool(cluster, dbname, bouncers):
         "transaction",
     ],
 )
-def test_runners_through_a_pool(cluster, dbname, bouncers, handlers_module, pool_mode):
+def test_runners_through_a_pool(cluster, dbname, bouncers, handlers_module, pool_mode, procs):
     """Three runners claim 2 x 30 runs through the pool (each connection executes
     claim_next and finish far more than 5 times)."""
     bouncer = bouncers(pool_mode, pool_size=4)
     direct = psycopg.connect(cluster.dsn(dbname), autocommit=True)
     runners = [
-        start_runner(bouncer.dsn(dbname), handlers_module, "--lease", "3", "--runner-id", f"r{i}") for i in range(3)
+        procs.runner(bouncer.dsn(dbname), handlers_module, "--lease", "3", "--runner-id", f"r{i}") for i in range(3)
     ]
     rounds = 2
 
@@ -341,8 +337,8 @@ def test_runners_through_a_pool(cluster, dbname, bouncers, handlers_module, pool
             wait_for(drained("status IN ('QUEUED', 'RUNNING')", 0), timeout=20, what="the runners to drain the queue")
             direct.execute("SELECT scrinalia.enqueue(worker_name) FROM scrinalia.archive_workers")
         wait_for(drained("status = 'SUCCEEDED'", rounds * WORKERS), timeout=20, what="every run SUCCEEDED")
+        codes = procs.stop_all(runners)
     finally:
-        codes = stop_all(runners)
         direct.close()
     assert codes == [0, 0, 0], "".join(line for r in runners for line in r.raw[-6:])
     assert sum(r.count("finished") for r in runners) == rounds * WORKERS

@@ -20,6 +20,7 @@ from invariants import Decision, busy_slots, check_all, double_periods, lost_per
 from scrinalia_workers import cron
 from scrinalia_workers.admin.migrate import migrate
 from scrinalia_workers.testkit.cluster import start_cluster
+from scrinalia_workers.testkit.waiting import wait_for
 
 N_WORKERS = 300
 ROUNDS = 12
@@ -145,11 +146,12 @@ def test_lock_dies_with_its_connection_and_the_standby_takes_it(db, db_dsn):
     ).fetchall()
     assert victims == [(True,)]
     t0 = time.monotonic()
-    got = False
-    while not got and time.monotonic() - t0 < 10:
-        got = standby.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
-        if not got:
-            time.sleep(0.01)
+    got = wait_for(
+        lambda: standby.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0],
+        timeout=10,
+        interval=0.01,
+        what="the standby taking the lock",
+    )
     took = time.monotonic() - t0
     assert got
     # the old holder finds out at its next statement: it must stop ticking there
@@ -200,15 +202,15 @@ def test_postgres_restart_mid_tick_neither_loses_nor_doubles(own_cluster):
             ([d[0] for d in due], [d[1] + timedelta(minutes=1) for d in due]),
         )
     conn.close()
+
     # reconnect (with a deadline) and carry on
-    deadline = time.monotonic() + 30
-    while True:
+    def reconnect() -> psycopg.Connection | None:
         try:
-            conn = psycopg.connect(dsn, autocommit=True)
-            break
+            return psycopg.connect(dsn, autocommit=True)
         except psycopg.OperationalError:
-            assert time.monotonic() < deadline, "PostgreSQL did not come back"
-            time.sleep(0.1)
+            return None
+
+    conn = wait_for(reconnect, timeout=30, interval=0.1, what="PostgreSQL back")
     back = time.monotonic() - t0
     assert conn.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 0
     ds = one_tick(conn, "after-restart")

