@@ -13,7 +13,7 @@ import pytest
 import demo_handlers
 from helpers import make_worker, run_row, scheduled_run
 from scrinalia_workers.logs import EventLog
-from scrinalia_workers.runner.daemon import Runner
+from scrinalia_workers.runner import Runner
 from scrinalia_workers.testkit.procs import start_runner
 
 
@@ -174,11 +174,11 @@ def test_a_notify_backlog_costs_one_claim_attempt(db, db_dsn, quiet):
     r = Runner(db_dsn, {"noisy": handler}, log=quiet)
     try:
         assert r.run_once()["outcome"] == "SUCCEEDED"
-        r.conn.execute("SELECT 1")  # whatever is still in flight lands in the backlog
+        r.ledger.conn.execute("SELECT 1")  # whatever is still in flight lands in the backlog
         t0 = time.monotonic()
         r._idle()  # returns at once: there was something to wake up for
         assert time.monotonic() - t0 < 1
-        assert list(r.conn.notifies(timeout=0)) == []
+        assert list(r.ledger.conn.notifies(timeout=0)) == []
     finally:
         r.close()
 
@@ -195,7 +195,7 @@ def test_a_report_whose_answer_was_lost_is_not_called_a_lost_lease(db, db_dsn):
     run_id = _enqueue(db, "ok")
     out = io.StringIO()
     r = Runner(db_dsn, {"ok": demo_handlers.ok}, log=EventLog(json_lines=True, stream=out))
-    real_finish, calls = r._finish, []
+    real_finish, calls = r.ledger.finish, []
 
     def finish_then_drop(*args):
         rows = real_finish(*args)
@@ -204,7 +204,7 @@ def test_a_report_whose_answer_was_lost_is_not_called_a_lost_lease(db, db_dsn):
             raise psycopg.OperationalError("server closed the connection unexpectedly")
         return rows
 
-    r._finish = finish_then_drop
+    r.ledger.finish = finish_then_drop
     try:
         assert r.run_once()["outcome"] == "SUCCEEDED"
     finally:

@@ -13,8 +13,8 @@ import psycopg
 
 from helpers import FlushCountingStream, make_workers, run_row
 from scrinalia_workers.logs import EventLog
-from scrinalia_workers.runner import daemon as runner_mod
-from scrinalia_workers.runner.daemon import Runner
+from scrinalia_workers.runner import Runner
+from scrinalia_workers.runner.batch import RELEASE_AFTER
 from scrinalia_workers.testkit.waiting import wait_for
 
 
@@ -101,7 +101,7 @@ def test_runs_held_up_by_a_slow_handler_go_back_to_the_queue(db, db_dsn):
             lambda: _statuses(db, ids[1:]) == {ids[1]: "QUEUED", ids[2]: "QUEUED"}, 10, what="the held runs released"
         )
         waited = time.monotonic() - t0
-        assert runner_mod.RELEASE_AFTER - 0.1 <= waited < 5, waited
+        assert RELEASE_AFTER - 0.1 <= waited < 5, waited
         with psycopg.connect(db_dsn, autocommit=True) as other:
             taken = other.execute("SELECT run_id FROM scrinalia.claim_runs('other', '1 minute', NULL, 10)").fetchall()
         assert sorted(x[0] for x in taken) == ids[1:]

@@ -155,7 +155,7 @@ def test_the_runner_login_claims(db, db_dsn, role_logins):
 
 
 def test_sql_and_the_parser_agree_on_runner_ids(db):
-    from scrinalia_workers.runner.daemon import RUNNER_ID
+    from scrinalia_workers.runner.runner_id import RUNNER_ID
 
     samples = [
         "runner-1@gpu01",
@@ -184,10 +184,10 @@ def test_sql_and_the_parser_agree_on_runner_ids(db):
 def test_default_runner_id_is_valid(monkeypatch):
     import socket
 
-    from scrinalia_workers.runner import daemon as runner
+    from scrinalia_workers.runner.runner_id import RUNNER_ID, default_runner_id
 
     monkeypatch.setattr(socket, "gethostname", lambda: "h\u00f4te d'\u00e9t\u00e9" + "x" * 300)
-    assert runner.RUNNER_ID.fullmatch(runner.default_runner_id())
+    assert RUNNER_ID.fullmatch(default_runner_id())
 
 
 def test_a_privilege_lost_while_running_is_one_line_exit_2(db, db_dsn, role_logins):
@@ -238,7 +238,7 @@ def test_a_signal_during_start_up_exits_without_a_traceback(db_dsn, tmp_path, si
 def test_the_checked_signatures_are_the_schemas(db):
     # the start-up check skips what does not exist: a renamed or re-typed function
     # must fail here rather than go unchecked
-    from scrinalia_workers.runner.daemon import RUNNER_FUNCTIONS
+    from scrinalia_workers.gateway.statements.runner import RUNNER_FUNCTIONS
 
     found = {
         r[0]

@@ -67,9 +67,8 @@ def test_the_documented_example_runs_as_written(db, db_dsn, role_logins, tmp_pat
 
 
 def test_the_log_table_names_every_event_the_runner_logs():
-    source = (
-        Path(__file__).resolve().parents[2] / "py_shim" / "scrinalia_workers" / "runner" / "daemon.py"
-    ).read_text()
+    package = Path(__file__).resolve().parents[2] / "py_shim" / "scrinalia_workers" / "runner"
+    source = "\n".join(p.read_text() for p in sorted(package.glob("*.py")))
     logged = set(re.findall(r'\blog\(\s*"([^"]+)"', source))
     for a, b in re.findall(r'\blog\(\s*"([a-z ]+)" if [^,]+ else "([a-z ]+)"', source):
         logged |= {a, b}
