@@ -118,10 +118,13 @@ class StopFlag:
 
 class RecordingWakeup(Wakeup):
     """The real wake-up pipe, recording each stand-by on the connection's socket (a
-    wait with `also`) and whether a NOTIFY, rather than its timeout, ended it."""
+    wait with `also`) and whether a NOTIFY ended it. An endless one ignores the
+    stand-by's timeout: only a NOTIFY or a ring (a handler, a stop, a signal) ends it,
+    so a test that passes shows that one did."""
 
-    def __init__(self) -> None:
+    def __init__(self, endless: bool = False) -> None:
         super().__init__()
+        self.endless = endless
         self.standing_by = threading.Event()
         self.standbys: list[bool] = []  # True: woken by the socket
 
@@ -129,7 +132,7 @@ class RecordingWakeup(Wakeup):
         if also is None:
             return super().wait(timeout)
         self.standing_by.set()
-        woken = super().wait(timeout, also)
+        woken = super().wait(None if self.endless else timeout, also)
         self.standing_by.clear()
         self.standbys.append(woken)
         return woken
