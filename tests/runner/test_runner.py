@@ -152,17 +152,19 @@ def test_a_stop_ends_the_idle_stand_by(db_dsn, quiet):
     # a signal rings the wake-up pipe (signal.set_wakeup_fd, as main() does); the
     # stand-by, without a timeout here, ends only because of it
     r = Runner(db_dsn, {"ok": demo_handlers.ok}, log=quiet, wakeup=RecordingWakeup(endless=True))
+    t = _idling(r)
     previous = signal.signal(signal.SIGTERM, r.on_signal)
-    signal.set_wakeup_fd(r.wakeup.write_fd, warn_on_full_buffer=False)
+    previous_fd = signal.set_wakeup_fd(r.wakeup.write_fd, warn_on_full_buffer=False)
     try:
-        t = _idling(r)
         os.kill(os.getpid(), signal.SIGTERM)
         t.join(30)
-        assert not t.is_alive() and r.stopping
+        stopped = not t.is_alive()
     finally:
-        signal.set_wakeup_fd(-1)
+        signal.set_wakeup_fd(previous_fd)
         signal.signal(signal.SIGTERM, previous)
-    assert r.wakeup.standbys == [False] and r.claim_attempts == 1
+        r.request_stop()  # (a failing test leaves no thread behind)
+        t.join(30)
+    assert stopped and r.wakeup.standbys == [False] and r.claim_attempts == 1
 
 
 @pytest.mark.slow
