@@ -5,16 +5,16 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from datetime import timedelta
 
 import pytest
+from runner_fakes import RecordingWakeup
 
 import demo_handlers
 from helpers import make_worker, run_row, scheduled_run
 from scrinalia_workers.logs import EventLog
-from scrinalia_workers.runner.daemon import Runner
-from scrinalia_workers.testkit.procs import start_runner
+from scrinalia_workers.runner import Runner
+from scrinalia_workers.testkit.waiting import wait_for
 
 
 @pytest.fixture
@@ -105,15 +105,13 @@ def test_lease_lost_mid_run_is_not_overwritten(db, db_dsn, quiet):
 
 
 @pytest.mark.slow
-def test_killed_runner_interrupted_then_retry_succeeds(db, db_dsn):
+def test_killed_runner_interrupted_then_retry_succeeds(db, db_dsn, procs):
     make_worker(db, "hang")
     run_id = scheduled_run(db, "hang")
-    p = start_runner(db_dsn, "demo_handlers", "--lease", "30", "--runner-id", "victim")
-    try:
-        p.wait_event("claimed", run_id=run_id)
-    finally:
-        p.kill(signal.SIGKILL)
-        p.popen.wait()
+    p = procs.runner(db_dsn, "demo_handlers", "--lease", "30", "--runner-id", "victim")
+    p.wait_event("claimed", run_id=run_id)
+    p.kill(signal.SIGKILL)
+    p.popen.wait()
     db.execute("UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() WHERE run_id = %s", (run_id,))
     assert [x[0] for x in db.execute("SELECT run_id FROM scrinalia.reap_expired_leases()")] == [run_id]
     retry_id, attempt = db.execute("SELECT run_id, attempt FROM scrinalia.create_retries()").fetchone()
@@ -127,21 +125,46 @@ def test_killed_runner_interrupted_then_retry_succeeds(db, db_dsn):
     assert row["status"] == "SUCCEEDED" and row["lease_owner"] == "second" and row["retry_of"] == run_id
 
 
-@pytest.mark.slow
-def test_notify_wakes_an_idle_runner(db, db_dsn):
+def _idling(r: Runner) -> threading.Thread:
+    """r.run_forever() on a thread of its own, once it stands by for a NOTIFY."""
+    t = threading.Thread(target=r.run_forever)
+    t.start()
+    wait_for(r.wakeup.standing_by.is_set, what="the runner standing by")
+    return t
+
+
+def test_notify_wakes_an_idle_runner(db, db_dsn, quiet):
+    # its stand-by has no timeout here: only the enqueue's NOTIFY can end it
     make_worker(db, "ok")
-    p = start_runner(db_dsn, "demo_handlers")
+    r = Runner(db_dsn, {"ok": demo_handlers.ok}, log=quiet, wakeup=RecordingWakeup(endless=True))
+    t = _idling(r)
     try:
-        p.wait_event("runner started")
-        time.sleep(0.3)  # let it go idle (its poll is 5 s)
-        t0 = time.monotonic()
         run_id = _enqueue(db, "ok")
-        p.wait_event("finished", timeout=1.0, run_id=run_id)
-        assert time.monotonic() - t0 < 1.0
-        assert p.stop() == 0
+        wait_for(lambda: run_row(db, run_id)["status"] == "SUCCEEDED", what="the run woken for")
     finally:
-        if p.popen.poll() is None:
-            p.kill()
+        r.request_stop()
+        t.join(30)
+    assert not t.is_alive()
+    assert r.wakeup.standbys[0] is True and r.claim_attempts >= 2
+
+
+def test_a_stop_ends_the_idle_stand_by(db_dsn, quiet):
+    # a signal rings the wake-up pipe (signal.set_wakeup_fd, as main() does); the
+    # stand-by, without a timeout here, ends only because of it
+    r = Runner(db_dsn, {"ok": demo_handlers.ok}, log=quiet, wakeup=RecordingWakeup(endless=True))
+    t = _idling(r)
+    previous = signal.signal(signal.SIGTERM, r.on_signal)
+    previous_fd = signal.set_wakeup_fd(r.wakeup.write_fd, warn_on_full_buffer=False)
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        t.join(30)
+        stopped = not t.is_alive()
+    finally:
+        signal.set_wakeup_fd(previous_fd)
+        signal.signal(signal.SIGTERM, previous)
+        r.request_stop()  # (a failing test leaves no thread behind)
+        t.join(30)
+    assert stopped and r.wakeup.standbys == [False] and r.claim_attempts == 1
 
 
 @pytest.mark.slow
@@ -171,14 +194,13 @@ def test_a_notify_backlog_costs_one_claim_attempt(db, db_dsn, quiet):
             for _ in range(200):
                 c.execute("SELECT pg_notify('scrinalia_runs', 'noisy')")
 
-    r = Runner(db_dsn, {"noisy": handler}, log=quiet)
+    r = Runner(db_dsn, {"noisy": handler}, log=quiet, wakeup=RecordingWakeup())
     try:
         assert r.run_once()["outcome"] == "SUCCEEDED"
-        r.conn.execute("SELECT 1")  # whatever is still in flight lands in the backlog
-        t0 = time.monotonic()
-        r._idle()  # returns at once: there was something to wake up for
-        assert time.monotonic() - t0 < 1
-        assert list(r.conn.notifies(timeout=0)) == []
+        r.ledger.conn.execute("SELECT 1")  # whatever is still in flight lands in the backlog
+        r._idle()  # returns without standing by: there was something to wake up for
+        assert r.wakeup.standbys == []
+        assert list(r.ledger.conn.notifies(timeout=0)) == []
     finally:
         r.close()
 
@@ -195,7 +217,7 @@ def test_a_report_whose_answer_was_lost_is_not_called_a_lost_lease(db, db_dsn):
     run_id = _enqueue(db, "ok")
     out = io.StringIO()
     r = Runner(db_dsn, {"ok": demo_handlers.ok}, log=EventLog(json_lines=True, stream=out))
-    real_finish, calls = r._finish, []
+    real_finish, calls = r.ledger.finish, []
 
     def finish_then_drop(*args):
         rows = real_finish(*args)
@@ -204,7 +226,7 @@ def test_a_report_whose_answer_was_lost_is_not_called_a_lost_lease(db, db_dsn):
             raise psycopg.OperationalError("server closed the connection unexpectedly")
         return rows
 
-    r._finish = finish_then_drop
+    r.ledger.finish = finish_then_drop
     try:
         assert r.run_once()["outcome"] == "SUCCEEDED"
     finally:

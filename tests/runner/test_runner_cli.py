@@ -15,7 +15,6 @@ import psycopg
 import pytest
 
 from helpers import make_worker, raises_sqlstate, run_row
-from scrinalia_workers.testkit.procs import start_runner
 
 pytestmark = pytest.mark.slow  # each test starts the real process
 
@@ -139,23 +138,19 @@ def test_json_start_up_errors_are_one_json_line(db_dsn, role_logins):
     assert event["event"] == "config error" and "scrinalia_runner" in event["reason"]
 
 
-def test_the_runner_login_claims(db, db_dsn, role_logins):
+def test_the_runner_login_claims(db, db_dsn, role_logins, procs):
     # the check lets the login it was written for through, and that login really works
     make_worker(db, "ok")
     run_id = db.execute("SELECT run_id FROM scrinalia.enqueue('ok')").fetchone()[0]
     dsn = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["runner"])
-    p = start_runner(dsn, "demo_handlers", "--runner-id", "ascii-1:host@x/y")
-    try:
-        p.wait_event("finished", run_id=run_id)
-        assert p.stop() == 0
-    finally:
-        if p.popen.poll() is None:
-            p.kill()
+    p = procs.runner(dsn, "demo_handlers", "--runner-id", "ascii-1:host@x/y")
+    p.wait_event("finished", run_id=run_id)
+    assert p.stop() == 0
     assert run_row(db, run_id)["status"] == "SUCCEEDED"
 
 
 def test_sql_and_the_parser_agree_on_runner_ids(db):
-    from scrinalia_workers.runner.daemon import RUNNER_ID
+    from scrinalia_workers.runner.runner_id import RUNNER_ID
 
     samples = [
         "runner-1@gpu01",
@@ -184,27 +179,23 @@ def test_sql_and_the_parser_agree_on_runner_ids(db):
 def test_default_runner_id_is_valid(monkeypatch):
     import socket
 
-    from scrinalia_workers.runner import daemon as runner
+    from scrinalia_workers.runner.runner_id import RUNNER_ID, default_runner_id
 
     monkeypatch.setattr(socket, "gethostname", lambda: "h\u00f4te d'\u00e9t\u00e9" + "x" * 300)
-    assert runner.RUNNER_ID.fullmatch(runner.default_runner_id())
+    assert RUNNER_ID.fullmatch(default_runner_id())
 
 
-def test_a_privilege_lost_while_running_is_one_line_exit_2(db, db_dsn, role_logins):
+def test_a_privilege_lost_while_running_is_one_line_exit_2(db, db_dsn, role_logins, procs):
     login = role_logins["runner"]
     db.execute('CREATE ROLE "sw_login_runner_tmp" LOGIN IN ROLE scrinalia_runner')
     try:
         dsn = psycopg.conninfo.make_conninfo(db_dsn, user="sw_login_runner_tmp")
-        p = start_runner(dsn, "demo_handlers")
-        try:
-            p.wait_event("runner started")
-            db.execute('REVOKE scrinalia_runner FROM "sw_login_runner_tmp"')
-            make_worker(db, "ok")
-            db.execute("SELECT scrinalia.enqueue('ok')")  # wakes it: the claim is refused
-            assert p.popen.wait(15) == 2
-        finally:
-            if p.popen.poll() is None:
-                p.kill()
+        p = procs.runner(dsn, "demo_handlers")
+        p.wait_event("runner started")
+        db.execute('REVOKE scrinalia_runner FROM "sw_login_runner_tmp"')
+        make_worker(db, "ok")
+        db.execute("SELECT scrinalia.enqueue('ok')")  # wakes it: the claim is refused
+        assert p.popen.wait(60) == 2
         errors = [e for e in p.events if e.get("event") == "config error"]
         assert len(errors) == 1 and "permission denied" in errors[0]["reason"]
         assert not any("Traceback" in line for line in p.raw)
@@ -218,27 +209,23 @@ def test_a_signal_during_start_up_exits_without_a_traceback(db_dsn, tmp_path, si
     (tmp_path / "slow_import.py").write_text(
         "import sys, time\nprint('importing', file=sys.stderr, flush=True)\ntime.sleep(30)\nHANDLERS = {}\n"
     )
+    # (no procs: the whole of stderr is read here; the module's import ends by itself)
     p = subprocess.Popen(
         [sys.executable, "-m", "scrinalia_workers.runner", "--dsn", db_dsn, "--handlers", "slow_import"],
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(tmp_path)},
     )
-    try:
-        assert p.stderr.readline().strip() == "importing"
-        p.send_signal(sig)
-        assert p.wait(10) == 128 + sig
-        assert "Traceback" not in p.stderr.read()
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    assert p.stderr.readline().strip() == "importing"
+    p.send_signal(sig)
+    _, rest = p.communicate(timeout=60)
+    assert p.returncode == 128 + sig and "Traceback" not in rest
 
 
 def test_the_checked_signatures_are_the_schemas(db):
     # the start-up check skips what does not exist: a renamed or re-typed function
     # must fail here rather than go unchecked
-    from scrinalia_workers.runner.daemon import RUNNER_FUNCTIONS
+    from scrinalia_workers.gateway.statements.runner import RUNNER_FUNCTIONS
 
     found = {
         r[0]

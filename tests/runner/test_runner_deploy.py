@@ -7,29 +7,24 @@ import pytest
 
 from helpers import make_worker, run_row
 from scrinalia_workers.admin.migrate import apply_code
-from scrinalia_workers.testkit.procs import start_runner
 
 pytestmark = pytest.mark.slow
 
 
-def test_code_reinstalled_under_a_running_runner(db, db_dsn):
+def test_code_reinstalled_under_a_running_runner(db, db_dsn, procs):
     make_worker(db, "ok")
-    p = start_runner(db_dsn, "demo_handlers")
-    try:
-        p.wait_event("runner started")
-        for _ in range(8):  # past psycopg's prepare threshold (5): the claim would be a cached plan
-            run_id = db.execute("SELECT run_id FROM scrinalia.enqueue('ok')").fetchone()[0]
-            p.wait_event("finished", run_id=run_id)
-        # a release as migrate() does it: the migration commits, then the code is replaced
-        db.execute("ALTER TABLE scrinalia.archive_worker_runs ADD COLUMN deploy_test integer")
-        apply_code(db)
-        for _ in range(3):
-            run_id = db.execute("SELECT run_id FROM scrinalia.enqueue('ok')").fetchone()[0]
-            p.wait_event("finished", run_id=run_id, status="SUCCEEDED")
-        assert p.stop() == 0
-    finally:
-        if p.popen.poll() is None:
-            p.kill()
+    p = procs.runner(db_dsn, "demo_handlers")
+    p.wait_event("runner started")
+    for _ in range(8):  # past psycopg's prepare threshold (5): the claim would be a cached plan
+        run_id = db.execute("SELECT run_id FROM scrinalia.enqueue('ok')").fetchone()[0]
+        p.wait_event("finished", run_id=run_id)
+    # a release as migrate() does it: the migration commits, then the code is replaced
+    db.execute("ALTER TABLE scrinalia.archive_worker_runs ADD COLUMN deploy_test integer")
+    apply_code(db)
+    for _ in range(3):
+        run_id = db.execute("SELECT run_id FROM scrinalia.enqueue('ok')").fetchone()[0]
+        p.wait_event("finished", run_id=run_id, status="SUCCEEDED")
+    assert p.stop() == 0
     # a cached plan of the claim would fail on every call after the release ("cached plan
     # must not change result type") until a reconnect: none is kept. A claim that lands
     # between the migration's commit and the code's may meet the old row type once (the

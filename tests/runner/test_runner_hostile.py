@@ -13,7 +13,6 @@ import textwrap
 import pytest
 
 from helpers import make_worker, run_row
-from scrinalia_workers.testkit.procs import start_runner
 from scrinalia_workers.testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -100,50 +99,46 @@ def hostile_module(tmp_path, monkeypatch):
     return "hostile_handlers"
 
 
-def test_hostile_handlers_end_failed_and_the_runner_goes_on(db, db_dsn, hostile_module):
+def test_hostile_handlers_end_failed_and_the_runner_goes_on(db, db_dsn, hostile_module, procs):
     for w in FAILING + SUCCEEDING:
         make_worker(db, w)
     runs = {w: db.execute("SELECT run_id FROM scrinalia.enqueue(%s)", (w,)).fetchone()[0] for w in FAILING + SUCCEEDING}
-    p = start_runner(db_dsn, hostile_module, "--runner-id", "hostile")
-    try:
-        wait_for(
-            lambda: db.execute(
-                "SELECT count(*) = 0 FROM scrinalia.archive_worker_runs WHERE status IN ('QUEUED', 'RUNNING')"
-            ).fetchone()[0],
-            timeout=30,
-            what="every run finished",
-        )
-        for w in FAILING:
-            row = run_row(db, runs[w])
-            assert row["status"] == "FAILED", (w, row["status"], row["error"])
-            assert row["error"] and len(row["error"]) <= MAX_ERROR, w
-            assert "\x00" not in row["error"], w
-            assert row["error_fingerprint"] and len(row["error_fingerprint"]) == 16, w
-        for w in SUCCEEDING:
-            assert run_row(db, runs[w])["status"] == "SUCCEEDED", w
-        err = {w: run_row(db, runs[w])["error"] for w in FAILING}
-        assert err["nul"].startswith("RuntimeError: bad\\x00byte in \\x00 text")
-        assert "\\udcff.pdf" in err["surrogate"] and err["surrogate"].startswith("FileNotFoundError")
-        assert err["huge"].startswith("RuntimeError: xxxx") and "characters cut" in err["huge"]
-        assert err["sysexit"].startswith("SystemExit: 3")
-        assert err["kbint"].startswith("KeyboardInterrupt")
-        assert err["genexit"].startswith("GeneratorExit")
-        assert err["custom"].startswith("Custom: custom base exception")
-        assert err["badstr"].startswith("BadStr: <exception str() failed>")
-        assert err["worsestr"].startswith("WorseStr: <exception str() failed>")
-        assert err["ret_int"] == "handler returned int (expected None, a str or a dict)"
-        assert err["ret_false"] == "handler returned bool (expected None, a str or a dict)"
-        assert err["ret_coro"].startswith("handler returned coroutine")
-        assert err["ret_gen"].startswith("handler returned generator")
-        # the same runner, still alive, claims the next run
-        assert p.popen.poll() is None
-        after = db.execute("SELECT run_id FROM scrinalia.enqueue('ret_none')").fetchone()[0]
-        wait_for(lambda: run_row(db, after)["status"] == "SUCCEEDED", timeout=10, what="the next run done")
-        assert run_row(db, after)["lease_owner"] == "hostile"
-        assert p.stop() == 0
-    finally:
-        if p.popen.poll() is None:
-            p.kill()
+    p = procs.runner(db_dsn, hostile_module, "--runner-id", "hostile")
+    wait_for(
+        lambda: db.execute(
+            "SELECT count(*) = 0 FROM scrinalia.archive_worker_runs WHERE status IN ('QUEUED', 'RUNNING')"
+        ).fetchone()[0],
+        timeout=30,
+        what="every run finished",
+    )
+    for w in FAILING:
+        row = run_row(db, runs[w])
+        assert row["status"] == "FAILED", (w, row["status"], row["error"])
+        assert row["error"] and len(row["error"]) <= MAX_ERROR, w
+        assert "\x00" not in row["error"], w
+        assert row["error_fingerprint"] and len(row["error_fingerprint"]) == 16, w
+    for w in SUCCEEDING:
+        assert run_row(db, runs[w])["status"] == "SUCCEEDED", w
+    err = {w: run_row(db, runs[w])["error"] for w in FAILING}
+    assert err["nul"].startswith("RuntimeError: bad\\x00byte in \\x00 text")
+    assert "\\udcff.pdf" in err["surrogate"] and err["surrogate"].startswith("FileNotFoundError")
+    assert err["huge"].startswith("RuntimeError: xxxx") and "characters cut" in err["huge"]
+    assert err["sysexit"].startswith("SystemExit: 3")
+    assert err["kbint"].startswith("KeyboardInterrupt")
+    assert err["genexit"].startswith("GeneratorExit")
+    assert err["custom"].startswith("Custom: custom base exception")
+    assert err["badstr"].startswith("BadStr: <exception str() failed>")
+    assert err["worsestr"].startswith("WorseStr: <exception str() failed>")
+    assert err["ret_int"] == "handler returned int (expected None, a str or a dict)"
+    assert err["ret_false"] == "handler returned bool (expected None, a str or a dict)"
+    assert err["ret_coro"].startswith("handler returned coroutine")
+    assert err["ret_gen"].startswith("handler returned generator")
+    # the same runner, still alive, claims the next run
+    assert p.popen.poll() is None
+    after = db.execute("SELECT run_id FROM scrinalia.enqueue('ret_none')").fetchone()[0]
+    wait_for(lambda: run_row(db, after)["status"] == "SUCCEEDED", timeout=10, what="the next run done")
+    assert run_row(db, after)["lease_owner"] == "hostile"
+    assert p.stop() == 0
     assert not any("Traceback" in line for line in p.raw), "".join(p.raw[-20:])
     assert p.count("thread error", thread="stray") == 1 and p.count("unraisable error") == 1
     # every finished run was logged on one line each, none dropped
@@ -167,7 +162,7 @@ def latin1_dsn(admin, admin_dsn):
     admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def test_a_text_the_database_encoding_cannot_hold_is_stored_escaped(latin1_dsn, tmp_path, monkeypatch):
+def test_a_text_the_database_encoding_cannot_hold_is_stored_escaped(latin1_dsn, tmp_path, monkeypatch, procs):
     import psycopg
 
     (tmp_path / "cjk_handlers.py").write_text(
@@ -179,14 +174,10 @@ def test_a_text_the_database_encoding_cannot_hold_is_stored_escaped(latin1_dsn, 
         for w in ("cjk", "ok"):
             make_worker(db, w)
         failed = db.execute("SELECT run_id FROM scrinalia.enqueue('cjk')").fetchone()[0]
-        p = start_runner(latin1_dsn, "cjk_handlers")
-        try:
-            p.wait_event("finished", run_id=failed, status="FAILED")
-            after = db.execute("SELECT run_id FROM scrinalia.enqueue('ok')").fetchone()[0]
-            p.wait_event("finished", run_id=after, status="SUCCEEDED")
-            assert p.stop() == 0
-        finally:
-            if p.popen.poll() is None:
-                p.kill()
+        p = procs.runner(latin1_dsn, "cjk_handlers")
+        p.wait_event("finished", run_id=failed, status="FAILED")
+        after = db.execute("SELECT run_id FROM scrinalia.enqueue('ok')").fetchone()[0]
+        p.wait_event("finished", run_id=after, status="SUCCEEDED")
+        assert p.stop() == 0
         error = run_row(db, failed)["error"]
     assert error.startswith("FileNotFoundError: \\u6587\\u6863.pdf missing, caf\\xe9 closed")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from helpers import make_worker, run_row
-from scrinalia_workers.testkit.procs import start_runner
 from scrinalia_workers.testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -25,43 +24,35 @@ def _terminate(db, runner_id):
     return pid
 
 
-def test_killed_while_idle_it_reconnects_and_claims(db, db_dsn):
+def test_killed_while_idle_it_reconnects_and_claims(db, db_dsn, procs):
     make_worker(db, "ok")
-    p = start_runner(db_dsn, "demo_handlers", "--runner-id", "idle-victim")
-    try:
-        p.wait_event("runner started")
-        old = _terminate(db, "idle-victim")
-        p.wait_event("database unavailable")
-        new = wait_for(lambda: (b := _backend(db, "idle-victim")) and b != old and b, what="a new backend")
-        run_id = db.execute("SELECT run_id FROM scrinalia.enqueue('ok')").fetchone()[0]
-        p.wait_event("finished", run_id=run_id, status="SUCCEEDED")
-        assert _backend(db, "idle-victim") == new
-        assert p.popen.poll() is None
-        assert p.stop() == 0
-    finally:
-        if p.popen.poll() is None:
-            p.kill()
+    p = procs.runner(db_dsn, "demo_handlers", "--runner-id", "idle-victim")
+    p.wait_event("runner started")
+    old = _terminate(db, "idle-victim")
+    p.wait_event("database unavailable")
+    new = wait_for(lambda: (b := _backend(db, "idle-victim")) and b != old and b, what="a new backend")
+    run_id = db.execute("SELECT run_id FROM scrinalia.enqueue('ok')").fetchone()[0]
+    p.wait_event("finished", run_id=run_id, status="SUCCEEDED")
+    assert _backend(db, "idle-victim") == new
+    assert p.popen.poll() is None
+    assert p.stop() == 0
     assert not any("Traceback" in line for line in p.raw)
 
 
-def test_killed_while_a_handler_runs_the_lease_survives(db, db_dsn, monkeypatch):
+def test_killed_while_a_handler_runs_the_lease_survives(db, db_dsn, monkeypatch, procs):
     monkeypatch.setenv("SCRINALIA_TEST_SLOW", "4")
     make_worker(db, "slow")
     make_worker(db, "ok")
     run_id = db.execute("SELECT run_id FROM scrinalia.enqueue('slow')").fetchone()[0]
-    p = start_runner(db_dsn, "demo_handlers", "--runner-id", "busy-victim", "--lease", "3")
-    try:
-        p.wait_event("claimed", run_id=run_id)
-        _terminate(db, "busy-victim")
-        p.wait_event("heartbeat error", run_id=run_id)
-        p.wait_event("finished", run_id=run_id, status="SUCCEEDED", timeout=15)
-        # and it goes on claiming
-        nxt = db.execute("SELECT run_id FROM scrinalia.enqueue('ok')").fetchone()[0]
-        p.wait_event("finished", run_id=nxt, status="SUCCEEDED")
-        assert p.stop() == 0
-    finally:
-        if p.popen.poll() is None:
-            p.kill()
+    p = procs.runner(db_dsn, "demo_handlers", "--runner-id", "busy-victim", "--lease", "3")
+    p.wait_event("claimed", run_id=run_id)
+    _terminate(db, "busy-victim")
+    p.wait_event("heartbeat error", run_id=run_id)
+    p.wait_event("finished", run_id=run_id, status="SUCCEEDED", timeout=15)
+    # and it goes on claiming
+    nxt = db.execute("SELECT run_id FROM scrinalia.enqueue('ok')").fetchone()[0]
+    p.wait_event("finished", run_id=nxt, status="SUCCEEDED")
+    assert p.stop() == 0
     row = run_row(db, run_id)
     assert row["status"] == "SUCCEEDED" and row["heartbeat_at"] > row["started_at"]
     assert p.count("lease lost") == 0

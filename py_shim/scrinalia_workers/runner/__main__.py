@@ -2,6 +2,6 @@
 
 import sys
 
-from scrinalia_workers.runner.daemon import main
+from scrinalia_workers.runner.command import main
 
 sys.exit(main())

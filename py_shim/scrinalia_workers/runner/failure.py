@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import traceback
+from typing import Any, cast
 
 from scrinalia_workers.text import printable
 
@@ -89,7 +90,7 @@ def check_return(value: object) -> tuple[str, str] | None:
     kind = printable(type(value).__qualname__)
     if kind in ("coroutine", "generator"):
         try:
-            value.close()  # no "never awaited" warning on stderr
+            cast(Any, value).close()  # no "never awaited" warning on stderr
         except BaseException:
             pass
     return f"handler returned {kind} ({EXPECTED_RETURN})", fingerprint("returned", kind)

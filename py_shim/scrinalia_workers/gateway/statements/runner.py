@@ -1,0 +1,40 @@
+"""What the runner sends: each a call of the SQL API (docs/sql-api.md) a psql user can run too.
+
+The %s placeholders are psycopg's; the runner passes arrays of run ids and lease tokens,
+one element per run of a batch, so a batch costs one round trip per call.
+"""
+
+from __future__ import annotations
+
+# The channel that enqueue() and the scheduler NOTIFY when a run becomes claimable.
+LISTEN_FOR_RUNS = "LISTEN scrinalia_runs"
+
+# (runner_id, lease interval, worker names or NULL for all, batch limit) -> the claimed rows
+CLAIM_RUNS = "SELECT * FROM scrinalia.claim_runs(%s, %s, %s, %s)"
+
+# (run ids, lease tokens) -> one row per run; lost_reason is NULL while the lease holds
+HEARTBEAT_RUNS = "SELECT run_id, lost_reason FROM scrinalia.heartbeat_runs(%s, %s)"
+
+# (run ids, lease tokens, statuses, error texts, fingerprints) -> one row per run
+FINISH_RUNS = (
+    "SELECT run_id, status::text, lost_reason FROM scrinalia.finish_runs(%s, %s, %s::scrinalia.run_status[], %s, %s)"
+)
+
+# (run ids, lease tokens) -> the runs given back to the queue, unstarted
+RELEASE_RUNS = "SELECT run_id FROM scrinalia.release_runs(%s, %s)"
+
+# (worker names or NULL) -> seconds until the next run of those workers can be claimed
+# (negative: one can be now; NULL: none is queued)
+SECONDS_TO_NEXT_CLAIMABLE = "SELECT extract(epoch FROM scrinalia.next_claimable_at(%s) - now()) AS wait"
+
+# What a runner calls, by exact signature (types of the scrinalia schema unqualified);
+# membership in scrinalia_runner grants them (sql/90_roles.sql). The start-up check
+# names the one a login lacks.
+RUNNER_GROUP = "scrinalia_runner"
+RUNNER_FUNCTIONS = (
+    "claim_runs(text, interval, text[], integer)",
+    "heartbeat_runs(bigint[], uuid[])",
+    "finish_runs(bigint[], uuid[], run_status[], text[], text[])",
+    "release_runs(bigint[], uuid[])",
+    "next_claimable_at(text[])",
+)

@@ -1,0 +1,242 @@
+"""Seeing one claimed batch through: every run from HANDED to an end (runner/run_states.py).
+
+The main thread loops over these decisions until no run is held and no outcome waits:
+
+- an outcome the handler thread posted moves its run to DONE (or, lease lost, to
+  LEASE_LOST);
+- a stop (first time seen) gives back the runs not started and starts the grace;
+  else, when the running handler has run RELEASE_AFTER with runs waiting behind it,
+  those runs are given back, for another runner;
+- the DONE outcomes are reported together, once the batch is over, or the handler
+  thread is idle, or the runner stops, or the oldest has waited REPORT_AFTER;
+- stopping with only lost runs held: nothing to report, so nothing to wait for;
+- the grace ran out: the held runs end INTERRUPTED "runner shut down";
+- every lease/3 (at least 0.2 s) one heartbeat for the runs whose lease holds;
+- otherwise it waits for the wake-up (a handler returned, a signal) until the next
+  of those deadlines.
+
+Time comes from the runner's clock; the database calls from a BatchLedger. Both are
+injected, so the tests drive this loop without a database and without waiting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from scrinalia_workers.clock import Clock
+from scrinalia_workers.logs import EventLog
+from scrinalia_workers.runner.handler_thread import Done, HandlerThread, Running
+from scrinalia_workers.runner.handlers import Handler, Outcome
+from scrinalia_workers.runner.run_states import RunLife, RunState
+from scrinalia_workers.runner.wakeup import Waiter
+
+# Claimed runs wait behind a running handler at most this long before they are given
+# back; and a batch grows only while a whole batch takes less.
+RELEASE_AFTER = 0.5
+# An outcome waits at most this long for the others of its batch before it is reported
+# (all are reported together when the handler thread runs out of work).
+REPORT_AFTER = 0.01
+MIN_HEARTBEAT_INTERVAL = 0.2
+SHUTDOWN_ERROR = "runner shut down"
+SHUTDOWN_FINGERPRINT = "runner-shutdown"
+
+HELD = (RunState.HANDED, RunState.LOST)
+
+
+def heartbeat_interval(lease_seconds: float) -> float:
+    """A third of the lease: two heartbeats may fail before the lease ends."""
+    return max(lease_seconds / 3, MIN_HEARTBEAT_INTERVAL)
+
+
+class BatchLedger(Protocol):
+    """The database calls a batch makes (runner/ledger.py; a fake in the tests)."""
+
+    def heartbeat(self, runs: list[dict]) -> set[int]:
+        """Extends the leases; the run ids whose lease is lost. Never raises."""
+        ...
+
+    def release(self, runs: list[dict], reason: str) -> None:
+        """Gives the runs back to the queue. Never raises for a database error."""
+        ...
+
+    def report(self, items: list[tuple[dict, Outcome]], *, stopping: bool) -> dict[int, RunState]:
+        """finish_runs() for the outcomes: each run's end (REPORTED, LEASE_LOST or UNREPORTED)."""
+        ...
+
+
+@dataclass
+class Supervision:
+    """What a batch is seen through with: the runner's parts."""
+
+    handlers: HandlerThread
+    ledger: BatchLedger
+    wakeup: Waiter
+    clock: Clock
+    log: EventLog
+    lease: float  # seconds
+    grace: float  # seconds
+    stopping: Callable[[], bool]  # a stop was asked for (a signal, request_stop)
+
+
+class Batch:
+    """The runs of one claim and the decisions that see each to its end."""
+
+    def __init__(self, runs: list[dict], sup: Supervision):
+        self.sup = sup
+        self.lives = {run["run_id"]: RunLife(run) for run in runs}
+        self.held: dict[int, RunLife] = {}  # with the handler thread: HANDED or LOST
+        self.lost: set[int] = set()  # the held ones LOST
+        self.unreported: list[RunLife] = []  # DONE, oldest outcome first
+        self.grace_ends: float | None = None
+        self.next_beat = 0.0
+
+    def _move(self, life: RunLife, to: RunState, done: Done | None = None) -> None:
+        """Moves a run, keeping held, lost and unreported in step with the states."""
+        life.move(to, done)
+        if to in HELD:
+            self.held[life.run_id] = life
+        else:
+            self.held.pop(life.run_id, None)
+        if to is RunState.LOST:
+            self.lost.add(life.run_id)
+        else:
+            self.lost.discard(life.run_id)
+        if to is RunState.DONE:
+            self.unreported.append(life)
+
+    def _any_handed(self) -> bool:
+        return len(self.held) > len(self.lost)
+
+    # -- the loop -------------------------------------------------------------------
+
+    def hand(self, handlers: list[Handler | None]) -> None:
+        """Submits the runs (in claim order, each with its handler) to the handler thread."""
+        self.sup.handlers.submit([(handler, life.run) for handler, life in zip(handlers, self.lives.values())])
+        for life in self.lives.values():
+            self._move(life, RunState.HANDED)
+
+    def see_through(self) -> None:
+        """Supervises the handed runs until each has reached an end (or, the grace
+        over or every lease lost, was left to its handler)."""
+        sup = self.sup
+        self.next_beat = sup.clock.monotonic() + heartbeat_interval(sup.lease)
+        while self.held or self.unreported:
+            self._collect()
+            now = sup.clock.monotonic()
+            current = sup.handlers.current
+            if sup.stopping() and self.grace_ends is None:
+                self._start_grace(now)
+            elif self._holding_up(current, now):
+                assert current is not None
+                self._release(f"run #{current.run_id} has been running for {RELEASE_AFTER} s")
+            if self._report_due(now):
+                self._report()
+                continue
+            if not self.held:
+                continue
+            if sup.stopping() and len(self.lost) == len(self.held):
+                for life in list(self.held.values()):  # nothing left to report: no reason to wait for the handler
+                    self._move(life, RunState.LEASE_LOST)
+                return
+            if self.grace_ends is not None and now >= self.grace_ends:
+                self._end_grace(now)
+                continue
+            if now >= self.next_beat and self._any_handed():
+                self._heartbeat()
+                continue
+            sup.wakeup.wait(self._time_to_next(current, now))
+
+    # -- the decisions --------------------------------------------------------------
+
+    def _collect(self) -> None:
+        """The outcomes the handler thread posted: DONE, or LEASE_LOST for a lost run."""
+        for done in self.sup.handlers.finished():
+            life = self.held.get(done.run_id)
+            if life is None:
+                continue  # of an earlier batch, or ended by the grace meanwhile
+            if life.state is RunState.LOST:
+                self._move(life, RunState.LEASE_LOST)
+            else:
+                self._move(life, RunState.DONE, done)
+
+    def _start_grace(self, now: float) -> None:
+        """A stop: the runs not started go back; the running one gets the grace."""
+        self._release("shutting down")
+        self.grace_ends = now + self.sup.grace
+        for run_id, life in self.held.items():  # the running one (or the first of the batch, starting)
+            if life.state is RunState.HANDED:
+                self.sup.log("stopping", run_id=run_id, grace=self.sup.grace, reason="waiting for the running handler")
+
+    def _holding_up(self, current: Running | None, now: float) -> bool:
+        """The running handler has run RELEASE_AFTER with runs waiting behind it."""
+        return current is not None and now >= current.started + RELEASE_AFTER and self.sup.handlers.waiting > 0
+
+    def _release(self, reason: str) -> None:
+        """Gives the held runs whose handler has not started back to the queue."""
+        runs = self.sup.handlers.take(set(self.held))
+        for run in runs:
+            self._move(self.lives[run["run_id"]], RunState.RELEASED)
+        if runs:
+            self.sup.ledger.release(runs, reason)
+
+    def _report_due(self, now: float) -> bool:
+        if not self.unreported:
+            return False
+        return (
+            not self.held
+            or self.sup.stopping()
+            or not self.sup.handlers.busy
+            or now >= self._oldest_outcome() + REPORT_AFTER
+        )
+
+    def _oldest_outcome(self) -> float:
+        done = self.unreported[0].done
+        assert done is not None
+        return done.at
+
+    def _report(self) -> None:
+        reporting, self.unreported = self.unreported, []
+        items = []
+        for life in reporting:
+            assert life.done is not None
+            items.append((life.run, life.done.outcome))
+        ends = self.sup.ledger.report(items, stopping=self.sup.stopping())
+        for life in reporting:
+            self._move(life, ends[life.run_id])
+
+    def _end_grace(self, now: float) -> None:
+        """The grace ran out: the running handler's run ends INTERRUPTED (its handler is
+        left running; whatever it returns later is dropped)."""
+        interrupted = Outcome("INTERRUPTED", SHUTDOWN_ERROR, SHUTDOWN_FINGERPRINT)
+        for run_id, life in list(self.held.items()):
+            self.sup.log("grace over", level="warning", run_id=run_id, grace=self.sup.grace)
+            if life.state is RunState.LOST:
+                self._move(life, RunState.LEASE_LOST)
+            else:
+                self._move(life, RunState.DONE, Done(run_id, interrupted, now))
+
+    def _heartbeat(self) -> None:
+        """One heartbeat for the runs whose lease holds; a lost one that has not started
+        is taken back at once (LEASE_LOST), a running one waits for its handler."""
+        handed = [life for life in self.held.values() if life.state is RunState.HANDED]
+        for run_id in self.sup.ledger.heartbeat([life.run for life in handed]):
+            life = self.held.get(run_id)
+            if life is not None and life.state is RunState.HANDED:
+                self._move(life, RunState.LOST)
+        for run in self.sup.handlers.take(set(self.lost), first_too=True):  # lost before it started
+            self._move(self.lives[run["run_id"]], RunState.LEASE_LOST)
+        self.next_beat = self.sup.clock.monotonic() + heartbeat_interval(self.sup.lease)
+
+    def _time_to_next(self, current: Running | None, now: float) -> float | None:
+        """Seconds until the next deadline (heartbeat, grace, report, release); None: none."""
+        deadlines = [self.next_beat] if self._any_handed() else []
+        if self.grace_ends is not None:
+            deadlines.append(self.grace_ends)
+        if self.unreported:
+            deadlines.append(self._oldest_outcome() + REPORT_AFTER)
+        if self.sup.handlers.waiting and not self.sup.stopping():
+            # (no current: the thread is taking the next run up; it started by now)
+            deadlines.append((current.started if current is not None else now) + RELEASE_AFTER)
+        return max(min(deadlines) - now, 0) if deadlines else None

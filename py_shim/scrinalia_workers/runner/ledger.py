@@ -1,0 +1,212 @@
+"""The runner's one connection and the SQL API calls it makes on it (gateway/statements/runner.py).
+
+Claims, heartbeats, reports and releases are fenced by the lease token: a call for a
+run whose lease is gone answers why (a lost_reason, SW020's reasons) instead of
+changing it. Which answers end which run is decided here; when to call, by the batch
+(runner/batch.py).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from scrinalia_workers.clock import SYSTEM, Clock
+from scrinalia_workers.errors import DatabaseUnavailable
+from scrinalia_workers.gateway import connection as db
+from scrinalia_workers.gateway.backoff import Backoff, is_transient
+from scrinalia_workers.gateway.statements.runner import (
+    CLAIM_RUNS,
+    FINISH_RUNS,
+    HEARTBEAT_RUNS,
+    LISTEN_FOR_RUNS,
+    RELEASE_RUNS,
+    SECONDS_TO_NEXT_CLAIMABLE,
+)
+from scrinalia_workers.logs import EventLog, one_line
+from scrinalia_workers.runner.handlers import Outcome
+from scrinalia_workers.runner.run_states import RunState
+
+# Shutting down, the container's stop timeout is near: a report is retried a few
+# seconds, not a lease.
+STOPPING_REPORT_RETRY = 5.0
+
+
+class Ledger:
+    """Connects on demand (and LISTENs); every call reconnects after a broken connection."""
+
+    def __init__(self, dsn: str, runner_id: str, lease: timedelta, log: EventLog, clock: Clock = SYSTEM):
+        self.dsn = dsn
+        self.runner_id = runner_id
+        self.lease = lease
+        self.log = log
+        self.clock = clock
+        self.conn: psycopg.Connection | None = None
+
+    # -- the connection ------------------------------------------------------------
+
+    def connect(self) -> psycopg.Connection:
+        if self.conn is None or self.conn.closed or self.conn.broken:
+            self.close()
+            # DatabaseUnavailable when the server is away: run_forever backs off and retries
+            self.conn = db.connect(self.dsn, application_name=f"scrinalia-runner {self.runner_id}")
+            self.conn.execute(LISTEN_FOR_RUNS)
+        return self.conn
+
+    def close(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:
+                pass
+            self.conn = None
+
+    # -- the calls -----------------------------------------------------------------
+
+    def claim(self, workers: list[str] | None, limit: int) -> list[dict]:
+        """claim_runs(): up to `limit` runs of these workers (None: any), leased to this runner."""
+        cur = self.connect().cursor(row_factory=dict_row)
+        return cur.execute(CLAIM_RUNS, (self.runner_id, self.lease, workers, limit)).fetchall()
+
+    def seconds_to_next_claimable(self, workers: list[str] | None) -> float | None:
+        """How long until a run of these workers can be claimed (<= 0: now); None: none queued."""
+        row = self.connect().cursor(row_factory=dict_row).execute(SECONDS_TO_NEXT_CLAIMABLE, (workers,)).fetchone()
+        wait = row["wait"] if row is not None else None
+        return None if wait is None else float(wait)
+
+    def heartbeat(self, runs: list[dict]) -> set[int]:
+        """Extends the leases; returns the run ids whose lease is lost. Never raises: a
+        failed heartbeat is logged and tried again (once at once on a new connection,
+        then next beat)."""
+        args = ([r["run_id"] for r in runs], [r["lease_token"] for r in runs])
+
+        def failed(e: BaseException) -> None:
+            for run in runs:
+                self.log("heartbeat error", level="warning", run_id=run["run_id"], reason=one_line(e))
+
+        for _ in range(2):
+            try:
+                rows = self.connect().cursor(row_factory=dict_row).execute(HEARTBEAT_RUNS, args).fetchall()
+            except psycopg.Error as e:
+                failed(e)
+                if not is_transient(e):
+                    return set()
+                self.close()
+                continue
+            except Exception as e:  # DatabaseUnavailable (no server), or anything else
+                failed(e)
+                return set()
+            lost = set()
+            for row in rows:
+                if row["lost_reason"] is not None:
+                    self.log(
+                        "lease lost", level="warning", run_id=row["run_id"], reason=f"lease lost: {row['lost_reason']}"
+                    )
+                    lost.add(row["run_id"])
+            return lost
+        return set()
+
+    def release(self, runs: list[dict], reason: str) -> None:
+        """Gives runs not started back to the queue; a database error is logged, and
+        they come back when their leases end (the reaper; the retry policy applies)."""
+        try:
+            self.give_back(runs, reason)
+        except (psycopg.Error, DatabaseUnavailable) as e:
+            self.log("release error", level="warning", runs=len(runs), reason=one_line(e))
+            self.close()
+
+    def give_back(self, runs: list[dict], reason: str) -> None:
+        """release_runs() for the runs; raises what the database raises."""
+        rows = (
+            self.connect()
+            .cursor(row_factory=dict_row)
+            .execute(RELEASE_RUNS, ([r["run_id"] for r in runs], [r["lease_token"] for r in runs]))
+            .fetchall()
+        )
+        released = {row["run_id"] for row in rows}
+        self.log("released", runs=",".join(str(r["run_id"]) for r in runs if r["run_id"] in released), reason=reason)
+
+    def report(self, items: list[tuple[dict, Outcome]], *, stopping: bool) -> dict[int, RunState]:
+        """finish_runs() for the outcomes; each run's end. Transient errors are retried
+        until the leases would be gone; after that the reaper ends the runs and the
+        retry policy applies."""
+        give_up = self.clock.monotonic() + min(
+            self.lease.total_seconds(), STOPPING_REPORT_RETRY if stopping else math.inf
+        )
+        backoff = Backoff(base=0.1, cap=2.0)
+        retried = False
+        while True:
+            try:
+                rows = self.finish(items)
+                break
+            except psycopg.Error as e:
+                if not is_transient(e):
+                    raise
+                reason = one_line(e)
+            except DatabaseUnavailable as e:
+                reason = one_line(e)
+            self.close()
+            if self.clock.monotonic() >= give_up:
+                for run, outcome in items:
+                    self.log(
+                        "report abandoned",
+                        level="error",
+                        run_id=run["run_id"],
+                        status=outcome.status,
+                        reason=f"database unavailable for the lease's length: {reason}",
+                    )
+                return {run["run_id"]: RunState.UNREPORTED for run, _ in items}
+            self.log(
+                "database unavailable",
+                level="warning",
+                runs=",".join(str(r["run_id"]) for r, _ in items),
+                reason=reason,
+            )
+            self.clock.sleep(backoff.next_delay())
+            retried = True
+        ends = {}
+        with self.log.batch():  # the batch's lines, one write
+            for run, o in items:
+                lost = rows[run["run_id"]]
+                if lost is not None and not (retried and lost == f"the run is {o.status}"):
+                    # (after a retry, "the run is <our status>": the first call committed, only its answer was lost)
+                    self.log("lease lost", level="warning", run_id=run["run_id"], reason=f"lease lost: {lost}")
+                    ends[run["run_id"]] = RunState.LEASE_LOST
+                    continue
+                fields: dict[str, Any] = {}
+                if o.error:
+                    fields = {"error": o.error.splitlines()[0][:500], "fingerprint": o.fingerprint}
+                elif o.summary:
+                    fields = {"summary": o.summary}
+                self.log(
+                    "interrupted" if o.status == "INTERRUPTED" else "finished",
+                    run_id=run["run_id"],
+                    worker=run["worker_name"],
+                    status=o.status,
+                    **fields,
+                )
+                ends[run["run_id"]] = RunState.REPORTED
+        return ends
+
+    def finish(self, items: list[tuple[dict, Outcome]]) -> dict[int, str | None]:
+        """One finish_runs() call; {run_id: lost_reason (None: recorded)}."""
+        conn = self.connect()
+        ids = [run["run_id"] for run, _ in items]
+        tokens = [run["lease_token"] for run, _ in items]
+        statuses = [o.status for _, o in items]
+        errors = [o.error for _, o in items]
+        fingerprints = [o.fingerprint for _, o in items]
+        cur = conn.cursor(row_factory=dict_row)
+        try:
+            rows = cur.execute(FINISH_RUNS, (ids, tokens, statuses, errors, fingerprints)).fetchall()
+        except (psycopg.errors.DataException, UnicodeEncodeError):
+            # a text does not fit the database's encoding (a LATIN1 database and a
+            # Chinese file name; psycopg refuses it, or the server): store them
+            # ASCII-escaped rather than not at all
+            errors = [e.encode("ascii", "backslashreplace").decode("ascii") if e else None for e in errors]
+            rows = cur.execute(FINISH_RUNS, (ids, tokens, statuses, errors, fingerprints)).fetchall()
+        return {row["run_id"]: row["lost_reason"] for row in rows}
