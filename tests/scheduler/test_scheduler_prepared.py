@@ -16,14 +16,14 @@ import pytest
 from helpers import YEARLY, make_workers, put_schedule, raises_sqlstate
 from scrinalia_workers import cron
 from scrinalia_workers.logs import EventLog
-from scrinalia_workers.scheduler import daemon as scheduler
+from scrinalia_workers.scheduler import Scheduler, prepared, tick
 from scrinalia_workers.testkit.waiting import wait_for
 
 
 @pytest.fixture
 def holder(db_dsn):
     out = io.StringIO()
-    s = scheduler.Scheduler(db_dsn, name="prepared", log=EventLog(json_lines=True, stream=out, level="debug"))
+    s = Scheduler(db_dsn, name="prepared", log=EventLog(json_lines=True, stream=out, level="debug"))
     assert s._acquire()
     s.events = lambda: [json.loads(x) for x in out.getvalue().splitlines()]
     yield s
@@ -182,7 +182,7 @@ def test_an_early_wake_keeps_the_prepared_tick_for_its_instant(db, holder):
 def test_the_real_loop_uses_the_prepared_tick(db, db_dsn):
     names = make_workers(db, 5)
     out = io.StringIO()
-    s = scheduler.Scheduler(db_dsn, name="loop", log=EventLog(json_lines=True, stream=out, level="debug"))
+    s = Scheduler(db_dsn, name="loop", log=EventLog(json_lines=True, stream=out, level="debug"))
     t = threading.Thread(target=s.run)
     t.start()
     try:
@@ -203,7 +203,7 @@ def test_the_real_loop_uses_the_prepared_tick(db, db_dsn):
 
 
 def test_a_spike_beyond_the_prepared_limit_has_the_rest_ticked_after(db, holder, monkeypatch):
-    monkeypatch.setattr(scheduler, "PREPARED_LIMIT", 3)
+    monkeypatch.setattr(prepared, "PREPARED_LIMIT", 3)
     names = make_workers(db, 7)
     _schedule(db, names, "date_trunc('second', now()) + interval '2 seconds'")
     t = _next_run(db, names[0])
@@ -224,13 +224,13 @@ def test_a_spike_beyond_the_prepared_limit_has_the_rest_ticked_after(db, holder,
 def test_a_spike_larger_than_a_chunk_is_prepared_whole_and_visible_at_its_instant(db, holder, monkeypatch):
     """Not only its first chunk: every run of the spike is committed at the instant, in
     one transaction, and the lead grew with its size."""
-    monkeypatch.setattr(scheduler, "TICK_CHUNK", 3)
+    monkeypatch.setattr(tick, "TICK_CHUNK", 3)
     names = make_workers(db, 7)
     _schedule(db, names, "date_trunc('second', now()) + interval '2 seconds'")
     t = _next_run(db, names[0])
     holder._sleep_for(False)
     assert holder._prepared.workers == sorted(names)
-    assert holder._prepared.ahead == scheduler.ahead_of(7) > scheduler.ahead_of(1)
+    assert holder._prepared.ahead == prepared.ahead_of(7) > prepared.ahead_of(1)
     while time.monotonic() < holder._prepared.ready - holder._prepared.ahead:
         time.sleep(0.005)
     holder._tick_prepared()
@@ -247,6 +247,6 @@ def test_the_longest_lead_stays_inside_max_tick_ahead(db):
     """The scheduler's lead for its largest prepared tick must be one the server accepts
     (scrinalia.max_tick_ahead(), the one home of that bound), with room for the trip."""
     bound = db.execute("SELECT extract(epoch FROM scrinalia.max_tick_ahead())::float8").fetchone()[0]
-    longest = scheduler.ahead_of(scheduler.PREPARED_LIMIT)
-    assert longest == scheduler.ahead_of(10 * scheduler.PREPARED_LIMIT)  # capped
+    longest = prepared.ahead_of(prepared.PREPARED_LIMIT)
+    assert longest == prepared.ahead_of(10 * prepared.PREPARED_LIMIT)  # capped
     assert longest <= 0.75 * bound
