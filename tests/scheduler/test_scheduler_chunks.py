@@ -12,8 +12,8 @@ import pytest
 
 from helpers import YEARLY, make_workers
 from scrinalia_workers import cron
-from scrinalia_workers.logs import EventLog
 from scrinalia_workers.errors import LockLost
+from scrinalia_workers.logs import EventLog
 from scrinalia_workers.scheduler import Scheduler, tick
 from scrinalia_workers.scheduler.occurrences import Occurrences
 
