@@ -1,4 +1,4 @@
-"""The scheduler ticks in chunks (issue 12): each chunk its own transaction, committed
+"""The scheduler ticks in chunks: each chunk its own transaction, committed
 before the next, so the first runs of a spike are visible while the rest is decided."""
 
 from __future__ import annotations
@@ -107,9 +107,8 @@ def test_next_occurrences_are_shared_across_chunks_only_while_valid(monkeypatch)
 
 
 def test_a_backlog_pass_evaluates_the_catch_up_once_per_pair_and_window(db, holder, monkeypatch):
-    """Each enqueued run's log line says whether periods were missed. That used to be one
-    cron evaluation per run after the commit (about 0.45 s of a 10,000-schedule pass):
-    now the schedules of a (cron, zone) that waited for the same window share one."""
+    """Each enqueued run's log line says whether periods were missed: the schedules of a
+    (cron, zone) that waited for the same window share one cron evaluation, not one per run."""
     names = make_workers(db, 40)
     # hourly; the first 30 waited for the period three hours back (periods missed), the
     # other 10 for the current hour's (just due: nothing missed)

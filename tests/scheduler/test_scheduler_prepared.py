@@ -1,4 +1,4 @@
-"""The prepared tick (issue 12, lateness): while it waits for the next due instant the
+"""The prepared tick: while it waits for the next due instant the
 scheduler reads the schedules due then and computes their next occurrences, and at the
 instant ticks them with one call, tick_due_at(), which touches only schedules whose
 next_run_at is still exactly that instant."""
@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import json
 import threading
-import time
 
 import psycopg
 import pytest
@@ -39,6 +38,12 @@ def _schedule(db, names, next_run_at_sql, cron_text=YEARLY):
         f" SELECT w, %s, 'UTC', {next_run_at_sql} FROM unnest(%s::text[]) w",
         (cron_text, names),
     )
+
+
+def _until_due(holder):
+    """Until it is time, on the holder's clock, to send its prepared tick."""
+    p = holder._prepared
+    wait_for(lambda: p.is_due(holder.clock.monotonic()), 5, 0.005, what="the prepared tick's time")
 
 
 def _next_run(db, worker):
@@ -135,8 +140,7 @@ def test_the_prepared_tick_enqueues_at_the_instant_once(db, holder):
     holder.tick()  # nothing due yet
     holder._sleep_for(False)  # prepares the instant's tick
     assert holder._prepared is not None and holder._prepared.due_at == t and len(holder._prepared.workers) == 20
-    while time.monotonic() < holder._prepared.ready - holder._prepared.ahead:
-        time.sleep(0.005)
+    _until_due(holder)
     assert db.execute("SELECT now() < %s", (t,)).fetchone()[0]  # sent ahead of the instant
     holder._tick_prepared()
     assert db.execute("SELECT now() >= %s", (t,)).fetchone()[0]  # committed at it
@@ -160,8 +164,8 @@ def test_a_cron_changed_after_preparing_is_armed_from_the_new_cron(db, holder):
     assert holder._prepared.workers == [a, b]
     put_schedule(db, a, "0 3 * * *", "UTC")  # clears a's next_run_at
     wait_for(lambda: db.execute("SELECT now() >= %s", (t,)).fetchone()[0], 5, 0.01, what="the instant")
-    while time.monotonic() < holder._prepared.ready:
-        time.sleep(0.005)
+    p = holder._prepared
+    wait_for(lambda: holder.clock.monotonic() >= p.ready, 5, 0.005, what="the prepared instant")
     holder._tick_prepared()
     assert db.execute("SELECT worker_name FROM scrinalia.archive_worker_runs").fetchall() == [(b,)]
     assert _next_run(db, a) is None  # not armed with the old cron's next minute
@@ -209,8 +213,7 @@ def test_a_spike_beyond_the_prepared_limit_has_the_rest_ticked_after(db, holder,
     t = _next_run(db, names[0])
     holder._sleep_for(False)
     assert holder._prepared.workers == sorted(names)[:3]
-    while time.monotonic() < holder._prepared.ready - holder._prepared.ahead:
-        time.sleep(0.005)
+    _until_due(holder)
     holder._tick_prepared()
     assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 3
     holder.tick()  # the ordinary pass, right after the instant
@@ -231,8 +234,7 @@ def test_a_spike_larger_than_a_chunk_is_prepared_whole_and_visible_at_its_instan
     holder._sleep_for(False)
     assert holder._prepared.workers == sorted(names)
     assert holder._prepared.ahead == prepared.ahead_of(7) > prepared.ahead_of(1)
-    while time.monotonic() < holder._prepared.ready - holder._prepared.ahead:
-        time.sleep(0.005)
+    _until_due(holder)
     holder._tick_prepared()
     assert db.execute("SELECT now() >= %s", (t,)).fetchone()[0]  # committed at the instant
     runs = db.execute(
