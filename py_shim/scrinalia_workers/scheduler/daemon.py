@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from datetime import datetime
 
 import psycopg
 from psycopg.rows import dict_row
@@ -114,10 +115,10 @@ class Scheduler:
                 lead = self._prepared.ahead  # the prepared tick goes out ahead of its instant
         return pacing.delay_after_pass(wake_in, progressed, self.max_sleep, lead)
 
-    def _prepare(self, due_at, ready: float) -> None:
+    def _prepare(self, due_at: datetime, ready: float) -> None:
         if self._prepared is not None and self._prepared.due_at == due_at:
             return
-        self._prepared = None
+        self._prepared = None  # stays None if the read fails
         self._prepared = prepared.prepare(self.sessions.work, due_at, ready)
 
     def _tick_prepared(self) -> None:

@@ -13,26 +13,26 @@ States
 
 ::
 
-    start
-      |
-      v
-    +-----------------------------------------+  not got: evict a stale holder, or
-    |                STANDBY                  |  name the holder; wait standby_retry
-    |  no lock; an attempt each standby_retry |<-------------------------------+
-    +-----------------------------------------+--------------------------------+
-      | got the lock               | error (database unavailable, or a bug)
-      v                            v
-    +-----------------------------+   +---------------------------------------+
-    |           HOLDING           |   |                 LOST                  |
-    | passes run; the heartbeat   |-->| both sessions closed; waits the       |
-    | is checked before each pass |   | reconnect backoff, then STANDBY       |
-    | and between chunks          |   +---------------------------------------+
-    +-----------------------------+
-      |                 stop (SIGTERM/SIGINT), from any state
-      v                                  |
-    +--------------------------------------------------------------------+
-    |  STOPPED: the lock released if held, both sessions closed; final   |
-    +--------------------------------------------------------------------+
+                 start
+                   |
+                   v
+             +-----------+   lock not got: evict a stale holder,
+      +----->|  STANDBY  |   or name the holder; wait standby_retry
+      |      |           |------+
+      |      +-----------+<-----+
+      |        |       |
+      |  got   |       | error
+      |  it    v       v
+      |  +---------+  +----------------------------+
+      |  | HOLDING |->|            LOST            |
+      |  +---------+  | both sessions closed; waits|
+      |   lost, or    | the reconnect backoff      |
+      |   error       +----------------------------+
+      |                              |
+      +------------------------------+
+
+    any state --stop--> STOPPED: the lock released if HOLDING, both sessions
+                        closed; final
 
 Transitions, what triggers them and what is logged
 --------------------------------------------------
@@ -45,8 +45,11 @@ Transitions, what triggers them and what is logged
   is named (logs ``standby``: info when it is a scheduler, error when the key is held
   by a login that is not one), at most once per HOLDER_REPORT_EVERY while it stays
   the same. Then waits standby_retry.
-- STANDBY -> LOST: the attempt failed (database unavailable, an unexpected error).
-  Logs ``standby`` (warning, with retry_in).
+- STANDBY -> LOST: the attempt failed (database unavailable, an unexpected error),
+  also after the lock was got but before ``lock acquired`` was said. Logs ``standby``
+  (warning, with retry_in).
+- HOLDING -> HOLDING: a pass failed for a reason of its own (a row, a bug) while the
+  sessions are sound: the daemon logs ``pass error`` and passes again after a backoff.
 - HOLDING -> LOST: a heartbeat says the lock is no longer ours, or the in-transaction
   check of a tick refuses (NOT_LOCK_HOLDER): logs ``lock lost`` with the reason. Or
   the lock session or the database went away: logs ``lock lost`` with retry_in. No
