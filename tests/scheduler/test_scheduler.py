@@ -5,21 +5,13 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from helpers import make_worker, put_schedule, set_next_run
+from helpers import YEARLY, make_worker, put_schedule, set_next_run
 from scrinalia_workers.gateway import connection as swdb
 from scrinalia_workers.sqlfiles import head
-from scrinalia_workers.testkit.procs import start_scheduler
 from scrinalia_workers.testkit.waiting import wait_for
-
-
-def _start(procs, dsn, *args):
-    p = start_scheduler(dsn, *args)
-    procs.append(p)
-    return p
 
 
 def _runs(db, worker):
@@ -72,35 +64,56 @@ def test_no_schema_refused_with_exit_2(empty_db_dsn):
     assert r.returncode == 2 and f"needs {head()}" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_due_schedule_enqueued_within_a_second(db, db_dsn, procs):
+def _pass_before(p, event: str, **fields) -> int:
+    """The number of the last pass the scheduler began before it logged that event."""
+    ev = p.wait_event(event, **fields)
+    passes = [e["n"] for e in p.events[: p.events.index(ev)] if e.get("event") == "pass"]
+    return passes[-1]
+
+
+def test_a_notify_wakes_the_sleeping_scheduler_for_a_due_schedule(db, db_dsn, procs):
     make_worker(db, "ocr")
-    put_schedule(db, "ocr", "* * * * *", "UTC")
-    p = _start(procs, db_dsn, "--max-sleep", "30")
-    p.wait_event("armed", worker="ocr")
-    t0 = time.monotonic()
+    put_schedule(db, "ocr", YEARLY, "UTC")
+    # its timed wake-ups an hour apart: only the NOTIFY can bring the next pass
+    p = procs.scheduler(db_dsn, "--max-sleep", "3600", "--log-level", "debug")
+    assert _pass_before(p, "armed", worker="ocr") == 1
     set_next_run(db, "ocr", "2 minutes")
     db.execute("NOTIFY scrinalia_scheduler")
-    ev = p.wait_event("enqueued", timeout=1.0, worker="ocr")
-    assert time.monotonic() - t0 < 1.0
-    assert _runs(db, "ocr")[0][0] == ev["run_id"]
+    assert _pass_before(p, "enqueued", worker="ocr") == 2
+    assert _runs(db, "ocr")[0][0] == p.wait_event("enqueued", worker="ocr")["run_id"]
 
 
 def test_one_lock_holder_and_takeover_after_kill(db, db_dsn, procs):
-    a = _start(procs, db_dsn, "--standby-retry", "1", "--name", "a")
+    a = procs.scheduler(db_dsn, "--standby-retry", "1", "--name", "a")
     a.wait_event("lock acquired")
-    b = _start(procs, db_dsn, "--standby-retry", "1", "--name", "b")
+    b = procs.scheduler(db_dsn, "--standby-retry", "1", "--name", "b")
     b.wait_event("standby")
     assert b.count("lock acquired") == 0
+    assert db.execute("SELECT heartbeat_by FROM scrinalia.scheduler_status()").fetchone()[0] == "a"
     a.kill(signal.SIGKILL)
-    t0 = time.monotonic()
-    b.wait_event("lock acquired", timeout=1 + 3)
-    assert time.monotonic() - t0 < 4
+    assert b.wait_event("lock acquired")["name"] == "b"
+    wait_for(
+        lambda: db.execute("SELECT heartbeat_by FROM scrinalia.scheduler_status()").fetchone()[0] == "b",
+        what="b's heartbeat",
+    )
     st = db.execute("SELECT holder_application FROM scrinalia.scheduler_status()").fetchone()
     assert st[0] == "scrinalia-scheduler lock"
 
 
+def _last_standby_attempt(db):
+    """When the scheduler's lock session last named the holder: the last statement of a
+    standby's attempt at the lock."""
+    row = db.execute(
+        "SELECT query_start FROM pg_stat_activity"
+        " WHERE application_name = 'scrinalia-scheduler lock' AND query LIKE '%%scheduler_status()%%'"
+    ).fetchone()
+    return row and row[0]
+
+
 def test_terminated_lock_connection_stops_ticking(db, db_dsn, procs):
-    a = _start(procs, db_dsn, "--standby-retry", "1", "--name", "sched-a", "--max-sleep", "0.2")
+    a = procs.scheduler(
+        db_dsn, "--standby-retry", "1", "--name", "sched-a", "--max-sleep", "0.2", "--log-level", "debug"
+    )
     a.wait_event("lock acquired")
     make_worker(db, "early")
     put_schedule(db, "early", "* * * * *", "UTC")
@@ -110,29 +123,35 @@ def test_terminated_lock_connection_stops_ticking(db, db_dsn, procs):
     pid = db.execute("SELECT holder_pid FROM scrinalia.scheduler_status()").fetchone()[0]
     other = swdb.connect(db_dsn)
     try:
+        mark = a.mark()
         db.execute("SELECT pg_terminate_backend(%s)", (pid,))
         wait_for(
             lambda: other.execute("SELECT pg_try_advisory_lock(scrinalia.scheduler_lock_key())").fetchone()[0],
             what="lock free",
         )
-        a.wait_event("lock lost", timeout=5)
+        lost = a.events.index(a.wait_event("lock lost", since=mark))
         make_worker(db, "ocr")
         put_schedule(db, "ocr", "* * * * *", "UTC")
         set_next_run(db, "ocr", "1 minute")
         db.execute("UPDATE scrinalia.scheduler_state SET last_tick_by = 'nobody'")
-        a.wait_event("standby", timeout=5)
-        time.sleep(0.5)  # a window in which A must not tick (its max-sleep is 0.2 s)
+        a.wait_event("standby", since=lost)
+        # two of A's attempts at the lock, a --standby-retry (five of its --max-sleep)
+        # apart, while the other session holds it: A must not tick meanwhile
+        first = wait_for(lambda: _last_standby_attempt(db), what="an attempt of A")
+        wait_for(lambda: _last_standby_attempt(db) > first, what="A's next attempt")
         assert db.execute("SELECT last_tick_by FROM scrinalia.scheduler_state").fetchone()[0] == "nobody"
         assert _runs(db, "ocr") == []
+        ticked = [e for e in a.events[lost:] if e["event"] in ("pass", "armed", "enqueued", "skipped")]
+        assert ticked == []
     finally:
         other.close()
     since = a.mark()
-    a.wait_event("lock acquired", timeout=5, since=since)
-    a.wait_event("enqueued", timeout=5, worker="ocr")
+    a.wait_event("lock acquired", since=since)
+    a.wait_event("enqueued", worker="ocr")
 
 
 def test_sigterm_exits_0_and_releases_lock(db, db_dsn, procs):
-    a = _start(procs, db_dsn)
+    a = procs.scheduler(db_dsn)
     a.wait_event("lock acquired")
     assert db.execute("SELECT lock_held FROM scrinalia.scheduler_status()").fetchone()[0]
     assert a.stop() == 0
@@ -140,15 +159,24 @@ def test_sigterm_exits_0_and_releases_lock(db, db_dsn, procs):
     assert not db.execute("SELECT lock_held FROM scrinalia.scheduler_status()").fetchone()[0]
 
 
+def _asleep(db) -> bool:
+    """Whether the scheduler's work session has asked for the next due instant, the
+    last statement of a pass before the wait."""
+    return db.execute(
+        "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE application_name = 'scrinalia-scheduler'"
+        " AND state = 'idle' AND query LIKE '%%next_wakeup()%%')"
+    ).fetchone()[0]
+
+
 def test_put_schedule_from_sql_armed_by_notify(db, db_dsn, procs):
     make_worker(db, "ocr")
-    a = _start(procs, db_dsn, "--max-sleep", "60")
-    a.wait_event("lock acquired")
-    time.sleep(0.3)  # let it fall into its (60 s) sleep
-    t0 = time.monotonic()
+    # nothing to do, its timed wake-ups an hour apart: only put_schedule's NOTIFY can
+    # bring a second pass
+    a = procs.scheduler(db_dsn, "--max-sleep", "3600", "--log-level", "debug")
+    a.wait_event("pass")
+    wait_for(lambda: _asleep(db), what="the scheduler asleep after its first pass")
     put_schedule(db, "ocr", "0 2 * * *", "Europe/Berlin")
-    a.wait_event("armed", timeout=2, worker="ocr")
-    assert time.monotonic() - t0 < 2
+    assert _pass_before(a, "armed", worker="ocr") == 2
     assert db.execute("SELECT next_run_at FROM scrinalia.archive_worker_schedules").fetchone()[0] is not None
 
 
@@ -160,7 +188,7 @@ def test_unevaluable_zone_does_not_block_others(db, db_dsn, procs):
     # a zone PostgreSQL knows but zoneinfo does not (as after a tzdata skew)
     db.execute("ALTER TABLE scrinalia.archive_worker_schedules DISABLE TRIGGER ALL")
     db.execute("UPDATE scrinalia.archive_worker_schedules SET timezone = 'Mars/Olympus' WHERE worker_name = 'bad'")
-    a = _start(procs, db_dsn)
+    a = procs.scheduler(db_dsn)
     a.wait_event("armed", worker="ocr")
     err = a.wait_event("schedule set aside", worker="bad")
     assert "Mars/Olympus" in err["reason"]
@@ -181,7 +209,7 @@ def test_restart_reconnects_and_never_enqueues_twice(own_cluster, procs):
         make_worker(db, "ocr")
         put_schedule(db, "ocr", "* * * * *", "UTC")
         set_next_run(db, "ocr", "1 minute")
-    a = _start(procs, dsn, "--standby-retry", "0.5")
+    a = procs.scheduler(dsn, "--standby-retry", "0.5")
     a.wait_event("enqueued", worker="ocr")
     since = a.mark()
     own_cluster.restart()
@@ -203,7 +231,7 @@ def test_runs_as_the_least_privileged_scheduler_role(db, db_dsn, role_logins, pr
     put_schedule(db, "ocr", "* * * * *", "UTC")
     set_next_run(db, "ocr", "1 minute")
     dsn = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["scheduler"])
-    a = _start(procs, dsn)
+    a = procs.scheduler(dsn)
     a.wait_event("lock acquired")
     a.wait_event("enqueued", worker="ocr")
     assert a.stop() == 0

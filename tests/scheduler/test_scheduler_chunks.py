@@ -1,4 +1,4 @@
-"""The scheduler ticks in chunks (issue 12): each chunk its own transaction, committed
+"""The scheduler ticks in chunks: each chunk its own transaction, committed
 before the next, so the first runs of a spike are visible while the rest is decided."""
 
 from __future__ import annotations
@@ -12,15 +12,17 @@ import pytest
 
 from helpers import YEARLY, make_workers
 from scrinalia_workers import cron
+from scrinalia_workers.errors import LockLost
 from scrinalia_workers.logs import EventLog
-from scrinalia_workers.scheduler import daemon as scheduler
+from scrinalia_workers.scheduler import Scheduler, tick
+from scrinalia_workers.scheduler.occurrences import Occurrences
 
 
 @pytest.fixture
 def holder(db_dsn):
     """A Scheduler holding the lock in this process, its events captured as JSON lines."""
     out = io.StringIO()
-    s = scheduler.Scheduler(db_dsn, name="chunks", log=EventLog(json_lines=True, stream=out))
+    s = Scheduler(db_dsn, name="chunks", log=EventLog(json_lines=True, stream=out))
     assert s._acquire()
     s.events = lambda: [json.loads(x) for x in out.getvalue().splitlines()]
     yield s
@@ -36,7 +38,7 @@ def _due(db, names):
 
 
 def test_a_spike_is_ticked_in_committed_chunks_each_once(db, holder, monkeypatch):
-    monkeypatch.setattr(scheduler, "TICK_CHUNK", 7)
+    monkeypatch.setattr(tick, "TICK_CHUNK", 7)
     names = make_workers(db, 30)
     _due(db, names)
     assert holder.tick()
@@ -55,7 +57,7 @@ def test_a_spike_is_ticked_in_committed_chunks_each_once(db, holder, monkeypatch
 
 
 def test_the_lock_is_checked_between_chunks(db, holder, monkeypatch):
-    monkeypatch.setattr(scheduler, "TICK_CHUNK", 5)
+    monkeypatch.setattr(tick, "TICK_CHUNK", 5)
     names = make_workers(db, 12)
     _due(db, names)
     checks = []
@@ -64,10 +66,10 @@ def test_the_lock_is_checked_between_chunks(db, holder, monkeypatch):
     def check_then_lose():
         checks.append(1)
         real()
-        raise scheduler.LockLost("lost between chunks")
+        raise LockLost("lost between chunks")
 
     monkeypatch.setattr(holder, "_check_lock", check_then_lose)
-    with pytest.raises(scheduler.LockLost):
+    with pytest.raises(LockLost):
         holder.tick()
     assert checks == [1]
     # the first chunk committed; nothing after the lost lock
@@ -75,11 +77,11 @@ def test_the_lock_is_checked_between_chunks(db, holder, monkeypatch):
 
 
 def test_next_occurrences_are_shared_across_chunks_only_while_valid(monkeypatch):
-    occ = scheduler._Occurrences()
+    occ = Occurrences()
     computed = []
-    real = scheduler.cron.try_next_occurrences
+    real = cron.try_next_occurrences
     monkeypatch.setattr(
-        scheduler.cron,
+        cron,
         "try_next_occurrences",
         lambda pairs, after: computed.append(sorted(pairs)) or real(pairs, after),
     )
@@ -105,9 +107,8 @@ def test_next_occurrences_are_shared_across_chunks_only_while_valid(monkeypatch)
 
 
 def test_a_backlog_pass_evaluates_the_catch_up_once_per_pair_and_window(db, holder, monkeypatch):
-    """Each enqueued run's log line says whether periods were missed. That used to be one
-    cron evaluation per run after the commit (about 0.45 s of a 10,000-schedule pass):
-    now the schedules of a (cron, zone) that waited for the same window share one."""
+    """Each enqueued run's log line says whether periods were missed: the schedules of a
+    (cron, zone) that waited for the same window share one cron evaluation, not one per run."""
     names = make_workers(db, 40)
     # hourly; the first 30 waited for the period three hours back (periods missed), the
     # other 10 for the current hour's (just due: nothing missed)
@@ -119,8 +120,8 @@ def test_a_backlog_pass_evaluates_the_catch_up_once_per_pair_and_window(db, hold
         (names,),
     )
     calls = []
-    real = scheduler.cron.next_occurrence
-    monkeypatch.setattr(scheduler.cron, "next_occurrence", lambda *a: calls.append(a) or real(*a))
+    real = cron.next_occurrence
+    monkeypatch.setattr(cron, "next_occurrence", lambda *a: calls.append(a) or real(*a))
     assert holder.tick()
     enqueued = {e["worker"]: e["catch_up"] for e in holder.events() if e["event"] == "enqueued"}
     assert enqueued == {w: i < 30 for i, w in enumerate(names)}
@@ -135,7 +136,7 @@ def test_the_catch_up_windows_answer_as_the_cron_itself(zone):
     rng = random.Random(zone)
     db_now = datetime(2026, 10, 25, 4, 30, tzinfo=UTC)  # after Berlin's fall-back
     pairs = [("*/20 * * * *", zone), ("30 2 * * *", zone), ("15 * * * *", zone), ("0 0 1 * *", zone)]
-    memo = scheduler._Occurrences()
+    memo = Occurrences()
     for _ in range(400):
         pair = rng.choice(pairs)
         sched_for = db_now - timedelta(seconds=rng.randrange(0, 3 * 86400))

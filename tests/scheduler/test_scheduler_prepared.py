@@ -1,4 +1,4 @@
-"""The prepared tick (issue 12, lateness): while it waits for the next due instant the
+"""The prepared tick: while it waits for the next due instant the
 scheduler reads the schedules due then and computes their next occurrences, and at the
 instant ticks them with one call, tick_due_at(), which touches only schedules whose
 next_run_at is still exactly that instant."""
@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import json
 import threading
-import time
 
 import psycopg
 import pytest
@@ -16,14 +15,14 @@ import pytest
 from helpers import YEARLY, make_workers, put_schedule, raises_sqlstate
 from scrinalia_workers import cron
 from scrinalia_workers.logs import EventLog
-from scrinalia_workers.scheduler import daemon as scheduler
+from scrinalia_workers.scheduler import Scheduler, prepared, tick
 from scrinalia_workers.testkit.waiting import wait_for
 
 
 @pytest.fixture
 def holder(db_dsn):
     out = io.StringIO()
-    s = scheduler.Scheduler(db_dsn, name="prepared", log=EventLog(json_lines=True, stream=out, level="debug"))
+    s = Scheduler(db_dsn, name="prepared", log=EventLog(json_lines=True, stream=out, level="debug"))
     assert s._acquire()
     s.events = lambda: [json.loads(x) for x in out.getvalue().splitlines()]
     yield s
@@ -39,6 +38,12 @@ def _schedule(db, names, next_run_at_sql, cron_text=YEARLY):
         f" SELECT w, %s, 'UTC', {next_run_at_sql} FROM unnest(%s::text[]) w",
         (cron_text, names),
     )
+
+
+def _until_due(holder):
+    """Until it is time, on the holder's clock, to send its prepared tick."""
+    p = holder._prepared
+    wait_for(lambda: p.is_due(holder.clock.monotonic()), 5, 0.005, what="the prepared tick's time")
 
 
 def _next_run(db, worker):
@@ -135,8 +140,7 @@ def test_the_prepared_tick_enqueues_at_the_instant_once(db, holder):
     holder.tick()  # nothing due yet
     holder._sleep_for(False)  # prepares the instant's tick
     assert holder._prepared is not None and holder._prepared.due_at == t and len(holder._prepared.workers) == 20
-    while time.monotonic() < holder._prepared.ready - holder._prepared.ahead:
-        time.sleep(0.005)
+    _until_due(holder)
     assert db.execute("SELECT now() < %s", (t,)).fetchone()[0]  # sent ahead of the instant
     holder._tick_prepared()
     assert db.execute("SELECT now() >= %s", (t,)).fetchone()[0]  # committed at it
@@ -160,8 +164,8 @@ def test_a_cron_changed_after_preparing_is_armed_from_the_new_cron(db, holder):
     assert holder._prepared.workers == [a, b]
     put_schedule(db, a, "0 3 * * *", "UTC")  # clears a's next_run_at
     wait_for(lambda: db.execute("SELECT now() >= %s", (t,)).fetchone()[0], 5, 0.01, what="the instant")
-    while time.monotonic() < holder._prepared.ready:
-        time.sleep(0.005)
+    p = holder._prepared
+    wait_for(lambda: holder.clock.monotonic() >= p.ready, 5, 0.005, what="the prepared instant")
     holder._tick_prepared()
     assert db.execute("SELECT worker_name FROM scrinalia.archive_worker_runs").fetchall() == [(b,)]
     assert _next_run(db, a) is None  # not armed with the old cron's next minute
@@ -182,7 +186,7 @@ def test_an_early_wake_keeps_the_prepared_tick_for_its_instant(db, holder):
 def test_the_real_loop_uses_the_prepared_tick(db, db_dsn):
     names = make_workers(db, 5)
     out = io.StringIO()
-    s = scheduler.Scheduler(db_dsn, name="loop", log=EventLog(json_lines=True, stream=out, level="debug"))
+    s = Scheduler(db_dsn, name="loop", log=EventLog(json_lines=True, stream=out, level="debug"))
     t = threading.Thread(target=s.run)
     t.start()
     try:
@@ -203,14 +207,13 @@ def test_the_real_loop_uses_the_prepared_tick(db, db_dsn):
 
 
 def test_a_spike_beyond_the_prepared_limit_has_the_rest_ticked_after(db, holder, monkeypatch):
-    monkeypatch.setattr(scheduler, "PREPARED_LIMIT", 3)
+    monkeypatch.setattr(prepared, "PREPARED_LIMIT", 3)
     names = make_workers(db, 7)
     _schedule(db, names, "date_trunc('second', now()) + interval '2 seconds'")
     t = _next_run(db, names[0])
     holder._sleep_for(False)
     assert holder._prepared.workers == sorted(names)[:3]
-    while time.monotonic() < holder._prepared.ready - holder._prepared.ahead:
-        time.sleep(0.005)
+    _until_due(holder)
     holder._tick_prepared()
     assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 3
     holder.tick()  # the ordinary pass, right after the instant
@@ -224,15 +227,14 @@ def test_a_spike_beyond_the_prepared_limit_has_the_rest_ticked_after(db, holder,
 def test_a_spike_larger_than_a_chunk_is_prepared_whole_and_visible_at_its_instant(db, holder, monkeypatch):
     """Not only its first chunk: every run of the spike is committed at the instant, in
     one transaction, and the lead grew with its size."""
-    monkeypatch.setattr(scheduler, "TICK_CHUNK", 3)
+    monkeypatch.setattr(tick, "TICK_CHUNK", 3)
     names = make_workers(db, 7)
     _schedule(db, names, "date_trunc('second', now()) + interval '2 seconds'")
     t = _next_run(db, names[0])
     holder._sleep_for(False)
     assert holder._prepared.workers == sorted(names)
-    assert holder._prepared.ahead == scheduler.ahead_of(7) > scheduler.ahead_of(1)
-    while time.monotonic() < holder._prepared.ready - holder._prepared.ahead:
-        time.sleep(0.005)
+    assert holder._prepared.ahead == prepared.ahead_of(7) > prepared.ahead_of(1)
+    _until_due(holder)
     holder._tick_prepared()
     assert db.execute("SELECT now() >= %s", (t,)).fetchone()[0]  # committed at the instant
     runs = db.execute(
@@ -247,6 +249,6 @@ def test_the_longest_lead_stays_inside_max_tick_ahead(db):
     """The scheduler's lead for its largest prepared tick must be one the server accepts
     (scrinalia.max_tick_ahead(), the one home of that bound), with room for the trip."""
     bound = db.execute("SELECT extract(epoch FROM scrinalia.max_tick_ahead())::float8").fetchone()[0]
-    longest = scheduler.ahead_of(scheduler.PREPARED_LIMIT)
-    assert longest == scheduler.ahead_of(10 * scheduler.PREPARED_LIMIT)  # capped
+    longest = prepared.ahead_of(prepared.PREPARED_LIMIT)
+    assert longest == prepared.ahead_of(10 * prepared.PREPARED_LIMIT)  # capped
     assert longest <= 0.75 * bound

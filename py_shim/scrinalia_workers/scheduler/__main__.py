@@ -2,6 +2,6 @@
 
 import sys
 
-from scrinalia_workers.scheduler.daemon import main
+from scrinalia_workers.scheduler.command import main
 
 sys.exit(main())

@@ -1,0 +1,63 @@
+"""The statements the scheduler daemon sends (scrinalia_workers.scheduler).
+
+Each is a call of the SQL API (sql/) a psql user can run too; the result columns are
+named, and the scheduler reads them by name."""
+
+# Every function these statements call: checked at start-up, so that a login without
+# them gets one line and exit 2 instead of a crash loop.
+REQUIRED_FUNCTIONS = (
+    "scheduler_lock_key()",
+    "scheduler_heartbeat(text, integer)",
+    "check_scheduler_lock(integer)",
+    "scheduler_status()",
+    "evict_stale_scheduler()",
+    "reap_expired_leases()",
+    "create_retries()",
+    "due_schedules(integer)",
+    "set_schedules_aside(text[], text[])",
+    "tick(text[], timestamp with time zone[], text)",
+    "tick_due_at(timestamp with time zone, text[], timestamp with time zone[], text)",
+    "schedules_due_at(timestamp with time zone, integer)",
+    "next_wakeup()",
+)
+
+# --- the lock session ------------------------------------------------------------------
+
+# the server's pid, not libpq's: behind a pooler they differ
+SERVER_PID = "SELECT pg_backend_pid() AS pid"
+TRY_LOCK = "SELECT pg_try_advisory_lock(scrinalia.scheduler_lock_key()) AS got"
+RELEASE_LOCK = "SELECT pg_advisory_unlock(scrinalia.scheduler_lock_key())"
+LISTEN = "LISTEN scrinalia_scheduler"
+# held: whether this session holds the lock (the heartbeat is recorded only then);
+# pid: the session that answered, which a transaction pooler may have swapped
+HEARTBEAT = "SELECT scrinalia.scheduler_heartbeat(%s, %s) AS held, pg_backend_pid() AS pid"
+EVICT_STALE_HOLDER = "SELECT evicted, holder_pid, holder_role, reason FROM scrinalia.evict_stale_scheduler()"
+LOCK_HOLDER = (
+    "SELECT holder_pid, holder_role, holder_application, holder_backend_start, holder_is_scheduler,"
+    " heartbeat_at FROM scrinalia.scheduler_status()"
+)
+
+# --- the work session ------------------------------------------------------------------
+
+# a tick must never hang behind a row lock of a frozen peer (see evict_stale_scheduler)
+SET_LOCK_TIMEOUT = "SET lock_timeout = '10s'"
+# first in every tick transaction: raises NOT_LOCK_HOLDER unless that session holds the lock
+CHECK_LOCK = "SELECT scrinalia.check_scheduler_lock(%s)"
+REAP_EXPIRED_LEASES = "SELECT run_id, worker_name, lease_owner, error FROM scrinalia.reap_expired_leases()"
+CREATE_RETRIES = "SELECT run_id, retry_of, worker_name, attempt, not_before FROM scrinalia.create_retries()"
+DUE_SCHEDULES = "SELECT worker_name, cron, timezone, db_now FROM scrinalia.due_schedules(%s)"
+SET_SCHEDULES_ASIDE = (
+    "SELECT worker_name, arm_error, arm_error_since, arm_retry_at"
+    " FROM scrinalia.set_schedules_aside(%b::text[], %b::text[])"
+)
+TICK = (
+    "SELECT worker_name, decision, run_id, scheduled_for, next_run_at, reason"
+    " FROM scrinalia.tick(%b::text[], %b::timestamptz[], %s)"
+)
+# the next due instant, and how far ahead of the server's now() it is
+NEXT_WAKEUP = "SELECT w AS wake_at, extract(epoch FROM w - now())::float8 AS wake_in FROM scrinalia.next_wakeup() w"
+SCHEDULES_DUE_AT = "SELECT worker_name, cron, timezone FROM scrinalia.schedules_due_at(%s, %s)"
+TICK_DUE_AT = (
+    "SELECT worker_name, decision, run_id, scheduled_for, next_run_at, reason, now() AS db_now"
+    " FROM scrinalia.tick_due_at(%s, %b::text[], %b::timestamptz[], %s)"
+)

@@ -1,0 +1,99 @@
+"""`scrinalia-scheduler`: the command line, the start-up checks and the signals."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+
+from scrinalia_workers import argtypes
+from scrinalia_workers.errors import ConfigError
+from scrinalia_workers.gateway.checks import preflight
+from scrinalia_workers.gateway.statements.scheduler import REQUIRED_FUNCTIONS
+from scrinalia_workers.logs import EventLog, startup_error
+from scrinalia_workers.scheduler.daemon import Scheduler
+
+EXIT_CONFIG = 2
+
+# the first is the least-privilege choice; ADR 0015 lets the API's and a runner's login run it too
+GROUPS = ("scrinalia_scheduler", "scrinalia_operator", "scrinalia_runner")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argtypes.DaemonParser(prog="scrinalia-scheduler", description="the one-instance cron scheduler")
+    p.add_argument("--dsn", help="database (else DATABASE_URL or the PG* variables)")
+    p.add_argument(
+        "--standby-retry",
+        type=argtypes.seconds(0.05, 3600),
+        default=3.0,
+        metavar="SECONDS",
+        help="seconds between two lock attempts of a standby (default 3)",
+    )
+    p.add_argument(
+        "--max-sleep",
+        type=argtypes.seconds(0.05, 3600),
+        default=5.0,
+        metavar="SECONDS",
+        help="the longest sleep between passes (default 5)",
+    )
+    p.add_argument(
+        "--min-wake-interval",
+        type=argtypes.seconds(0.0, 10),
+        default=0.2,
+        metavar="SECONDS",
+        help="NOTIFY wake-ups closer than this to the last pass are coalesced (default 0.2)",
+    )
+    p.add_argument("--name", type=_name, help="recorded as the ticker (default host:pid)")
+    p.add_argument("--json", action="store_true", help="JSON log lines")
+    p.add_argument(
+        "--log-level",
+        default="info",
+        type=str.lower,
+        choices=["debug", "info", "warning", "error"],
+        help="case-insensitive: debug, info, warning, error",
+    )
+    return p
+
+
+def _name(text: str) -> str:
+    if not 1 <= len(text) <= 200 or not text.isprintable():
+        raise argparse.ArgumentTypeError("a name is 1 to 200 printable characters")
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    log = EventLog(json_lines=args.json, level=args.log_level)
+    try:
+        dsn = preflight(
+            args.dsn,
+            "scrinalia-scheduler check",
+            functions=REQUIRED_FUNCTIONS,
+            job="run the scheduler",
+            groups=GROUPS,
+            server_keepalives=True,
+        )
+    except ConfigError as e:
+        startup_error(log, "scrinalia-scheduler", args.json, e)
+        return EXIT_CONFIG
+    sched = Scheduler(
+        dsn,
+        name=args.name,
+        standby_retry=args.standby_retry,
+        max_sleep=args.max_sleep,
+        min_wake_interval=args.min_wake_interval,
+        log=log,
+    )
+
+    def _stop(signum, frame):
+        if sched.stop.is_set():  # a second signal: leave at once
+            os._exit(128 + signum)
+        sched.stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        return sched.run()
+    except ConfigError as e:
+        startup_error(log, "scrinalia-scheduler", args.json, e)
+        return EXIT_CONFIG

@@ -1,0 +1,58 @@
+"""The cron next occurrences a pass computes, shared by its chunks and its log lines."""
+
+from __future__ import annotations
+
+import bisect
+from datetime import datetime, timedelta
+
+from scrinalia_workers import cron
+
+
+class Occurrences:
+    """Next occurrences per (cron, zone), kept as windows: the first occurrence after an
+    instant is also the first after every later instant before it. So the chunks of a
+    pass share them (each chunk's now() is a little later), and so does its log: whether
+    an enqueued period hid others is one evaluation per (cron, zone) and missed window,
+    not one per run. An error is not kept: it is rare, and the schedule is set aside."""
+
+    def __init__(self) -> None:
+        # per (cron, zone): its windows (start, first occurrence after it), by start
+        self._windows: dict[tuple[str, str], list[tuple[datetime, datetime]]] = {}
+
+    def _known(self, pair: tuple[str, str], t: datetime) -> datetime | None:
+        windows = self._windows.get(pair, [])
+        i = bisect.bisect_right(windows, t, key=lambda w: w[0]) - 1
+        return windows[i][1] if i >= 0 and t < windows[i][1] else None
+
+    def _keep(self, pair: tuple[str, str], t: datetime, nxt: datetime) -> None:
+        bisect.insort_right(self._windows.setdefault(pair, []), (t, nxt), key=lambda w: w[0])
+
+    def after(self, pair: tuple[str, str], t: datetime) -> datetime:
+        """cron.next_occurrence(cron, zone, t), raising as it does."""
+        nxt = self._known(pair, t)
+        if nxt is None:
+            nxt = cron.next_occurrence(*pair, t)
+            self._keep(pair, t, nxt)
+        return nxt
+
+    def after_each(self, pairs: list[tuple[str, str]], t: datetime) -> list[datetime | Exception]:
+        """cron.try_next_occurrences(pairs, t): each distinct pair once, an error in its
+        pair's place; what an earlier chunk computed is reused."""
+        out: dict[tuple[str, str], datetime | Exception] = {}
+        todo = []
+        for p in set(pairs):
+            known = self._known(p, t)
+            if known is None:
+                todo.append(p)
+            else:
+                out[p] = known
+        for p, n in zip(todo, cron.try_next_occurrences(todo, t)):
+            out[p] = n
+            if not isinstance(n, Exception):
+                self._keep(p, t, n)
+        return [out[p] for p in pairs]
+
+    def missed(self, pair: tuple[str, str], sched_for: datetime, db_now: datetime) -> bool:
+        """Whether an occurrence falls in (sched_for, db_now]: the run is a catch-up."""
+        # periods fall on minutes: only a period due over a minute ago can hide another
+        return db_now - sched_for >= timedelta(minutes=1) and self.after(pair, sched_for) <= db_now

@@ -1,0 +1,116 @@
+"""The scheduler's two database sessions: the *lock session* that holds the advisory
+lock, heartbeats and LISTENs, and the *work session* that runs the passes.
+
+The lock is session-scoped, so both must be sessions of their own: direct, or through
+a session-mode pooler. Behind a transaction-mode pooler the lock would land on a
+backend we do not keep; that is detected (two client connections sharing one server
+session, or a heartbeat answered by another session) and refused (UnsafeConnection).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from scrinalia_workers.errors import LockLost, UnsafeConnection
+from scrinalia_workers.gateway import connection as db
+from scrinalia_workers.gateway.checks import check_schema
+from scrinalia_workers.gateway.statements import scheduler as sql
+
+TRANSACTION_POOLER = (
+    "the scheduler's two sessions are not its own: a transaction-mode pooler is in the "
+    "way (the advisory lock is per session); connect directly or through a "
+    "session-mode pool"
+)
+
+
+def one_row(cur: psycopg.Cursor[dict[str, Any]]) -> dict[str, Any]:
+    """The row of a statement that returns exactly one (a function call)."""
+    row = cur.fetchone()
+    if row is None:
+        raise psycopg.ProgrammingError("a statement that returns one row returned none")
+    return row
+
+
+def _server_pid(conn: psycopg.Connection) -> int:
+    return one_row(conn.cursor(row_factory=dict_row).execute(sql.SERVER_PID))["pid"]
+
+
+class Sessions:
+    """The lock session (opened at the first attempt, kept while standing by) and the
+    work session (opened once the lock is ours). Implements leadership.LockSession."""
+
+    def __init__(self, dsn: str, name: str):
+        self.dsn = dsn
+        self.name = name
+        self.lock_conn: psycopg.Connection | None = None
+        self.work_conn: psycopg.Connection | None = None
+        self.lock_pid: int | None = None
+        self.work_pid: int | None = None
+
+    @property
+    def lock(self) -> psycopg.Connection:
+        if self.lock_conn is None:
+            raise LockLost("the lock session is closed")
+        return self.lock_conn
+
+    @property
+    def work(self) -> psycopg.Connection:
+        if self.work_conn is None:
+            raise LockLost("the work session is closed: the lock is not held")
+        return self.work_conn
+
+    def _lock_session(self) -> psycopg.Connection:
+        if self.lock_conn is None or self.lock_conn.closed:
+            self.lock_conn = db.connect(self.dsn, application_name="scrinalia-scheduler lock", server_keepalives=True)
+            self.lock_pid = _server_pid(self.lock_conn)
+        return self.lock_conn
+
+    def acquire(self) -> bool:
+        """One attempt at the lock; True when held and the work session is ready."""
+        conn = self._lock_session()
+        if not one_row(conn.cursor(row_factory=dict_row).execute(sql.TRY_LOCK))["got"]:
+            return False
+        check_schema(conn)  # a deploy may have moved the schema while we stood by
+        self.work_conn = db.connect(self.dsn, application_name="scrinalia-scheduler")
+        self.work_conn.execute(sql.SET_LOCK_TIMEOUT)
+        self.work_pid = _server_pid(self.work_conn)
+        # two client connections share a server session only behind a transaction pooler
+        if self.work_pid == self.lock_pid or not self.heartbeat():
+            raise UnsafeConnection(TRANSACTION_POOLER)
+        conn.execute(sql.LISTEN)
+        return True
+
+    def heartbeat(self) -> bool:
+        """True while our lock session holds the lock; records the heartbeat."""
+        row = one_row(self.lock.cursor(row_factory=dict_row).execute(sql.HEARTBEAT, (self.name, self.work_pid)))
+        if row["pid"] != self.lock_pid:  # the pooler handed our statement to another session
+            raise UnsafeConnection(TRANSACTION_POOLER)
+        return bool(row["held"])
+
+    def evict_stale(self) -> dict[str, Any]:
+        """scrinalia.evict_stale_scheduler(): ends the holder's session if its heartbeat is stale."""
+        return one_row(self.lock.cursor(row_factory=dict_row).execute(sql.EVICT_STALE_HOLDER))
+
+    def holder(self) -> dict[str, Any]:
+        """Who holds the lock (scrinalia.scheduler_status())."""
+        return one_row(self.lock.cursor(row_factory=dict_row).execute(sql.LOCK_HOLDER))
+
+    def notified(self, timeout: float) -> bool:
+        """Waits up to `timeout` seconds for a NOTIFY on the lock session; True when one came."""
+        return any(True for _ in self.lock.notifies(timeout=timeout, stop_after=1))
+
+    def release(self) -> None:
+        self.lock.execute(sql.RELEASE_LOCK)
+
+    def close(self) -> None:
+        for c in (self.work_conn, self.lock_conn):
+            if c is not None:
+                try:
+                    c.close()
+                except Exception:  # noqa: BLE001 - closing a broken connection
+                    pass
+        self.work_conn = self.lock_conn = None
+        self.lock_pid = self.work_pid = None

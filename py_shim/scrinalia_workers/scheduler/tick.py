@@ -1,0 +1,170 @@
+"""One pass of the holder, on the work session: reap expired leases, create retries,
+then the due schedules in chunks, and a log line per decision.
+
+Each chunk of at most TICK_CHUNK due schedules is one transaction: check the lock,
+due_schedules(TICK_CHUNK) + the cron next occurrences + tick(), commit. Runs become
+visible chunk by chunk (a spike of 10,000 due at one instant does not wait for the
+last one), the heartbeat is written between chunks, and a chunk that fails rolls back
+alone. A schedule whose next occurrence cannot be computed here is set aside
+(scrinalia.set_schedules_aside) and retried later; the others fire regardless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from scrinalia_workers.errors import NOT_LOCK_HOLDER, LockLost
+from scrinalia_workers.gateway.statements import scheduler as sql
+from scrinalia_workers.logs import EventLog, one_line
+from scrinalia_workers.scheduler.occurrences import Occurrences
+
+# Due schedules per tick transaction. Each chunk costs a transaction, a due query over
+# all that is still due and a planning: a minute's usual load fits in one; a spike's
+# first half is visible about twice as early as its last.
+TICK_CHUNK = 5000
+# Chunks per pass at most (a million schedules); the next pass goes on at once.
+MAX_CHUNKS = 1000
+
+Row = dict[str, Any]
+
+
+def check_lock_in_transaction(cur: psycopg.Cursor[Row], lock_pid: int | None) -> None:
+    """The first statement of a tick transaction: the session `lock_pid` must hold the
+    lock, else LockLost and the transaction rolls back."""
+    try:
+        cur.execute(sql.CHECK_LOCK, (lock_pid,))
+    except psycopg.Error as e:
+        if e.sqlstate == NOT_LOCK_HOLDER:
+            raise LockLost(e.diag.message_primary) from None
+        raise
+
+
+class Pass:
+    """One pass over the work session `conn` for the scheduler `name`, whose lock
+    session is `lock_pid`; `check_lock` is the heartbeat run between chunks."""
+
+    def __init__(
+        self,
+        conn: psycopg.Connection,
+        *,
+        name: str,
+        lock_pid: int | None,
+        log: EventLog,
+        check_lock: Callable[[], None],
+    ):
+        self.conn = conn
+        self.name = name
+        self.lock_pid = lock_pid
+        self.log = log
+        self.check_lock = check_lock
+        self.occurrences = Occurrences()  # shared by the chunks of this pass and their log
+
+    def run(self) -> bool:
+        """Reap, retries, then the due schedules. True when it decided anything."""
+        # binary results, and the arrays below sent binary (%b): psycopg writes a large
+        # array of timestamps far faster in binary than as text
+        cur = self.conn.cursor(row_factory=dict_row, binary=True)
+        progressed = False
+        for r in cur.execute(sql.REAP_EXPIRED_LEASES):
+            progressed = True
+            self.log(
+                "lease reaped", run_id=r["run_id"], worker=r["worker_name"], runner=r["lease_owner"], reason=r["error"]
+            )
+        for r in cur.execute(sql.CREATE_RETRIES):
+            progressed = True
+            self.log(
+                "retry created",
+                run_id=r["run_id"],
+                retry_of=r["retry_of"],
+                worker=r["worker_name"],
+                attempt=r["attempt"],
+                not_before=r["not_before"].isoformat(),
+            )
+        for n in range(MAX_CHUNKS):
+            if n:
+                self.check_lock()  # the heartbeat, and a lost lock stops the pass between chunks
+            decided, full = self.chunk(cur)
+            progressed = progressed or decided
+            if not (full and decided):
+                break
+        return progressed
+
+    def chunk(self, cur: psycopg.Cursor[Row]) -> tuple[bool, bool]:
+        """One tick transaction over at most TICK_CHUNK due schedules. Returns (decided
+        anything, the chunk was full: more may be due)."""
+        with self.conn.transaction():
+            check_lock_in_transaction(cur, self.lock_pid)
+            due = cur.execute(sql.DUE_SCHEDULES, (TICK_CHUNK,)).fetchall()
+            if not due:
+                return False, False
+            db_now = due[0]["db_now"]
+            nexts = self.occurrences.after_each([(d["cron"], d["timezone"]) for d in due], db_now)
+            ok = [(d, n) for d, n in zip(due, nexts) if not isinstance(n, Exception)]
+            bad = [(d, n) for d, n in zip(due, nexts) if isinstance(n, Exception)]
+            aside: list[Row] = []
+            if bad:
+                aside = cur.execute(
+                    sql.SET_SCHEDULES_ASIDE,
+                    (
+                        [d["worker_name"] for d, _ in bad],
+                        [f"cannot compute the next occurrence here: {one_line(e)}" for _, e in bad],
+                    ),
+                ).fetchall()
+            rows: list[Row] = []
+            if ok:
+                rows = cur.execute(
+                    sql.TICK, ([d["worker_name"] for d, _ in ok], [n for _, n in ok], self.name)
+                ).fetchall()
+        crons = {d["worker_name"]: (d["cron"], d["timezone"]) for d in due}
+        with self.log.batch():
+            for a in aside:
+                self.log(
+                    "schedule set aside",
+                    level="error",
+                    worker=a["worker_name"],
+                    reason=a["arm_error"],
+                    since=a["arm_error_since"],
+                    retry_at=a["arm_retry_at"],
+                )
+            for r in rows:
+                log_decision(self.log, r, crons[r["worker_name"]], db_now, self.occurrences)
+        return bool(rows or aside), len(due) >= TICK_CHUNK
+
+
+def log_decision(log: EventLog, r: Row, cron_tz: tuple[str, str], db_now: datetime, occurrences: Occurrences) -> None:
+    """The log line of one tick decision (armed, enqueued and maybe catch-up, skipped)."""
+    nxt = r["next_run_at"].isoformat() if r["next_run_at"] else None
+    sched_for = r["scheduled_for"]
+    if r["decision"] == "ARMED":
+        log("armed", worker=r["worker_name"], next_run_at=nxt)
+    elif r["decision"] == "ENQUEUED":
+        catch_up = occurrences.missed(cron_tz, sched_for, db_now)
+        log(
+            "enqueued",
+            worker=r["worker_name"],
+            run_id=r["run_id"],
+            scheduled_for=sched_for.isoformat(),
+            next_run_at=nxt,
+            catch_up=catch_up,
+        )
+        if catch_up:
+            log(
+                "catch-up",
+                worker=r["worker_name"],
+                run_id=r["run_id"],
+                scheduled_for=sched_for.isoformat(),
+                reason="periods were missed: one run, not a replay",
+            )
+    else:
+        log(
+            "skipped",
+            worker=r["worker_name"],
+            scheduled_for=sched_for.isoformat() if sched_for else None,
+            next_run_at=nxt,
+            reason=r["reason"],
+        )
