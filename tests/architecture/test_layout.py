@@ -108,7 +108,8 @@ def test_only_the_demo_and_the_command_that_starts_it_import_the_demo():
     offenders = {
         name: sorted(m for m in deps if m.startswith("scrinalia_workers.demo"))
         for name, deps in _graph().items()
-        if not name.startswith("scrinalia_workers.demo") and name not in allowed
+        if not name.startswith("scrinalia_workers.demo")
+        and name not in allowed
         and any(m.startswith("scrinalia_workers.demo") for m in deps)
     }
     assert not offenders, offenders
