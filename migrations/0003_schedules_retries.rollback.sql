@@ -15,17 +15,22 @@ END $$;
 DO $$
 DECLARE r record;
 BEGIN
-    FOR r IN SELECT p.oid::regprocedure AS fn FROM pg_catalog.pg_proc p
+    FOR r IN SELECT p.oid FROM pg_catalog.pg_proc p
              JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
              WHERE n.nspname = 'scrinalia' AND p.prokind IN ('f', 'p')
     LOOP
-        EXECUTE pg_catalog.format('DROP FUNCTION %s CASCADE', r.fn);
+        -- an earlier DROP ... CASCADE may have taken it (a function returning a view's rows)
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_proc WHERE oid = r.oid) THEN
+            EXECUTE pg_catalog.format('DROP FUNCTION %s CASCADE', r.oid::pg_catalog.regprocedure);
+        END IF;
     END LOOP;
-    FOR r IN SELECT c.oid::regclass AS v FROM pg_catalog.pg_class c
+    FOR r IN SELECT c.oid FROM pg_catalog.pg_class c
              JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
              WHERE n.nspname = 'scrinalia' AND c.relkind = 'v'
     LOOP
-        EXECUTE pg_catalog.format('DROP VIEW IF EXISTS %s CASCADE', r.v);
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE oid = r.oid) THEN
+            EXECUTE pg_catalog.format('DROP VIEW %s CASCADE', r.oid::pg_catalog.regclass);
+        END IF;
     END LOOP;
 END $$;
 DROP TABLE scrinalia.settings;

@@ -7,7 +7,6 @@ import os
 import pty
 import select
 import signal
-import subprocess
 import sys
 
 import psycopg
@@ -16,7 +15,6 @@ import pytest
 from helpers import assert_one_line_error, claim, cli, finish, make_worker, put_schedule, set_next_run, tick
 from scrinalia_workers.cli import watch
 from scrinalia_workers.testkit.clock import FakeClock
-from scrinalia_workers.testkit.procs import Proc
 from scrinalia_workers.testkit.waiting import wait_for
 
 
@@ -118,16 +116,6 @@ def test_spans_read_at_a_glance(seconds, text):
     assert watch.span(seconds) == text
 
 
-class TerminalProc(Proc):
-    """The CLI on a pseudo-terminal, so that the procs fixture stops it whatever the test
-    does (a Proc's own pipes would not be a terminal)."""
-
-    def __init__(self, args: list[str], tty: int, env: dict[str, str]):
-        self.popen = subprocess.Popen(args, stdin=tty, stdout=tty, stderr=tty, env=env, start_new_session=True)
-        self.pid = self.popen.pid
-        self.events, self.raw = [], []
-
-
 def test_status_watch_in_a_real_terminal_fits_80_columns_and_quits_on_ctrl_c(busy, db_dsn, role_logins, procs):
     """`scrinalia-workers status --watch` under a pseudo-terminal of 80 columns, as an
     operator runs it; Ctrl-C (SIGINT) ends it with exit 0 and no traceback."""
@@ -135,7 +123,7 @@ def test_status_watch_in_a_real_terminal_fits_80_columns_and_quits_on_ctrl_c(bus
     main, child = pty.openpty()
     env = dict(os.environ, COLUMNS="80", LINES="40")
     argv = [sys.executable, "-m", "scrinalia_workers.cli", "status", "--watch", "--interval", "0.3", "--dsn", dsn]
-    p = procs.append(TerminalProc(argv, child, env))
+    p = procs.start(argv, env, terminal=child, new_session=True)
     os.close(child)
     out = bytearray()
 

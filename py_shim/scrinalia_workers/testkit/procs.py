@@ -47,6 +47,7 @@ class Proc:
         group: bool = False,
         inherit_env: bool = True,
         unset: Iterable[str] = (),
+        terminal: int | None = None,
     ):
         self.args = list(args)
         self.log = log
@@ -54,10 +55,12 @@ class Proc:
         self.events: list[dict[str, Any]] = []
         self.raw: list[str] = []
         self._cond = threading.Condition()
-        self._eof = log is not None
+        self._eof = log is not None or terminal is not None
         self._logfile: IO[str] | None = None
         streams: dict[str, Any]
-        if log is not None:
+        if terminal is not None:  # a pseudo-terminal's end: the test reads what it shows
+            streams = {"stdin": terminal, "stdout": terminal, "stderr": terminal}
+        elif log is not None:
             self._logfile = open(log, "w")
             streams = {"stdout": self._logfile, "stderr": subprocess.STDOUT}
         elif lines == "stdout":
@@ -79,7 +82,7 @@ class Proc:
         )
         self.pid = self.popen.pid
         self._reader: threading.Thread | None = None
-        if log is None:
+        if log is None and terminal is None:
             stream = self.popen.stderr if lines == "stderr" else self.popen.stdout
             assert stream is not None
             self._reader = threading.Thread(target=self._read, args=(stream,), daemon=True)
