@@ -74,6 +74,10 @@ class RollbackRefused(ScrinaliaError):
     """A rollback would destroy data: nothing was rolled back."""
 
 
+class InputError(ScrinaliaError):
+    """A file an operator handed us that cannot be read as asked: names the file and why."""
+
+
 class CatalogueError(ScrinaliaError):
     """A catalogue file that cannot be registered: names the file and the part."""
 

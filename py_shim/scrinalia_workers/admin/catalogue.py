@@ -23,13 +23,13 @@ from __future__ import annotations
 import json
 import math
 import re
-from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from scrinalia_workers.errors import CatalogueError
+from scrinalia_workers import inputs
+from scrinalia_workers.errors import CatalogueError, InputError
 from scrinalia_workers.gateway.connection import one
 from scrinalia_workers.gateway.statements import admin as sql
 
@@ -61,12 +61,16 @@ def _json_only(v: Any, where: str) -> None:
         for k, x in v.items():
             if not isinstance(k, str):
                 raise _Bad(where, f"key {k!r} must be a string (quote it in YAML)")
+            if problem := inputs.storable_text(k):
+                raise _Bad(where, f"a key {problem}")
             _json_only(x, f"{where}.{k}" if where else k)
     elif isinstance(v, list):
         for i, x in enumerate(v):
             _json_only(x, f"{where}[{i}]")
     elif isinstance(v, float) and not math.isfinite(v):
         raise _Bad(where, f"{v} is not a JSON number")
+    elif isinstance(v, str) and (problem := inputs.storable_text(v)):
+        raise _Bad(where, problem)
     elif v is not None and not isinstance(v, (str, int, float, bool)):
         raise _Bad(where, f"{_kind(v)} is not a JSON value (quote it in YAML)")
 
@@ -192,20 +196,10 @@ def check_worker(w: Any, where: str) -> dict:
 def parse(text: str, label: str, yaml_syntax: bool) -> list[dict]:
     """The workers of a file's text; CatalogueError naming `label` and the bad part."""
     try:
-        if yaml_syntax:
-            import yaml
-
-            try:
-                doc = yaml.safe_load(text)
-            except yaml.YAMLError as e:
-                mark = getattr(e, "problem_mark", None)
-                at = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
-                raise _Bad("", f"not valid YAML: {getattr(e, 'problem', None) or e}{at}") from None
-        else:
-            try:
-                doc = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise _Bad("", f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        try:
+            doc = inputs.parse(text, label, yaml_syntax)
+        except InputError as e:
+            raise CatalogueError(str(e)) from None
         _json_only(doc, "")
         if isinstance(doc, dict) and "workers" in doc:
             _only(doc, ("workers",), "")
@@ -235,26 +229,21 @@ def parse(text: str, label: str, yaml_syntax: bool) -> list[dict]:
 
 
 def read(path: str) -> list[dict]:
-    if path == "-":
-        import sys
-
-        return parse(sys.stdin.read(), "<stdin>", yaml_syntax=True)
-    p = Path(path)
+    """The workers of a file (`-`: standard input, JSON or YAML), at most MAX_FILE_BYTES read."""
     try:
-        if p.stat().st_size > MAX_FILE_BYTES:
-            raise CatalogueError(f"{path}: larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise CatalogueError(f"{path}: not UTF-8 text") from None
-    except OSError as e:
-        raise CatalogueError(f"{path}: cannot read it: {e.strerror or e}") from None
-    return parse(text, path, yaml_syntax=p.suffix.lower() in (".yaml", ".yml"))
+        text = inputs.read_text(path, MAX_FILE_BYTES)
+    except InputError as e:
+        raise CatalogueError(str(e)) from None
+    return parse(text, inputs.label_of(path), yaml_syntax=path == "-" or inputs.is_yaml(path))
 
 
-def register(conn: psycopg.Connection, workers: list[dict], label: str) -> list[tuple[str, bool]]:
-    """All or nothing, through scrinalia.register_worker: (name, was_new) per worker."""
+def register(
+    conn: psycopg.Connection, workers: list[dict], label: str, *, dry_run: bool = False
+) -> list[tuple[str, bool]]:
+    """All or nothing, through scrinalia.register_worker: (name, was_new) per worker;
+    `dry_run` runs every check of the database and rolls back."""
     done = []
-    with conn.transaction():
+    with conn.transaction(force_rollback=dry_run):
         for w in workers:
             new = one(conn.execute(sql.IS_NEW_WORKER, (w["name"],)))[0]
             try:

@@ -13,7 +13,7 @@ import psycopg
 
 from scrinalia_workers import errors
 from scrinalia_workers.errors import UsageError
-from scrinalia_workers.gateway.connection import connect, require_dsn
+from scrinalia_workers.gateway.connection import connect, one, require_dsn
 from scrinalia_workers.gateway.statements import cli as sql
 
 PROG = "scrinalia-workers"
@@ -51,14 +51,6 @@ def open_db(args: argparse.Namespace) -> psycopg.Connection[Any]:
         return connect(dsn, application_name=f"{PROG} {args.command}")
     except psycopg.ProgrammingError as e:  # a malformed connection string (redacted by fail())
         raise errors.ConfigError(f"invalid connection string: {e}") from None
-
-
-def one(cur: psycopg.Cursor[T]) -> T:
-    """The row of a statement that returns exactly one (a function returning a row)."""
-    row = cur.fetchone()
-    if row is None:  # the SQL API broke its promise: main() reports it as a bug
-        raise RuntimeError("a function of the SQL API returned no row")
-    return row
 
 
 def max_attempts(conn: psycopg.Connection[Any]) -> int:

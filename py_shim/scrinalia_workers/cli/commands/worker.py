@@ -11,6 +11,7 @@ from psycopg.rows import dict_row
 from scrinalia_workers import errors
 from scrinalia_workers.cli.common import EXIT_OK, PROG, open_db
 from scrinalia_workers.cli.fmt import print_fields, print_json, print_table, utc
+from scrinalia_workers.gateway.connection import configured_dsn
 from scrinalia_workers.gateway.statements import cli as sql
 from scrinalia_workers.logs import one_line
 
@@ -21,10 +22,20 @@ def cmd_register(args: argparse.Namespace) -> int:
     workers = catalogue.read(args.file)
     label = "<stdin>" if args.file == "-" else args.file
     if args.check:
+        # with a database configured, the check is the register itself, rolled back: the
+        # same checks exactly; without one, the file's (which register runs first)
+        checked = "file"
+        if configured_dsn(args.dsn) is not None:
+            with open_db(args) as conn:
+                catalogue.register(conn, workers, label, dry_run=True)
+            checked = "database"
         if args.json:
-            print_json({"file": label, "valid": [w["name"] for w in workers]})
+            print_json({"file": label, "valid": [w["name"] for w in workers], "checked": checked})
         else:
-            print(f"{label}: {len(workers)} worker(s) valid: {', '.join(w['name'] for w in workers)}")
+            print(
+                f"{label}: {len(workers)} worker(s) valid: {', '.join(w['name'] for w in workers)}"
+                + ("" if checked == "database" else " (the file only: no database configured)")
+            )
         return EXIT_OK
     with open_db(args) as conn:
         done = catalogue.register(conn, workers, label)
