@@ -17,7 +17,7 @@ from typing import Any, BinaryIO
 from scrinalia_workers.errors import InputError
 
 MAX_JSON_BYTES = 64 * 1024 * 1024  # 100,000 schedules are about 8 MiB of JSON
-MAX_YAML_BYTES = 2 * 1024 * 1024  # parsed in a few seconds; larger files are JSON's job
+MAX_YAML_BYTES = 1024 * 1024  # parsed in a few seconds; larger files are JSON's job
 MAX_DEPTH = 64
 _CHUNK = 1024 * 1024
 

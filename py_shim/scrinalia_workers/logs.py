@@ -7,6 +7,8 @@ import json
 import sys
 from datetime import UTC, datetime
 
+from scrinalia_workers.text import for_terminal
+
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 # json.dumps(default=...) builds an encoder per call; the daemons write a line per run
 _ENCODER = json.JSONEncoder(default=str)
@@ -27,7 +29,9 @@ class EventLog:
             line = _ENCODER.encode({"ts": ts, "event": event, "level": level, **fields})
         else:
             parts = " ".join(f"{k}={v}" for k, v in fields.items())
-            line = f"{ts} {level.upper()} {event}" + (f" {parts}" if parts else "")
+            # a value read from the database may hold anything: nothing in it acts on a terminal,
+            # and no newline in it forges a line of its own
+            line = for_terminal(f"{ts} {level.upper()} {event}" + (f" {parts}" if parts else ""), keep="")
         try:
             self.stream.write(line + "\n")
             if not self._batched:

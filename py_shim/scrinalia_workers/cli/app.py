@@ -20,6 +20,7 @@ import psycopg
 from scrinalia_workers import errors
 from scrinalia_workers.cli.common import EXIT_ERROR, EXIT_OK, EXIT_SLOT_BUSY, EXIT_USAGE, PROG
 from scrinalia_workers.cli.parser import build_parser
+from scrinalia_workers.cli.terminal import TerminalGuard
 from scrinalia_workers.errors import UsageError
 from scrinalia_workers.gateway.redact import redact
 
@@ -80,11 +81,22 @@ def _delegate(name: str, argv: list[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("scheduler", "runner"):
+        return _delegate(argv[0], argv[1:])
+    stdout, stderr = sys.stdout, sys.stderr
+    guarded = sys.stdout, sys.stderr = TerminalGuard(stdout), TerminalGuard(stderr)
+    try:
+        return _main(argv)
+    finally:  # as they were, unless a broken pipe put stdout aside
+        if sys.stdout is guarded[0]:
+            sys.stdout = stdout
+        sys.stderr = stderr
+
+
+def _main(argv: list[str]) -> int:
     dsns = _given_dsns(argv)
     command = None
     try:
-        if argv and argv[0] in ("scheduler", "runner"):
-            return _delegate(argv[0], argv[1:])
         args = build_parser().parse_args(argv)
         command = args.command
         code: int = args.func(args)

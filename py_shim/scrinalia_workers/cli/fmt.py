@@ -9,6 +9,8 @@ from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from scrinalia_workers.text import for_json
+
 
 def utc(ts: datetime | None) -> str | None:
     if ts is None:
@@ -50,11 +52,16 @@ def _jsonable(v: Any) -> Any:
 
 
 def print_json(data: Any) -> None:
-    print(json.dumps(data, default=_jsonable, indent=2, ensure_ascii=False))
+    print(for_json(json.dumps(data, default=_jsonable, indent=2, ensure_ascii=False)))
+
+
+def cell(v: Any) -> str:
+    """A value as one cell or field: its own newlines and tabs shown, not obeyed."""
+    return "-" if v is None else str(v).replace("\n", "\\n").replace("\t", "\\t")
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:
-    cells = [["-" if v is None else str(v) for v in r] for r in rows]
+    cells = [[cell(v) for v in r] for r in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     if title:
         print(title)
@@ -69,4 +76,4 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: st
 def print_fields(pairs: Sequence[tuple[str, Any]]) -> None:
     width = max(len(k) for k, _ in pairs)
     for k, v in pairs:
-        print(f"{k.ljust(width)}  {'-' if v is None else v}")
+        print(f"{k.ljust(width)}  {cell(v)}")

@@ -21,10 +21,12 @@ from psycopg.rows import dict_row
 
 from scrinalia_workers.cli.common import one
 from scrinalia_workers.cli.fmt import utc as utc_or_none
+from scrinalia_workers.cli.terminal import write_control
 from scrinalia_workers.clock import SYSTEM, Clock
 from scrinalia_workers.gateway.backoff import Backoff, is_transient
 from scrinalia_workers.gateway.statements import cli as sql
 from scrinalia_workers.logs import one_line
+from scrinalia_workers.text import for_terminal
 
 CLEAR = "\x1b[H\x1b[2J"
 
@@ -163,7 +165,8 @@ def watch(
                 screen = _fit(
                     f"scrinalia-workers: database unavailable ({one_line(e)}); retrying in {delay:.1f} s", cols
                 )
-            out.write(CLEAR + screen + "\n")
+            # one write: the clear of our own, then the screen with nothing in it that acts
+            write_control(out, CLEAR + for_terminal(screen) + "\n")
             out.flush()
             clock.sleep(delay)
     except KeyboardInterrupt:
