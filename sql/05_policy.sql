@@ -28,6 +28,13 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT ARRAY['SUCCEEDED', 'FAILED', 'INTERRUPTED', 'CANCELLED']::scrinalia.run_status[] $$;
 
+-- The statuses a runner reports (finish, finish_runs): SW021 for any other.
+CREATE OR REPLACE FUNCTION scrinalia.outcome_statuses()
+RETURNS scrinalia.run_status[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT ARRAY['SUCCEEDED', 'FAILED', 'INTERRUPTED']::scrinalia.run_status[] $$;
+
 -- Who did it (updated_by, requested_by, cancelled_by, the scheduler's name): free text
 -- from the caller, at most this long. Longer is refused, never silently cut.
 CREATE OR REPLACE FUNCTION scrinalia.max_actor_length()
@@ -60,7 +67,9 @@ LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM unnest(p_cardinalities) c WHERE c IS NULL OR c <> p_cardinalities[1]) THEN
+    -- an expression, not a query: the batch calls of the runner pass here at every call
+    IF array_position(p_cardinalities, NULL) IS NOT NULL
+       OR p_cardinalities <> array_fill(p_cardinalities[1], ARRAY[cardinality(p_cardinalities)]) THEN
         RAISE EXCEPTION USING ERRCODE = p_sqlstate, MESSAGE = p_message;
     END IF;
 END $$;
