@@ -338,3 +338,33 @@ def test_batch_calls_find_their_runs_by_id_whatever_the_statistics(db):
     assert len(updates) == 5, plans
     for plan in updates:
         assert "archive_worker_runs_pkey" in plan and "ix_worker_runs_running_lease" not in plan, plan
+
+
+def test_one_run_calls_in_a_session_do_not_turn_its_batches_quadratic(db):
+    # statistics taken while every run was QUEUED say that none runs: a plan trusting
+    # them scans the runs first and joins each to every run of the batch
+    workers = make_workers(db, 600)
+    _enqueue_all(db, workers)
+    db.execute("ANALYZE scrinalia.archive_worker_runs")
+    got = _claim(db, 600)
+    ids, tokens = [r[0] for r in got], [r[1] for r in got]
+    for run_id, token in zip(ids[:10], tokens[:10]):  # the one-run forms share the batch plans
+        db.execute("SELECT scrinalia.heartbeat(%s, %s)", (run_id, token))
+        db.execute("SELECT scrinalia.finish(%s, %s, 'SUCCEEDED')", (run_id, token))
+    plans = []
+    db.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
+    for setting in ("log_min_duration = 0", "log_nested_statements = on", "log_level = notice", "log_analyze = on"):
+        db.execute(f"SET auto_explain.{setting}")
+    db.execute("LOAD 'auto_explain'")
+    for size in (50, 500):
+        batch, batch_tokens = ids[10 : 10 + size], tokens[10 : 10 + size]
+        beats = db.execute("SELECT lost_reason FROM scrinalia.heartbeat_runs(%s, %s)", (batch, batch_tokens)).fetchall()
+        done = db.execute(FINISH, (batch, batch_tokens, ["SUCCEEDED"] * size, None, None)).fetchall()
+        assert [b[0] for b in beats] == [None] * size and [d[3] for d in done] == [None] * size
+        ids, tokens = ids[size:], tokens[size:]
+    updates = [p for p in plans if "UPDATE scrinalia.archive_worker_runs" in p]
+    assert len(updates) == 4, plans
+    for plan in updates:
+        # each run of the batch found once, by its primary key
+        assert "Index Scan using archive_worker_runs_pkey" in plan and "Seq Scan on archive_worker_runs" not in plan
+        assert "Rows Removed by Join Filter" not in plan, plan
