@@ -89,23 +89,19 @@ AS $$
 BEGIN
     -- ASCII only, as the runner's --runner-id parser: [[:alnum:]] would let any
     -- script's letters in, and lookalike letters make two runners read the same
-    IF p_runner_id IS NULL OR p_runner_id !~ '^[A-Za-z0-9_.:@/-]{1,200}$' THEN
+    IF p_runner_id IS NULL OR p_runner_id !~ '^[A-Za-z0-9_.:@/-]+$'
+       OR length(p_runner_id) > scrinalia.max_runner_id_length() THEN
         RAISE EXCEPTION USING ERRCODE = 'SW022',
             MESSAGE = format('invalid runner id %s', coalesce(quote_literal(left(p_runner_id, 100)), 'NULL')),
-            HINT = 'a runner id is 1 to 200 ASCII letters, digits or _ . : @ / -';
+            HINT = format('a runner id is 1 to %s ASCII letters, digits or _ . : @ / -',
+                          scrinalia.max_runner_id_length());
     END IF;
-    IF p_lease IS NULL OR p_lease < interval '1 second' OR p_lease > interval '1 day' THEN
+    IF p_lease IS NULL OR p_lease < scrinalia.min_lease() OR p_lease > scrinalia.max_lease() THEN
+        -- (the words say min_lease() and max_lease(), which print as 00:00:01 and 1 day)
         RAISE EXCEPTION USING ERRCODE = 'SW022',
             MESSAGE = format('invalid lease %s: a lease is between 1 second and 1 day', coalesce(p_lease::text, 'NULL'));
     END IF;
 END $$;
-
--- How many runs one claim_runs() call may hand out, at most.
-CREATE OR REPLACE FUNCTION scrinalia.max_claim_batch()
-RETURNS integer
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN 1000; END $$;
 
 -- Claims up to p_limit claimable runs (not_before passed), oldest first, optionally
 -- among p_workers: one round trip hands a runner several runs, of different workers
@@ -308,7 +304,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN CASE WHEN p_status <> 'SUCCEEDED' THEN
-        left(coalesce(p_error, lower(p_status::text) || ' without an error text'), 10000) END;
+        left(coalesce(p_error, lower(p_status::text) || ' without an error text'), scrinalia.max_error_length()) END;
 END $$;
 
 CREATE OR REPLACE FUNCTION scrinalia.outcome_fingerprint(p_status scrinalia.run_status, p_error text,
@@ -319,7 +315,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN CASE WHEN p_status <> 'SUCCEEDED' THEN
-        left(coalesce(p_fingerprint, md5(regexp_replace(coalesce(p_error, ''), '[0-9]+', 'N', 'g'))), 200) END;
+        left(coalesce(p_fingerprint, md5(regexp_replace(coalesce(p_error, ''), '[0-9]+', 'N', 'g'))),
+             scrinalia.max_fingerprint_length()) END;
 END $$;
 
 -- SW021 unless the status is one a runner reports.

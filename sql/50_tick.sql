@@ -49,7 +49,8 @@ BEGIN
         ARRAY[cardinality(p_workers), cardinality(p_errors)]);
     RETURN QUERY
     UPDATE scrinalia.archive_worker_schedules s
-       SET arm_error = left(coalesce(i.err, 'the scheduler could not compute the next occurrence'), 1000),
+       SET arm_error = left(coalesce(i.err, 'the scheduler could not compute the next occurrence'),
+                            scrinalia.max_arm_error_length()),
            arm_error_since = coalesce(s.arm_error_since, now()),
            arm_retry_at = now() + scrinalia.arm_retry_interval()
       FROM unnest(p_workers, p_errors) AS i(w, err)
@@ -245,26 +246,32 @@ AS $$
 $$;
 
 -- The retry delay after attempt n with a given jitter in [-0.2, 0.2]:
--- min(min(60 * 2^(n-1), 1800) * (1 + jitter), 1800) seconds.
+-- min(min(60 * 2^(n-1), 1800) * (1 + jitter), 1800) seconds (retry_base_delay(),
+-- retry_max_delay() and retry_jitter() in 05_policy.sql).
 CREATE OR REPLACE FUNCTION scrinalia.retry_delay(p_attempt integer, p_jitter double precision)
 RETURNS interval
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    base double precision := extract(epoch FROM scrinalia.retry_base_delay());
+    cap double precision := extract(epoch FROM scrinalia.retry_max_delay());
 BEGIN
-    IF p_attempt IS NULL OR p_attempt < 1 OR p_jitter IS NULL OR p_jitter < -0.2 OR p_jitter > 0.2 THEN
+    IF p_attempt IS NULL OR p_attempt < 1 OR p_jitter IS NULL
+       OR p_jitter < -scrinalia.retry_jitter() OR p_jitter > scrinalia.retry_jitter() THEN
         RAISE EXCEPTION USING ERRCODE = 'SW002',
-            MESSAGE = format('retry_delay takes an attempt >= 1 and a jitter in [-0.2, 0.2], not %s and %s',
-                             p_attempt, p_jitter);
+            MESSAGE = format('retry_delay takes an attempt >= 1 and a jitter in [%s, %s], not %s and %s',
+                             -scrinalia.retry_jitter(), scrinalia.retry_jitter(), p_attempt, p_jitter);
     END IF;
-    RETURN make_interval(secs => least(least(60 * power(2, least(p_attempt, 32) - 1), 1800) * (1 + p_jitter), 1800));
+    -- (2^31 already passes any cap: the exponent stops there rather than overflow)
+    RETURN make_interval(secs => least(least(base * power(2, least(p_attempt, 32) - 1), cap) * (1 + p_jitter), cap));
 END $$;
 
 CREATE OR REPLACE FUNCTION scrinalia.retry_backoff(p_attempt integer)
 RETURNS interval
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, scrinalia, pg_temp
-AS $$ SELECT scrinalia.retry_delay(p_attempt, random() * 0.4 - 0.2) $$;
+AS $$ SELECT scrinalia.retry_delay(p_attempt, (random() * 2 - 1) * scrinalia.retry_jitter()) $$;
 
 -- Creates the retry row of every SCHEDULE attempt 1 or 2 that ended FAILED or
 -- INTERRUPTED: same request, attempt + 1, retry_of, not_before = now() + backoff.
