@@ -1,5 +1,7 @@
 -- The policy numbers and status sets, each with one home: every function, view and
 -- the shim read them here (the table CHECKs in migrations/ restate them as facts).
+-- A number a signature shows as a parameter default (claim_next's lease of 5 minutes,
+-- due_schedules' limit) stays there: a signature cannot change in place.
 
 -- ADR 0015: a scheduled period gets at most three attempts in all.
 -- The small policy functions that run once per row of a claim, finish or tick are
@@ -27,6 +29,13 @@ RETURNS scrinalia.run_status[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT ARRAY['SUCCEEDED', 'FAILED', 'INTERRUPTED', 'CANCELLED']::scrinalia.run_status[] $$;
+
+-- The statuses a runner reports (finish, finish_runs): SW021 for any other.
+CREATE OR REPLACE FUNCTION scrinalia.outcome_statuses()
+RETURNS scrinalia.run_status[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT ARRAY['SUCCEEDED', 'FAILED', 'INTERRUPTED']::scrinalia.run_status[] $$;
 
 -- Who did it (updated_by, requested_by, cancelled_by, the scheduler's name): free text
 -- from the caller, at most this long. Longer is refused, never silently cut.
@@ -60,10 +69,55 @@ LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM unnest(p_cardinalities) c WHERE c IS NULL OR c <> p_cardinalities[1]) THEN
+    -- an expression, not a query: the batch calls of the runner pass here at every call
+    IF array_position(p_cardinalities, NULL) IS NOT NULL
+       OR p_cardinalities <> array_fill(p_cardinalities[1], ARRAY[cardinality(p_cardinalities)]) THEN
         RAISE EXCEPTION USING ERRCODE = p_sqlstate, MESSAGE = p_message;
     END IF;
 END $$;
+
+-- A runner's lease (claim_next, claim_runs): at least this long...
+CREATE OR REPLACE FUNCTION scrinalia.min_lease()
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT interval '1 second' $$;
+
+-- ...and at most this long.
+CREATE OR REPLACE FUNCTION scrinalia.max_lease()
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT interval '1 day' $$;
+
+-- A runner id (the lease owner) is at most this many characters.
+CREATE OR REPLACE FUNCTION scrinalia.max_runner_id_length()
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 200 $$;
+
+-- How many runs one batch call (claim_runs, heartbeat_runs, finish_runs,
+-- release_runs) takes, at most.
+CREATE OR REPLACE FUNCTION scrinalia.max_claim_batch()
+RETURNS integer
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN 1000; END $$;
+
+-- What an outcome keeps of the runner's error text, and of its fingerprint, in
+-- characters (the rest is cut: a runner's report is never refused for its length).
+CREATE OR REPLACE FUNCTION scrinalia.max_error_length()
+RETURNS integer
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN 10000; END $$;
+
+CREATE OR REPLACE FUNCTION scrinalia.max_fingerprint_length()
+RETURNS integer
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN 200; END $$;
 
 -- Does a run in this state owe a retry? (ADR 0015: a SCHEDULE run that ended FAILED
 -- or INTERRUPTED before its last attempt; never MANUAL/CLI, never CANCELLED.)
@@ -78,12 +132,40 @@ BEGIN
        AND p_attempt < scrinalia.max_attempts();
 END $$;
 
+-- The backoff before a retry (retry_delay): after attempt n, the base doubled n - 1
+-- times, at most the cap, times 1 + a jitter drawn in [-retry_jitter(), retry_jitter()],
+-- and never above the cap.
+CREATE OR REPLACE FUNCTION scrinalia.retry_base_delay()
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT interval '1 minute' $$;
+
+CREATE OR REPLACE FUNCTION scrinalia.retry_max_delay()
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT interval '30 minutes' $$;
+
+CREATE OR REPLACE FUNCTION scrinalia.retry_jitter()
+RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 0.2::double precision $$;
+
 -- How long a schedule the scheduler could not compute waits before the next try.
 CREATE OR REPLACE FUNCTION scrinalia.arm_retry_interval()
 RETURNS interval
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT interval '1 minute' $$;
+
+-- What a set-aside schedule keeps of the error that set it aside, in characters.
+CREATE OR REPLACE FUNCTION scrinalia.max_arm_error_length()
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 1000 $$;
 
 -- The scheduler writes its heartbeat at most this often (it passes more often).
 CREATE OR REPLACE FUNCTION scrinalia.heartbeat_interval()
@@ -125,6 +207,14 @@ RETURNS interval
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT scrinalia.setting_interval('SCHEDULE_OVERDUE_GRACE', interval '1 minute') $$;
+
+-- A run interrupted because its lease expired is a LEASE_REAPED alert, and counts in
+-- scheduler_metrics().leases_reaped_last_hour, for this long after the reap.
+CREATE OR REPLACE FUNCTION scrinalia.reaped_alert_window()
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT interval '1 hour' $$;
 
 -- How far ahead of a due instant the scheduler may tick it (tick_due_at): the runs are
 -- made then and become visible at the instant; the slots are taken this much early.

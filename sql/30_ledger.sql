@@ -89,23 +89,19 @@ AS $$
 BEGIN
     -- ASCII only, as the runner's --runner-id parser: [[:alnum:]] would let any
     -- script's letters in, and lookalike letters make two runners read the same
-    IF p_runner_id IS NULL OR p_runner_id !~ '^[A-Za-z0-9_.:@/-]{1,200}$' THEN
+    IF p_runner_id IS NULL OR p_runner_id !~ '^[A-Za-z0-9_.:@/-]+$'
+       OR length(p_runner_id) > scrinalia.max_runner_id_length() THEN
         RAISE EXCEPTION USING ERRCODE = 'SW022',
             MESSAGE = format('invalid runner id %s', coalesce(quote_literal(left(p_runner_id, 100)), 'NULL')),
-            HINT = 'a runner id is 1 to 200 ASCII letters, digits or _ . : @ / -';
+            HINT = format('a runner id is 1 to %s ASCII letters, digits or _ . : @ / -',
+                          scrinalia.max_runner_id_length());
     END IF;
-    IF p_lease IS NULL OR p_lease < interval '1 second' OR p_lease > interval '1 day' THEN
+    IF p_lease IS NULL OR p_lease < scrinalia.min_lease() OR p_lease > scrinalia.max_lease() THEN
+        -- (the words say min_lease() and max_lease(), which print as 00:00:01 and 1 day)
         RAISE EXCEPTION USING ERRCODE = 'SW022',
             MESSAGE = format('invalid lease %s: a lease is between 1 second and 1 day', coalesce(p_lease::text, 'NULL'));
     END IF;
 END $$;
-
--- How many runs one claim_runs() call may hand out, at most.
-CREATE OR REPLACE FUNCTION scrinalia.max_claim_batch()
-RETURNS integer
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN 1000; END $$;
 
 -- Claims up to p_limit claimable runs (not_before passed), oldest first, optionally
 -- among p_workers: one round trip hands a runner several runs, of different workers
@@ -229,7 +225,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'SW022',
             MESSAGE = format('%s takes at most %s runs a call, not %s', p_call, scrinalia.max_claim_batch(), n);
     END IF;
-    IF (SELECT count(DISTINCT i) FROM unnest(p_run_ids) i) <> n THEN
+    IF n > 1 AND (SELECT count(DISTINCT i) FROM unnest(p_run_ids) i) <> n THEN
         RAISE EXCEPTION USING ERRCODE = 'SW022', MESSAGE = format('%s: a run is named twice', p_call);
     END IF;
     RETURN n;
@@ -238,26 +234,35 @@ END $$;
 -- Extends the leases of the given runs (the holder's tokens); one row per run: the new
 -- expiry, or NULL and why the lease is lost. A lost lease is answered, not raised, so
 -- that one lost run does not cost the others their heartbeat.
+-- The plan of heartbeat_runs and finish_runs: a batch costs its own runs, found by
+-- run_id (the primary key), however many others run and whatever the statistics say.
+--   * Every condition on a run compares it with a column of the input (i.running,
+--     i.as_of), never with a constant: join clauses, so that statistics taken while no
+--     run was running (status, lease columns) cannot make a scan of the runs look
+--     nearly empty, read first and joined to every run of the batch (quadratic).
+--   * Status as text: never the partial lease index, which holds every running run.
+--   * One plan per session (force_generic_plan): heartbeat() and finish() call them
+--     with one run, whose plan always looks cheaper than the generic one, so they would
+--     otherwise plan anew at every call, and the runner's batches with them.
 CREATE OR REPLACE FUNCTION scrinalia.heartbeat_runs(p_run_ids bigint[], p_lease_tokens uuid[])
 RETURNS TABLE (run_id bigint, lease_expires_at timestamptz, lost_reason text)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 SET jit = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 BEGIN
     PERFORM scrinalia.check_run_arrays('heartbeat_runs', p_run_ids, p_lease_tokens);
     RETURN QUERY
-    WITH i AS (
-        SELECT * FROM unnest(p_run_ids, p_lease_tokens) AS i(run_id, lease_token)
+    WITH i AS MATERIALIZED (
+        SELECT i.run_id, i.lease_token, 'RUNNING'::text AS running, now() AS as_of
+          FROM unnest(p_run_ids, p_lease_tokens) AS i(run_id, lease_token)
     ), u AS (
         UPDATE scrinalia.archive_worker_runs r
            SET lease_expires_at = now() + r.lease_duration, heartbeat_at = now()
           FROM i
-         -- status as text: never through the partial lease index, which holds every
-         -- running run and which stale statistics (counting few running) make look
-         -- cheap; a batch costs its own runs, found by run_id, however many others run
-         WHERE r.run_id = i.run_id AND r.status::text = 'RUNNING'
-           AND r.lease_token = i.lease_token AND r.lease_expires_at > now()
+         WHERE r.run_id = i.run_id AND r.status::text = i.running
+           AND r.lease_token = i.lease_token AND r.lease_expires_at > i.as_of
         RETURNING r.run_id, r.lease_expires_at
     )
     SELECT i.run_id, u.lease_expires_at,
@@ -267,21 +272,23 @@ BEGIN
      ORDER BY i.run_id;
 END $$;
 
--- Extends the lease; returns the new expiry. Only the holder of a live lease may.
+-- Extends the lease; returns the new expiry. Only the holder of a live lease may:
+-- heartbeat_runs() for one run, a lost lease raised as SW020.
 CREATE OR REPLACE FUNCTION scrinalia.heartbeat(p_run_id bigint, p_lease_token uuid)
 RETURNS timestamptz
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
-DECLARE expires timestamptz;
+DECLARE
+    expires timestamptz;
+    lost text;
 BEGIN
-    UPDATE scrinalia.archive_worker_runs
-       SET lease_expires_at = now() + lease_duration, heartbeat_at = now()
-     -- status as text: by run_id, never the lease index (see heartbeat_runs)
-     WHERE run_id = p_run_id AND status::text = 'RUNNING'
-       AND lease_token = p_lease_token AND lease_expires_at > now()
-    RETURNING lease_expires_at INTO expires;
-    IF NOT FOUND THEN
+    IF p_run_id IS NULL THEN  -- a lease nobody holds, not malformed arrays (SW022)
+        PERFORM scrinalia.raise_lease_lost(p_run_id, p_lease_token);
+    END IF;
+    SELECT b.lease_expires_at, b.lost_reason INTO expires, lost
+      FROM scrinalia.heartbeat_runs(ARRAY[p_run_id], ARRAY[p_lease_token]) b;
+    IF lost IS NOT NULL THEN
         PERFORM scrinalia.raise_lease_lost(p_run_id, p_lease_token);
     END IF;
     RETURN expires;
@@ -297,7 +304,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN CASE WHEN p_status <> 'SUCCEEDED' THEN
-        left(coalesce(p_error, lower(p_status::text) || ' without an error text'), 10000) END;
+        left(coalesce(p_error, lower(p_status::text) || ' without an error text'), scrinalia.max_error_length()) END;
 END $$;
 
 CREATE OR REPLACE FUNCTION scrinalia.outcome_fingerprint(p_status scrinalia.run_status, p_error text,
@@ -308,7 +315,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN CASE WHEN p_status <> 'SUCCEEDED' THEN
-        left(coalesce(p_fingerprint, md5(regexp_replace(coalesce(p_error, ''), '[0-9]+', 'N', 'g'))), 200) END;
+        left(coalesce(p_fingerprint, md5(regexp_replace(coalesce(p_error, ''), '[0-9]+', 'N', 'g'))),
+             scrinalia.max_fingerprint_length()) END;
 END $$;
 
 -- SW021 unless the status is one a runner reports.
@@ -318,7 +326,7 @@ LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF p_status IS NULL OR p_status NOT IN ('SUCCEEDED', 'FAILED', 'INTERRUPTED') THEN
+    IF p_status IS NULL OR NOT p_status = ANY (scrinalia.outcome_statuses()) THEN
         RAISE EXCEPTION USING ERRCODE = 'SW021',
             MESSAGE = format('a runner reports SUCCEEDED or FAILED (or INTERRUPTED when it shuts down), not %s',
                              coalesce(p_status::text, 'NULL'));
@@ -338,16 +346,20 @@ RETURNS TABLE (run_id bigint, status scrinalia.run_status, retry_pending boolean
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 SET jit = off
+SET plan_cache_mode = force_generic_plan  -- (its plan: see heartbeat_runs)
 AS $$
 DECLARE
     n integer := scrinalia.check_run_arrays('finish_runs', p_run_ids, p_lease_tokens,
                      ARRAY[cardinality(p_statuses), coalesce(cardinality(p_errors), cardinality(p_run_ids)),
                            coalesce(cardinality(p_error_fingerprints), cardinality(p_run_ids))]);
 BEGIN
-    PERFORM scrinalia.check_outcome_status(s) FROM (SELECT DISTINCT s FROM unnest(p_statuses) s) d;
+    IF NOT p_statuses <@ scrinalia.outcome_statuses() THEN  -- (an array holding NULL is not)
+        PERFORM scrinalia.check_outcome_status(s) FROM (SELECT DISTINCT s FROM unnest(p_statuses) s) d;
+    END IF;
     RETURN QUERY
-    WITH i AS (
-        SELECT i.run_id, i.lease_token, i.status, e.error, f.fingerprint
+    WITH i AS MATERIALIZED (
+        SELECT i.run_id, i.lease_token, i.status, e.error, f.fingerprint,
+               'RUNNING'::text AS running, now() AS as_of
           FROM unnest(p_run_ids, p_lease_tokens, p_statuses) WITH ORDINALITY AS i(run_id, lease_token, status, k)
           LEFT JOIN unnest(p_errors) WITH ORDINALITY AS e(error, k) ON e.k = i.k
           LEFT JOIN unnest(p_error_fingerprints) WITH ORDINALITY AS f(fingerprint, k) ON f.k = i.k
@@ -362,9 +374,9 @@ BEGIN
                error_fingerprint = scrinalia.outcome_fingerprint(i.status, i.error, i.fingerprint),
                retry_pending = scrinalia.owes_retry(r.trigger, i.status, r.attempt)
           FROM i
-         -- status as text: by run_id, never the lease index (see heartbeat_runs)
-         WHERE r.run_id = i.run_id AND r.status::text = 'RUNNING'
-           AND r.lease_token = i.lease_token AND r.lease_expires_at > now()
+         -- (conditions as join clauses: see heartbeat_runs)
+         WHERE r.run_id = i.run_id AND r.status::text = i.running
+           AND r.lease_token = i.lease_token AND r.lease_expires_at > i.as_of
         RETURNING r.run_id, r.status, r.retry_pending
     )
     SELECT i.run_id, u.status, u.retry_pending,
@@ -378,35 +390,29 @@ BEGIN
     END IF;
 END $$;
 
--- Reports the outcome of one run, by finish_runs()' rules (outcome_error,
--- outcome_fingerprint, owes_retry) in one UPDATE; returns the finished row, and raises
--- SW020 when the lease is lost.
+-- Reports the outcome of one run: finish_runs() for one run, a lost lease raised as
+-- SW020; returns the finished row.
 CREATE OR REPLACE FUNCTION scrinalia.finish(p_run_id bigint, p_lease_token uuid, p_status scrinalia.run_status,
                                  p_error text DEFAULT NULL, p_error_fingerprint text DEFAULT NULL)
 RETURNS scrinalia.archive_worker_runs
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
-DECLARE run scrinalia.archive_worker_runs;
+DECLARE
+    lost text;
+    run scrinalia.archive_worker_runs;
 BEGIN
-    PERFORM scrinalia.check_outcome_status(p_status);
-    UPDATE scrinalia.archive_worker_runs r
-       SET status = p_status, finished_at = now(),
-           duration = CASE WHEN isfinite(r.started_at) THEN now() - r.started_at END,  -- (see finish_runs)
-           lease_token = NULL, lease_expires_at = NULL,
-           error = scrinalia.outcome_error(p_status, p_error),
-           error_fingerprint = scrinalia.outcome_fingerprint(p_status, p_error, p_error_fingerprint),
-           retry_pending = scrinalia.owes_retry(r.trigger, p_status, r.attempt)
-     -- status as text: by run_id, never the lease index (see heartbeat_runs)
-     WHERE r.run_id = p_run_id AND r.status::text = 'RUNNING'
-       AND r.lease_token = p_lease_token AND r.lease_expires_at > now()
-    RETURNING r.* INTO run;
-    IF NOT FOUND THEN
+    IF p_run_id IS NULL THEN  -- a bad status (SW021), else a lease nobody holds, not malformed arrays
+        PERFORM scrinalia.check_outcome_status(p_status);
         PERFORM scrinalia.raise_lease_lost(p_run_id, p_lease_token);
     END IF;
-    IF run.retry_pending THEN
-        PERFORM pg_notify('scrinalia_scheduler', 'retry');
+    SELECT b.lost_reason INTO lost
+      FROM scrinalia.finish_runs(ARRAY[p_run_id], ARRAY[p_lease_token], ARRAY[p_status],
+                                 ARRAY[p_error], ARRAY[p_error_fingerprint]) b;
+    IF lost IS NOT NULL THEN
+        PERFORM scrinalia.raise_lease_lost(p_run_id, p_lease_token);
     END IF;
+    SELECT * INTO run FROM scrinalia.archive_worker_runs r WHERE r.run_id = p_run_id;
     RETURN run;
 END $$;
 

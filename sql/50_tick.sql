@@ -3,30 +3,6 @@
 -- due_schedules() and tick(), in the same transaction, so the rows stay locked.
 -- Errors: SW030 bad tick input.
 
-CREATE OR REPLACE FUNCTION scrinalia.scheduler_lock_key()
-RETURNS bigint
-LANGUAGE sql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$ SELECT 7305764011424514049::bigint $$;  -- 'scrinali' as bytes, fixed for ever
-
--- Raises SW031 unless the scheduler lock is held by the session p_lock_pid: the first
--- statement of every tick transaction, so that a scheduler that was frozen (SIGSTOP)
--- and replaced meanwhile does not tick when it resumes.
-CREATE OR REPLACE FUNCTION scrinalia.check_scheduler_lock(p_lock_pid integer)
-RETURNS void
-LANGUAGE plpgsql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, scrinalia, pg_temp
-AS $$
-DECLARE holder integer := scrinalia.scheduler_lock_holder();
-BEGIN
-    IF holder IS DISTINCT FROM p_lock_pid THEN
-        RAISE EXCEPTION USING ERRCODE = 'SW031',
-            MESSAGE = format('the scheduler lock is held by %s, not by pid %s',
-                             coalesce('pid ' || holder, 'nobody'), p_lock_pid),
-            HINT = 'this scheduler lost the lock: it must stop ticking and go back to standby';
-    END IF;
-END $$;
-
 -- Enabled schedules that are due (next_run_at <= now()) or not armed yet (NULL, or a
 -- value outside period_start()..period_end(), 'infinity' included, which no cron
 -- produces: re-armed; its next_run_at is returned NULL), row-locked for the caller's
@@ -73,7 +49,8 @@ BEGIN
         ARRAY[cardinality(p_workers), cardinality(p_errors)]);
     RETURN QUERY
     UPDATE scrinalia.archive_worker_schedules s
-       SET arm_error = left(coalesce(i.err, 'the scheduler could not compute the next occurrence'), 1000),
+       SET arm_error = left(coalesce(i.err, 'the scheduler could not compute the next occurrence'),
+                            scrinalia.max_arm_error_length()),
            arm_error_since = coalesce(s.arm_error_since, now()),
            arm_retry_at = now() + scrinalia.arm_retry_interval()
       FROM unnest(p_workers, p_errors) AS i(w, err)
@@ -269,26 +246,32 @@ AS $$
 $$;
 
 -- The retry delay after attempt n with a given jitter in [-0.2, 0.2]:
--- min(min(60 * 2^(n-1), 1800) * (1 + jitter), 1800) seconds.
+-- min(min(60 * 2^(n-1), 1800) * (1 + jitter), 1800) seconds (retry_base_delay(),
+-- retry_max_delay() and retry_jitter() in 05_policy.sql).
 CREATE OR REPLACE FUNCTION scrinalia.retry_delay(p_attempt integer, p_jitter double precision)
 RETURNS interval
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    base double precision := extract(epoch FROM scrinalia.retry_base_delay());
+    cap double precision := extract(epoch FROM scrinalia.retry_max_delay());
 BEGIN
-    IF p_attempt IS NULL OR p_attempt < 1 OR p_jitter IS NULL OR p_jitter < -0.2 OR p_jitter > 0.2 THEN
+    IF p_attempt IS NULL OR p_attempt < 1 OR p_jitter IS NULL
+       OR p_jitter < -scrinalia.retry_jitter() OR p_jitter > scrinalia.retry_jitter() THEN
         RAISE EXCEPTION USING ERRCODE = 'SW002',
-            MESSAGE = format('retry_delay takes an attempt >= 1 and a jitter in [-0.2, 0.2], not %s and %s',
-                             p_attempt, p_jitter);
+            MESSAGE = format('retry_delay takes an attempt >= 1 and a jitter in [%s, %s], not %s and %s',
+                             -scrinalia.retry_jitter(), scrinalia.retry_jitter(), p_attempt, p_jitter);
     END IF;
-    RETURN make_interval(secs => least(least(60 * power(2, least(p_attempt, 32) - 1), 1800) * (1 + p_jitter), 1800));
+    -- (2^31 already passes any cap: the exponent stops there rather than overflow)
+    RETURN make_interval(secs => least(least(base * power(2, least(p_attempt, 32) - 1), cap) * (1 + p_jitter), cap));
 END $$;
 
 CREATE OR REPLACE FUNCTION scrinalia.retry_backoff(p_attempt integer)
 RETURNS interval
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, scrinalia, pg_temp
-AS $$ SELECT scrinalia.retry_delay(p_attempt, random() * 0.4 - 0.2) $$;
+AS $$ SELECT scrinalia.retry_delay(p_attempt, (random() * 2 - 1) * scrinalia.retry_jitter()) $$;
 
 -- Creates the retry row of every SCHEDULE attempt 1 or 2 that ended FAILED or
 -- INTERRUPTED: same request, attempt + 1, retry_of, not_before = now() + backoff.

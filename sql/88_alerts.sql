@@ -82,7 +82,7 @@ AS $$
            format('run #%s of %s was interrupted: %s; did runner %s die?', r.run_id, r.worker_name,
                   r.error, coalesce(r.lease_owner, '?'))
       FROM scrinalia.archive_worker_runs r
-     WHERE r.error_fingerprint = 'lease-expired' AND r.finished_at > now() - interval '1 hour'
+     WHERE r.error_fingerprint = 'lease-expired' AND r.finished_at > now() - scrinalia.reaped_alert_window()
 $$;
 
 -- Per worker: what prometheus-postgres-exporter exposes as gauges and counters.
@@ -151,6 +151,6 @@ AS $$
            h.overdue_schedules, h.set_aside_schedules,
            (SELECT st.ticks FROM scrinalia.scheduler_state st),
            (SELECT count(*) FROM scrinalia.archive_worker_runs r
-             WHERE r.error_fingerprint = 'lease-expired' AND r.finished_at > now() - interval '1 hour')
+             WHERE r.error_fingerprint = 'lease-expired' AND r.finished_at > now() - scrinalia.reaped_alert_window())
       FROM scrinalia.scheduler_health() h
 $$;

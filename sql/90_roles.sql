@@ -20,7 +20,10 @@ GRANT EXECUTE ON FUNCTION
     scrinalia.terminal_statuses(),
     scrinalia.validate_cron(text),
     scrinalia.validate_timezone(text),
-    scrinalia.retry_delay(integer, double precision)
+    scrinalia.retry_delay(integer, double precision),
+    scrinalia.retry_base_delay(),
+    scrinalia.retry_max_delay(),
+    scrinalia.retry_jitter()
    TO scrinalia_reader, scrinalia_operator, scrinalia_runner, scrinalia_scheduler;
 
 GRANT SELECT ON scrinalia.worker_agenda, scrinalia.worker_run_history, scrinalia.worker_queue_counters

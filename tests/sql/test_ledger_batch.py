@@ -159,6 +159,46 @@ def test_finish_one_run_still_raises_sw020_with_the_reason(db):
         db.execute("SELECT scrinalia.finish(%s, %s, 'SUCCEEDED')", (run_id, token))
 
 
+def test_the_one_run_forms_record_what_the_batch_forms_record(db, db_dsn):
+    workers = make_workers(db, 2)
+    singles, batched = (scheduled_run(db, w) for w in workers)
+    got = {r[0]: r[1] for r in _claim(db, 2)}
+    assert set(got) == {singles, batched}
+    before = run_row(db, singles)["lease_expires_at"]
+    assert db.execute("SELECT scrinalia.heartbeat(%s, %s)", (singles, got[singles])).fetchone()[0] >= before
+    db.execute("SELECT * FROM scrinalia.heartbeat_runs(%s, %s)", ([batched], [got[batched]]))
+    with psycopg.connect(db_dsn, autocommit=True) as listener:
+        listener.execute("LISTEN scrinalia_scheduler")
+        row = db.execute(
+            "SELECT run_id, status::text, retry_pending FROM scrinalia.finish(%s, %s, 'FAILED', 'disk 3 full')",
+            (singles, got[singles]),
+        ).fetchone()
+        assert row == (singles, "FAILED", True)  # the finished row is returned
+        assert [n.payload for n in listener.notifies(timeout=2, stop_after=1)] == ["retry"]
+    db.execute(FINISH, ([batched], [got[batched]], ["FAILED"], ["disk 3 full"], None))
+    one, other = run_row(db, singles), run_row(db, batched)
+    for column in ("status", "error", "error_fingerprint", "retry_pending", "lease_token", "lease_expires_at"):
+        assert one[column] == other[column], column
+    assert one["duration"] is not None and one["heartbeat_at"] is not None
+
+
+@pytest.mark.parametrize(
+    "sql, sqlstate, fragments",
+    [
+        # a NULL run id is a lease nobody holds (SW020), not malformed batch arrays (SW022)
+        ("SELECT scrinalia.heartbeat(NULL, gen_random_uuid())", "SW020", ("lease lost for run #: no such run",)),
+        ("SELECT scrinalia.finish(NULL, gen_random_uuid(), 'SUCCEEDED')", "SW020", ("lease lost", "no such run")),
+        ("SELECT scrinalia.heartbeat(1000000000000, NULL)", "SW020", ("run #1000000000000: no such run",)),
+        # the status is checked before the lease
+        ("SELECT scrinalia.finish(NULL, gen_random_uuid(), 'CANCELLED')", "SW021", ("not CANCELLED",)),
+        ("SELECT scrinalia.finish(1000000000000, gen_random_uuid(), NULL)", "SW021", ("not NULL",)),
+    ],
+)
+def test_the_one_run_forms_keep_their_errors(db, sql, sqlstate, fragments):
+    with raises_sqlstate(sqlstate, *fragments):
+        db.execute(sql)
+
+
 @pytest.mark.parametrize("statuses", [["CANCELLED"], ["QUEUED"], ["RUNNING"], [None]])
 def test_finish_runs_takes_only_the_runner_statuses(db, statuses):
     (w,) = make_workers(db, 1)
@@ -298,3 +338,33 @@ def test_batch_calls_find_their_runs_by_id_whatever_the_statistics(db):
     assert len(updates) == 5, plans
     for plan in updates:
         assert "archive_worker_runs_pkey" in plan and "ix_worker_runs_running_lease" not in plan, plan
+
+
+def test_one_run_calls_in_a_session_do_not_turn_its_batches_quadratic(db):
+    # statistics taken while every run was QUEUED say that none runs: a plan trusting
+    # them scans the runs first and joins each to every run of the batch
+    workers = make_workers(db, 600)
+    _enqueue_all(db, workers)
+    db.execute("ANALYZE scrinalia.archive_worker_runs")
+    got = _claim(db, 600)
+    ids, tokens = [r[0] for r in got], [r[1] for r in got]
+    for run_id, token in zip(ids[:10], tokens[:10]):  # the one-run forms share the batch plans
+        db.execute("SELECT scrinalia.heartbeat(%s, %s)", (run_id, token))
+        db.execute("SELECT scrinalia.finish(%s, %s, 'SUCCEEDED')", (run_id, token))
+    plans = []
+    db.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
+    for setting in ("log_min_duration = 0", "log_nested_statements = on", "log_level = notice", "log_analyze = on"):
+        db.execute(f"SET auto_explain.{setting}")
+    db.execute("LOAD 'auto_explain'")
+    for size in (50, 500):
+        batch, batch_tokens = ids[10 : 10 + size], tokens[10 : 10 + size]
+        beats = db.execute("SELECT lost_reason FROM scrinalia.heartbeat_runs(%s, %s)", (batch, batch_tokens)).fetchall()
+        done = db.execute(FINISH, (batch, batch_tokens, ["SUCCEEDED"] * size, None, None)).fetchall()
+        assert [b[0] for b in beats] == [None] * size and [d[3] for d in done] == [None] * size
+        ids, tokens = ids[size:], tokens[size:]
+    updates = [p for p in plans if "UPDATE scrinalia.archive_worker_runs" in p]
+    assert len(updates) == 4, plans
+    for plan in updates:
+        # each run of the batch found once, by its primary key
+        assert "Index Scan using archive_worker_runs_pkey" in plan and "Seq Scan on archive_worker_runs" not in plan
+        assert "Rows Removed by Join Filter" not in plan, plan

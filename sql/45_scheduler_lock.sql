@@ -1,0 +1,143 @@
+-- The one-scheduler lock: a session advisory lock on scheduler_lock_key() that the
+-- scheduler holds on a session of its own. Who holds it, the check that opens every
+-- tick transaction, the holder's heartbeat (which only the holder's own session can
+-- write), and ending a stale holder's session so that a standby can take over. The
+-- numbers (heartbeat_interval, scheduler_stale_after) are in 05_policy.sql.
+-- Before 70_status.sql: scheduler_status() reads scheduler_lock_holder() (and
+-- evict_stale_scheduler() reads scheduler_status() when it runs).
+-- Errors: SW031 not the scheduler lock holder.
+
+CREATE OR REPLACE FUNCTION scrinalia.scheduler_lock_key()
+RETURNS bigint
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 7305764011424514049::bigint $$;  -- 'scrinali' as bytes, fixed for ever
+
+-- The pid of the session holding the scheduler's advisory lock in this database.
+-- Any login can take any advisory lock key: the holder is not necessarily a scheduler.
+CREATE OR REPLACE FUNCTION scrinalia.scheduler_lock_holder()
+RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+    SELECT l.pid FROM pg_catalog.pg_locks l
+     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+       AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = current_database())
+       AND ((l.classid::bigint << 32) | l.objid::bigint) = scrinalia.scheduler_lock_key()
+     LIMIT 1
+$$;
+
+-- Raises SW031 unless the scheduler lock is held by the session p_lock_pid: the first
+-- statement of every tick transaction, so that a scheduler that was frozen (SIGSTOP)
+-- and replaced meanwhile does not tick when it resumes.
+CREATE OR REPLACE FUNCTION scrinalia.check_scheduler_lock(p_lock_pid integer)
+RETURNS void
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+DECLARE holder integer := scrinalia.scheduler_lock_holder();
+BEGIN
+    IF holder IS DISTINCT FROM p_lock_pid THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW031',
+            MESSAGE = format('the scheduler lock is held by %s, not by pid %s',
+                             coalesce('pid ' || holder, 'nobody'), p_lock_pid),
+            HINT = 'this scheduler lost the lock: it must stop ticking and go back to standby';
+    END IF;
+END $$;
+
+-- Called by the scheduler on its lock session before every pass: true when this
+-- session holds the lock, and then the heartbeat is recorded (at most once per
+-- heartbeat_interval(); p_work_pid is the session it ticks on). Only the lock
+-- holder's own session can write it, so no other login can fake a live scheduler.
+CREATE OR REPLACE FUNCTION scrinalia.scheduler_heartbeat(p_name text, p_work_pid integer DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    IF scrinalia.scheduler_lock_holder() IS DISTINCT FROM pg_backend_pid() THEN
+        RETURN false;
+    END IF;
+    UPDATE scrinalia.scheduler_state st
+       SET heartbeat_at = now(), heartbeat_pid = pg_backend_pid(), heartbeat_work_pid = p_work_pid,
+           heartbeat_by = scrinalia.check_actor('name', p_name)
+     WHERE st.heartbeat_at IS NULL OR st.heartbeat_at <= now() - scrinalia.heartbeat_interval()
+        OR st.heartbeat_at > now()  -- from the future (a hand write): holder_last_seen() ignores it
+        OR st.heartbeat_pid IS DISTINCT FROM pg_backend_pid()
+        OR st.heartbeat_work_pid IS DISTINCT FROM p_work_pid;
+    RETURN true;
+END $$;
+
+-- When the lock holder p_holder_pid last showed it is alive: its heartbeat when it has
+-- written one, else when it connected (a scheduler heartbeats right after taking the
+-- lock). Older than scheduler_stale_after(): stale, for scheduler_health() and
+-- evict_stale_scheduler() alike.
+CREATE OR REPLACE FUNCTION scrinalia.holder_last_seen(p_holder_pid integer)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+    -- (a heartbeat from the future is no sign of life: only a hand write makes one, and
+    -- it would keep a frozen holder from ever being stale)
+    SELECT CASE WHEN st.heartbeat_pid = p_holder_pid AND st.heartbeat_at <= clock_timestamp()
+                THEN st.heartbeat_at ELSE a.backend_start END
+      FROM scrinalia.scheduler_state st
+      LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = p_holder_pid
+$$;
+
+-- Ends the session of a stale scheduler lock holder, so that a standby can take the
+-- lock: a holder whose heartbeat is older than scheduler_stale_after() (a frozen
+-- scheduler: SIGSTOP, a hung host), or one that has held the key that long without
+-- ever writing a heartbeat (a login that is not a scheduler). It can end no other
+-- session: never a live holder, never a backend that does not hold the key (besides
+-- the stale holder's own tick session, recorded by its heartbeat). Needs the schema's
+-- owner to be a superuser or a member of pg_signal_backend.
+CREATE OR REPLACE FUNCTION scrinalia.evict_stale_scheduler()
+RETURNS TABLE (evicted boolean, holder_pid integer, holder_role text, reason text)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+DECLARE
+    stale interval := scrinalia.scheduler_stale_after();
+    st record;
+BEGIN
+    evicted := false;
+    SELECT * INTO st FROM scrinalia.scheduler_status();
+    holder_pid := st.holder_pid;
+    holder_role := st.holder_role;
+    IF holder_pid IS NULL THEN
+        reason := 'nobody holds the lock';
+        RETURN NEXT; RETURN;
+    END IF;
+    IF holder_pid = pg_backend_pid() THEN
+        reason := 'this session holds the lock';
+        RETURN NEXT; RETURN;
+    END IF;
+    IF scrinalia.holder_last_seen(holder_pid) >= now() - stale THEN
+        reason := CASE WHEN st.heartbeat_pid = holder_pid
+                       THEN format('the holder is alive: heartbeat at %s', st.heartbeat_at)
+                       ELSE format('the holder connected at %s and may not have written its first heartbeat yet',
+                                   st.holder_backend_start) END;
+        RETURN NEXT; RETURN;
+    END IF;
+    BEGIN
+        evicted := pg_terminate_backend(holder_pid);
+        IF evicted AND st.heartbeat_pid = holder_pid THEN
+            -- its tick session may sit in a transaction holding schedule rows
+            PERFORM pg_terminate_backend(x.pid)
+               FROM scrinalia.scheduler_state w JOIN pg_catalog.pg_stat_activity x ON x.pid = w.heartbeat_work_pid
+              WHERE x.usename = st.holder_role;
+        END IF;
+    EXCEPTION WHEN insufficient_privilege THEN
+        evicted := false;
+        reason := format('cannot end the session of pid %s (role %s): the owner of the scrinalia schema needs SUPERUSER or membership in pg_signal_backend (%s)',
+                         holder_pid, st.holder_role, SQLERRM);
+        RETURN NEXT; RETURN;
+    END;
+    reason := CASE WHEN evicted
+                   THEN format('ended the session of stale holder pid %s (role %s; last heartbeat %s)',
+                               holder_pid, st.holder_role,
+                               CASE WHEN st.heartbeat_pid = holder_pid THEN st.heartbeat_at::text ELSE 'never' END)
+                   ELSE format('pid %s was gone already', holder_pid) END;
+    RETURN NEXT;
+END $$;
