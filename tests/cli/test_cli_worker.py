@@ -117,7 +117,6 @@ def _bad(worker_patch: dict | None = None, drop: str | None = None, extra_worker
         (_bad(drop="name"), "workers[1].name: invalid worker name null"),
         (_bad({"nmae": "ocr"}), "workers[1] (ocr): unknown key 'nmae'"),
         (_bad({"description": 5}), "workers[1] (ocr).description: must be a string, got a number"),
-        (_bad({"description": "[scrinalia demo] mine"}), "marks the demo's own workers"),
         (_bad({"options": []}), "workers[1] (ocr).options: must be an object, got a list"),
         (
             _bad({"options.dpi.type": "int"}),

@@ -230,13 +230,13 @@ def test_seed_is_idempotent_and_all_or_nothing(db):
     assert all(ch for *_, ch in seed(db))
     assert db.execute("SELECT bool_and(enabled) FROM scrinalia.archive_worker_schedules").fetchone()[0]
 
-    # a demo-named worker that is not the demo's is never overwritten
+    # the demo knows its workers from its record: a description somebody rewrote does not
+    # make one foreign, and seeding again puts the demo's back
     db.execute("UPDATE scrinalia.archive_workers SET description = 'mine now' WHERE worker_name = 'demo-ocr'")
-    db.execute("UPDATE scrinalia.archive_worker_schedules SET cron = '0 1 * * *' WHERE worker_name = 'demo-export'")
-    before = _snapshot(db)
-    with pytest.raises(NotADemoDatabase, match="demo-ocr"):
-        seed(db)
-    assert _snapshot(db) == before
+    seed(db)
+    assert one(db, "SELECT description FROM scrinalia.archive_workers WHERE worker_name = 'demo-ocr'")[0].startswith(
+        DEMO_TAG
+    )
 
 
 def test_disable_touches_only_the_demos_objects(db):
@@ -249,6 +249,32 @@ def test_disable_touches_only_the_demos_objects(db):
     assert paused == DEMO_WORKERS and cancelled == [theirs]
     assert one(db, "SELECT enabled FROM scrinalia.archive_worker_schedules WHERE worker_name = 'ocr'")[0]
     assert one(db, "SELECT status::text FROM scrinalia.archive_worker_runs WHERE run_id = %s", mine)[0] == "QUEUED"
+
+
+def test_a_foreign_worker_that_copies_the_demos_tag_is_never_the_demos(db):
+    """The demo knows its workers from its record: a worker anybody registers with a
+    description that starts like the demo's (or even one of the demo's names, before the
+    demo ran) is not touched by the tidy-up, and makes the demo refuse the database."""
+    seed(db)
+    make_worker(db, "lookalike")
+    db.execute("UPDATE scrinalia.archive_workers SET description = %s WHERE worker_name = 'lookalike'", (DEMO_TAG,))
+    db.execute("SELECT scrinalia.put_schedule('lookalike', '* * * * *', 'UTC')")
+    queued = one(db, "SELECT run_id FROM scrinalia.enqueue('lookalike', '{}', 'CLI')")[0]
+    paused, cancelled = disable(db)
+    assert "lookalike" not in paused and queued not in cancelled
+    assert one(db, "SELECT enabled FROM scrinalia.archive_worker_schedules WHERE worker_name = 'lookalike'")[0]
+    before = _snapshot(db)
+    with pytest.raises(NotADemoDatabase, match="lookalike"):
+        seed(db)
+    assert _snapshot(db) == before  # all or nothing
+
+
+def test_a_database_whose_demo_named_worker_the_demo_did_not_register_is_refused(db):
+    make_worker(db, "demo-ocr")
+    db.execute("UPDATE scrinalia.archive_workers SET description = %s WHERE worker_name = 'demo-ocr'", (DEMO_TAG,))
+    with pytest.raises(NotADemoDatabase, match="demo-ocr"):
+        seed(db)
+    assert disable(db) == ([], [])
 
 
 # --- the demo's runner and narration ------------------------------------------------------

@@ -39,11 +39,6 @@ OPTION_TYPES = ("integer", "number", "string", "boolean")
 MAX_FILE_BYTES = 10 * 1024 * 1024
 
 
-# The description prefix reserved for the demo's own workers: the demo uses a database
-# only when all of its workers carry it (demo/setup.py), so a file may not claim it.
-DEMO_TAG = "[scrinalia demo]"
-
-
 class _Bad(Exception):
     def __init__(self, where: str, problem: str):
         super().__init__(f"{where}: {problem}" if where else problem)
@@ -145,8 +140,6 @@ def check_worker(w: Any, where: str) -> dict:
     description = w.get("description", "")
     if not isinstance(description, str):
         raise _Bad(f"{where}.description", f"must be a string, got {_kind(description)}")
-    if description.startswith(DEMO_TAG):
-        raise _Bad(f"{where}.description", f"{DEMO_TAG!r} marks the demo's own workers; use another description")
     options = _option_specs(w.get("options", {}), f"{where}.options")
     engines = _object(w.get("engines", {}), f"{where}.engines")
     for e, spec in engines.items():

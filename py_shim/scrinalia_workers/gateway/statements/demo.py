@@ -4,10 +4,17 @@ short, and the reads its narration is made of."""
 # Whether the database has the worker catalogue at all.
 HAS_CATALOGUE = "SELECT to_regclass('scrinalia.archive_workers') IS NOT NULL"
 
-# The workers whose description lacks the demo's tag (%s, %s: the tag).
-FOREIGN_WORKERS = (
-    "SELECT worker_name FROM scrinalia.archive_workers"
-    " WHERE left(description, length(%s)) IS DISTINCT FROM %s ORDER BY worker_name"
+# The catalogue's worker names.
+WORKER_NAMES = "SELECT worker_name FROM scrinalia.archive_workers ORDER BY worker_name"
+
+# Whether the instance settings (where the demo keeps its record) exist yet.
+HAS_SETTINGS = "SELECT to_regclass('scrinalia.settings') IS NOT NULL"
+
+# The demo's record: a JSON array of the names of the workers it registered.
+DEMO_RECORD = "SELECT value FROM scrinalia.settings WHERE name = 'DEMO_WORKERS'"
+RECORD_DEMO_WORKERS = (
+    "INSERT INTO scrinalia.settings (name, value) VALUES ('DEMO_WORKERS', %s)"
+    " ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value, updated_at = now()"
 )
 
 # No one registers a worker between the demo's guard and its seed.
@@ -104,15 +111,13 @@ DEMO_RUN_COUNTS = (
     " WHERE worker_name = ANY (%s) GROUP BY 1 ORDER BY 1"
 )
 
-# The demo's workers: those whose description starts with its tag (%s, %s: the tag).
-_TAGGED = "SELECT worker_name FROM scrinalia.archive_workers WHERE left(description, length(%s)) = %s"
-# The demo's enabled schedules (%s, %s: the tag).
+# The demo's enabled schedules (%s: the workers of its record).
 DEMO_ENABLED_SCHEDULES = (
     "SELECT worker_name FROM scrinalia.archive_worker_schedules WHERE enabled"
-    f" AND worker_name IN ({_TAGGED}) ORDER BY worker_name"
+    " AND worker_name = ANY (%s) ORDER BY worker_name"
 )
-# The demo's queued runs (%s, %s: the tag).
+# The demo's queued runs (%s: the workers of its record).
 DEMO_QUEUED_RUNS = (
     "SELECT run_id FROM scrinalia.archive_worker_runs WHERE status = 'QUEUED'"
-    f" AND worker_name IN ({_TAGGED}) ORDER BY run_id"
+    " AND worker_name = ANY (%s) ORDER BY run_id"
 )
