@@ -37,8 +37,9 @@ SELECT w.worker_name,
   LEFT JOIN scrinalia.archive_worker_units u ON u.worker_name = w.worker_name
  GROUP BY w.worker_name;
 
--- The worker catalogue as `scrinalia-workers worker list|show` prints it. The catalogue
--- is the owner's (written at deploy time by register_worker): granted to no group.
+-- The worker catalogue as `scrinalia-workers worker list|show` prints it: what a panel
+-- or an operator needs to know which workers, engines, presets and options exist.
+-- Written only by the owner (register_worker, at deploy time); read by every group.
 CREATE OR REPLACE VIEW scrinalia.worker_catalogue AS
 SELECT w.worker_name, w.description, w.engines, w.presets, w.options, w.default_config,
        w.created_at, w.updated_at

@@ -38,12 +38,13 @@ GRANT EXECUTE ON FUNCTION
     scrinalia.run_counts(),
     scrinalia.scheduler_metrics()
    TO scrinalia_reader;
--- the command line's reads of one worker's runs (runs WORKER, runs WORKER --timeline);
--- the view worker_catalogue (worker list, worker show) is the owner's, granted to no group
+-- the command line's reads of one worker's runs (runs WORKER, runs WORKER --timeline)
 GRANT EXECUTE ON FUNCTION
     scrinalia.worker_runs(text, integer),
     scrinalia.worker_timeline(text, integer)
    TO scrinalia_reader;
+-- the catalogue (worker list, worker show): which presets exist; written by the owner only
+GRANT SELECT ON scrinalia.worker_catalogue TO scrinalia_reader;
 
 GRANT EXECUTE ON FUNCTION
     scrinalia.put_schedule(text, text, text, jsonb, boolean, text, bigint),

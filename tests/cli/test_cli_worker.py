@@ -197,12 +197,21 @@ def test_a_database_refusal_rolls_back_the_whole_file(db_dsn, db, tmp_path):
     assert catalogue(db) == {}
 
 
-def test_the_catalogue_is_the_owners(db_dsn, db, tmp_path, role_logins):
-    operator = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["operator"])
+def test_the_catalogue_is_written_by_the_owner_and_read_by_every_group(db_dsn, db, tmp_path, role_logins):
     f = write(tmp_path, "w.json", [THUMBS])
-    for argv in (["worker", "register", f], ["worker", "list"], ["worker", "show", "x"]):
-        assert_one_line_error(cli(*argv, "--dsn", operator), 1, "[42501]", "the login that migrates")
+    for group in ("operator", "reader", "runner", "scheduler"):
+        login = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins[group])
+        assert_one_line_error(cli("worker", "register", f, "--dsn", login), 1, "[42501]", "the login that migrates")
     assert catalogue(db) == {}
+    assert cli("worker", "register", f, "--dsn", db_dsn).code == 0
+    for group in ("operator", "reader"):
+        login = psycopg.conninfo.make_conninfo(db_dsn, user=role_logins[group])
+        listed = cli("worker", "list", "--json", "--dsn", login)
+        assert listed.code == 0, listed.err
+        assert [w["worker_name"] for w in json.loads(listed.out)] == [THUMBS["name"]]
+        shown = cli("worker", "show", THUMBS["name"], "--json", "--dsn", login)
+        assert shown.code == 0, shown.err
+        assert json.loads(shown.out)["presets"] == THUMBS.get("presets", {})
 
 
 def test_the_readme_example_file_registers(db_dsn, db, tmp_path):

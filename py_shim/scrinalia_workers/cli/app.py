@@ -33,8 +33,8 @@ SETUP_HINTS = {
     "42883": "the database is not migrated (or is an old release): run scrinalia-workers migrate as the database owner",
     "42501": "this login lacks the group the command needs (docs/sql-api.md, Roles)",
 }
-# the catalogue is the owner's: no group reads or writes it
-CATALOGUE_HINT = "the worker catalogue is the owner's: run it as the login that migrates"
+# the catalogue is written by the owner only (every group reads it)
+CATALOGUE_HINT = "the worker catalogue is written by the owner: run it as the login that migrates"
 
 
 def _db_error_line(e: psycopg.Error, command: str | None) -> str:
