@@ -10,7 +10,7 @@ BEGIN
         RETURN;
     END IF;
     FOREACH g IN ARRAY ARRAY['scrinalia_reader', 'scrinalia_operator',
-                             'scrinalia_runner', 'scrinalia_scheduler']
+                             'scrinalia_runner', 'scrinalia_scheduler', 'scrinalia_monitor']
     LOOP
         IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) g) THEN
             EXECUTE pg_catalog.format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA scrinalia FROM %I', g);

@@ -4,6 +4,7 @@
 --   operator   reader + schedule writes, settings, manual enqueue, cancel
 --   runner     claim, heartbeat, finish, release (one run or a batch), the units it processes
 --   scheduler  due, tick, retries, reaping, when to wake
+--   monitor    what monitoring/queries.yaml calls (counts and health), no run's text
 REVOKE ALL ON SCHEMA scrinalia FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA scrinalia FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA scrinalia FROM PUBLIC;
@@ -88,3 +89,20 @@ GRANT EXECUTE ON FUNCTION
     scrinalia.scheduler_status(),
     scrinalia.scheduler_health(interval)
    TO scrinalia_scheduler, scrinalia_operator, scrinalia_runner;
+
+-- The monitoring group: the exporter's login reads counts, gauges and the health answer,
+-- never a run's request, config, error or lease owner. A cluster whose groups an earlier
+-- release created may lack it until `groups create` runs again (migrate says so).
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) 'scrinalia_monitor') THEN
+        GRANT USAGE ON SCHEMA scrinalia TO scrinalia_monitor;
+        GRANT EXECUTE ON FUNCTION
+            scrinalia.schema_head(),
+            scrinalia.scheduler_health(interval),
+            scrinalia.scheduler_metrics(),
+            scrinalia.worker_metrics(),
+            scrinalia.run_counts()
+           TO scrinalia_monitor;
+    END IF;
+END $$;

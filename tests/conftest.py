@@ -125,7 +125,7 @@ def own_cluster():
         cluster.stop()
 
 
-GROUPS = ("reader", "operator", "runner", "scheduler")
+GROUPS = ("reader", "operator", "runner", "scheduler", "monitor")
 
 
 @pytest.fixture(scope="session")

@@ -123,3 +123,27 @@ def test_sound_groups_pass_every_check(cluster, su):
     assert groups.create_at(cluster.dsn("postgres")) != []
     assert groups.create_at(cluster.dsn("postgres")) == []  # idempotent
     su.execute(groups.groups_sql())  # the printed SQL accepts what it created
+
+
+def test_a_cluster_without_the_monitoring_group_migrates_and_is_told(cluster, su, caplog):
+    """scrinalia_monitor came after the first four groups: a cluster an earlier release
+    set up lacks it; migrate still runs, grants nothing to it, and says what to run."""
+    su.execute("CREATE DATABASE older_c")
+    dsn = cluster.dsn("older_c")
+    try:
+        m.migrate(dsn, create_groups=True)
+        with psycopg.connect(dsn, autocommit=True) as conn:  # as if an earlier release set the cluster up
+            conn.execute("DROP OWNED BY scrinalia_monitor")
+        su.execute("DROP ROLE scrinalia_monitor")
+        with caplog.at_level("WARNING", logger="scrinalia_workers.migrate"):
+            assert m.migrate(dsn) == []
+        assert "scrinalia_monitor" in caplog.text and "groups create" in caplog.text
+        assert groups.create_at(cluster.dsn("postgres")) == ["scrinalia_monitor"]
+        m.migrate(dsn)
+        with psycopg.connect(dsn) as conn:
+            granted = conn.execute(
+                "SELECT has_function_privilege('scrinalia_monitor', 'scrinalia.worker_metrics()', 'EXECUTE')"
+            ).fetchone()[0]
+        assert granted
+    finally:
+        su.execute("DROP DATABASE IF EXISTS older_c WITH (FORCE)")

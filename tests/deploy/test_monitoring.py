@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import yaml
 
 from helpers import claim, finish, make_worker, put_schedule, set_next_run, tick
 from scrinalia_workers.testkit.cluster import free_port
@@ -137,7 +138,8 @@ def test_the_real_exporter_exposes_the_metrics(world, db_dsn, role_logins, procs
     if exporter is None:
         _missing("prometheus-postgres-exporter is not installed (Debian package; .ci/run installs it)")
     info = psycopg.conninfo.conninfo_to_dict(db_dsn)
-    dsn = f"postgresql://{role_logins['reader']}@{info['host']}:{info['port']}/{info['dbname']}?sslmode=disable"
+    # the documented grant: a login in scrinalia_monitor only
+    dsn = f"postgresql://{role_logins['monitor']}@{info['host']}:{info['port']}/{info['dbname']}?sslmode=disable"
     port = free_port()
     p = procs.start(
         [
@@ -212,3 +214,26 @@ def test_the_rules_use_only_exported_metrics():
                 exported.add(f"{ns}_{col}")
     used = set(re.findall(r"\b(scrinalia_[a-z_]+)\b", (MONITORING / "alerts.rules.yml").read_text()))
     assert used and used <= exported, used - exported
+
+
+def test_the_monitoring_group_reads_what_the_queries_need_and_nothing_more(db, connect_as):
+    """scrinalia_monitor calls every function monitoring/queries.yaml calls, and reads no
+    run's request, config, error or lease owner, no view, no schedule."""
+    import re
+
+    monitor = connect_as("monitor")
+    queries = yaml.safe_load((MONITORING / "queries.yaml").read_text())
+    called = {m for q in queries.values() for m in re.findall(r"scrinalia\.(\w+)\(", q["query"])}
+    assert called, "no function found in queries.yaml"
+    for q in queries.values():
+        monitor.execute(q["query"]).fetchall()
+    for forbidden in (
+        "SELECT * FROM scrinalia.worker_run_history",
+        "SELECT * FROM scrinalia.archive_worker_runs",
+        "SELECT * FROM scrinalia.worker_agenda",
+        "SELECT * FROM scrinalia.worker_catalogue",
+        "SELECT * FROM scrinalia.get_schedule('x')",
+        "SELECT * FROM scrinalia.current_alerts()",
+    ):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            monitor.execute(forbidden)

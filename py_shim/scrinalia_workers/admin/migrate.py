@@ -38,7 +38,7 @@ from scrinalia_workers.errors import (
     MissingPrivilege,
     RollbackRefused,
 )
-from scrinalia_workers.gateway.checks import refuse_unsound_groups
+from scrinalia_workers.gateway.checks import OPTIONAL_GROUPS, refuse_unsound_groups
 from scrinalia_workers.gateway.connection import connect, one
 from scrinalia_workers.gateway.statements import admin as sql
 
@@ -117,10 +117,17 @@ def _ensure_groups(conn: psycopg.Connection, create: bool) -> None:
     gone = groups.missing(conn)
     if not gone:
         return
-    if not create:
+    if create:
+        done = groups.create(conn)
+        log.info("created the cluster-wide groups: %s", ", ".join(done))
+    elif all(g in OPTIONAL_GROUPS for g in gone):
+        log.warning(
+            "the cluster-wide group(s) %s do not exist yet, so nothing is granted to them: a login "
+            "with CREATEROLE runs `scrinalia-workers groups create` once, then migrate again",
+            ", ".join(gone),
+        )
+    else:
         raise ConfigError(groups.missing_message(gone))
-    done = groups.create(conn)
-    log.info("created the cluster-wide groups: %s", ", ".join(done))
 
 
 @contextmanager

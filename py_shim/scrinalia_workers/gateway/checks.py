@@ -32,7 +32,10 @@ REQUIRED_COLUMNS = ("attempt", "retry_of", "not_before", "scheduled_for")
 
 # The cluster-wide NOLOGIN groups the SQL grants to (admin/groups.py creates them), and
 # the one membership between them: (member, group), an operator can do what a reader can.
-GROUPS = ("scrinalia_reader", "scrinalia_operator", "scrinalia_runner", "scrinalia_scheduler")
+# scrinalia_monitor (what monitoring/queries.yaml calls, nothing else) came later: a
+# cluster set up by an earlier release may lack it, and migrate then says so, not fails.
+GROUPS = ("scrinalia_reader", "scrinalia_operator", "scrinalia_runner", "scrinalia_scheduler", "scrinalia_monitor")
+OPTIONAL_GROUPS = ("scrinalia_monitor",)
 MEMBERSHIPS = (("scrinalia_operator", "scrinalia_reader"),)
 _FIX = "run `scrinalia-workers migrate`"
 
