@@ -307,3 +307,16 @@ BEGIN
     RETURNING * INTO st;
     RETURN st;
 END $$;
+
+-- The names of `p_names` that are no registered worker ('*' is no name): what a runner
+-- warns about at start-up, a handler for a worker nobody registered (a typo, most often).
+CREATE OR REPLACE FUNCTION scrinalia.unregistered_workers(p_names text[])
+RETURNS text[]
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+    SELECT coalesce(array_agg(n ORDER BY n), '{}')
+      FROM unnest(p_names) AS u(n)
+     WHERE n IS DISTINCT FROM '*'
+       AND NOT EXISTS (SELECT 1 FROM scrinalia.archive_workers w WHERE w.worker_name = n)
+$$;

@@ -90,6 +90,9 @@ GRANT EXECUTE ON FUNCTION
     scrinalia.scheduler_health(interval)
    TO scrinalia_scheduler, scrinalia_operator, scrinalia_runner;
 
+-- a runner's start-up warning: which of its handlers name no registered worker
+GRANT EXECUTE ON FUNCTION scrinalia.unregistered_workers(text[]) TO scrinalia_runner;
+
 -- The monitoring group: the exporter's login reads counts, gauges and the health answer,
 -- never a run's request, config, error or lease owner. A cluster whose groups an earlier
 -- release created may lack it until `groups create` runs again (migrate says so).

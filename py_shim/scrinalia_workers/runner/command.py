@@ -14,10 +14,13 @@ import sys
 import threading
 from datetime import timedelta
 
+import psycopg
+
 from scrinalia_workers import argtypes
-from scrinalia_workers.errors import ConfigError
+from scrinalia_workers.errors import ConfigError, DatabaseUnavailable
 from scrinalia_workers.gateway.checks import preflight
-from scrinalia_workers.gateway.statements.runner import RUNNER_FUNCTIONS, RUNNER_GROUP
+from scrinalia_workers.gateway.connection import connect, one
+from scrinalia_workers.gateway.statements.runner import RUNNER_FUNCTIONS, RUNNER_GROUP, UNREGISTERED_WORKERS
 from scrinalia_workers.logs import EventLog, startup_error
 from scrinalia_workers.runner.daemon import DEFAULT_BATCH, Runner
 from scrinalia_workers.runner.failure import describe_failure
@@ -90,6 +93,7 @@ def _start(args: argparse.Namespace, log: EventLog, wakeup: Wakeup) -> Runner:
     dsn = preflight(
         args.dsn, "scrinalia-runner check", functions=RUNNER_FUNCTIONS, job="claim runs", groups=(RUNNER_GROUP,)
     )
+    _warn_unregistered(dsn, handlers, log)
     return Runner(
         dsn,
         handlers,
@@ -100,6 +104,22 @@ def _start(args: argparse.Namespace, log: EventLog, wakeup: Wakeup) -> Runner:
         batch=args.batch,
         wakeup=wakeup,
     )
+
+
+def _warn_unregistered(dsn: str, handlers: dict, log: EventLog) -> None:
+    """One warning naming the handlers for workers nobody registered: their runs never come."""
+    try:
+        with connect(dsn, application_name="scrinalia-runner check") as conn:
+            (unknown,) = one(conn.execute(UNREGISTERED_WORKERS, (sorted(handlers),)))
+    except (psycopg.Error, DatabaseUnavailable, LookupError):
+        return  # an older database's code, or a blip: the warning is a courtesy, not a check
+    if unknown:
+        log(
+            "handlers for unregistered workers",
+            level="warning",
+            workers=",".join(printable(n) for n in unknown),
+            hint="check the names in HANDLERS against `scrinalia-workers worker list`",
+        )
 
 
 def _lingering_threads(runner: Runner) -> bool:

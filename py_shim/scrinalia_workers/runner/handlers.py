@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +18,7 @@ from typing import Any
 from scrinalia_workers.errors import ConfigError
 from scrinalia_workers.logs import one_line
 from scrinalia_workers.runner.failure import check_return, describe_failure, summary
+from scrinalia_workers.text import printable
 
 Handler = Callable[[dict], Any]
 ANY_WORKER = "*"  # a handler registered under "*" takes the runs of every worker
@@ -37,7 +40,17 @@ def load_handlers(module: str) -> dict[str, Handler]:
     if not _MODULE.fullmatch(module or ""):
         raise ConfigError(f"--handlers {module!r} is not a Python module name (e.g. mypkg.handlers)")
     try:
-        mod = importlib.import_module(module)
+        mod = _import(module)
+    except ModuleNotFoundError as e:
+        if e.name and module.startswith(e.name) and e.name.split(".")[0] == module.split(".")[0]:
+            raise ConfigError(
+                f"cannot import handlers module {module!r}: no module named {e.name!r} in the current "
+                f"directory ({printable(os.getcwd())}) nor on the Python path: install it, or set "
+                "PYTHONPATH to the directory that holds it (docs/handlers.md)"
+            ) from None
+        raise ConfigError(
+            f"cannot import handlers module {module!r}: {one_line(describe_failure(e)[0].splitlines()[0])}"
+        ) from None
     except BaseException as e:  # an import error, or the module's own code failing (even exiting)
         raise ConfigError(
             f"cannot import handlers module {module!r}: {one_line(describe_failure(e)[0].splitlines()[0])}"
@@ -55,6 +68,21 @@ def load_handlers(module: str) -> dict[str, Handler]:
                 f"handlers module {module!r}: HANDLERS[{name!r}] is async; the runner calls plain functions"
             )
     return dict(handlers)
+
+
+def _import(module: str) -> Any:
+    """The module, found as `python -m` would find it: the console script's sys.path lacks
+    the current directory, where an operator's handlers module often is. The directory
+    goes at the end of the path, so that it shadows no installed module."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        here = os.getcwd()
+        top = module.split(".")[0]
+        if e.name != top or here in sys.path or "" in sys.path:
+            raise
+        sys.path.append(here)
+        return importlib.import_module(module)
 
 
 def handler_for(handlers: dict[str, Handler], worker_name: str) -> Handler | None:

@@ -38,3 +38,6 @@ RUNNER_FUNCTIONS = (
     "release_runs(bigint[], uuid[])",
     "next_claimable_at(text[])",
 )
+
+# Which of the runner's handler names (%s) are no registered worker: a start-up warning.
+UNREGISTERED_WORKERS = "SELECT scrinalia.unregistered_workers(%s)"
