@@ -26,6 +26,9 @@ SHARED = {
     "validate_cron",
     "validate_timezone",
     "retry_delay",
+    "retry_base_delay",
+    "retry_max_delay",
+    "retry_jitter",
     "max_attempts",
     "active_statuses",
     "terminal_statuses",
@@ -39,6 +42,8 @@ READER = SHARED | {
     "worker_metrics",
     "run_counts",
     "scheduler_metrics",
+    "worker_runs",
+    "worker_timeline",
 }
 OPERATOR = READER | {
     "put_schedule",
@@ -78,16 +83,20 @@ RUNNER = SHARED | {
     "heartbeat_runs",
     "finish_runs",
     "release_runs",
+    "unregistered_workers",
 }
+# what monitoring/queries.yaml calls, and the schema head: no shared helper, no view
+MONITOR = {"schema_head", "scheduler_health", "scheduler_metrics", "worker_metrics", "run_counts"}
 # ADR 0015: the API's (operator) login and a runner login may run the scheduler too
 ALLOWED = {
     "reader": READER,
     "operator": OPERATOR | SCHEDULER,
     "runner": RUNNER | SCHEDULER,
     "scheduler": SCHEDULER,
+    "monitor": MONITOR,
     "nobody": set(),
 }
-VIEWS = {"worker_agenda", "worker_run_history", "worker_queue_counters"}
+VIEWS = {"worker_agenda", "worker_run_history", "worker_queue_counters", "worker_catalogue"}
 
 
 def _functions(conn) -> list[tuple[str, str]]:
