@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose.yaml"
 README = ROOT / "README.md"
 DAEMONS = ("scheduler", "runner")
-ONE_SHOTS = ("migrate", "demo-seed")
+ONE_SHOTS = ("setup", "migrate", "demo-seed")
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -85,9 +85,10 @@ def argv_of(service: dict) -> list[str]:
 
 
 def test_compose_v2_accepts_the_file_with_and_without_the_demo_profile(compose):
-    assert set(resolve()["services"]) == {"postgres", "migrate", "scheduler", "runner"}
-    assert set(compose["services"]) == {"postgres", "migrate", "scheduler", "runner", "demo-seed"}
+    assert set(resolve()["services"]) == {"postgres", "setup", "migrate", "scheduler", "runner"}
+    assert set(compose["services"]) == {"postgres", "setup", "migrate", "scheduler", "runner", "demo-seed"}
     assert compose["services"]["demo-seed"]["profiles"] == ["demo"]
+    assert resolve(profiles=("monitoring",))["services"]["exporter"]["profiles"] == ["monitoring"]
 
 
 @pytest.mark.parametrize(
@@ -112,14 +113,16 @@ def test_variables_override_as_compose_reads_them():
         {
             "SCRINALIA_SCHEDULER_REPLICAS": "3",
             "SCRINALIA_DATABASE_URL": "postgresql://a@b/c",
+            "SCRINALIA_SCHEDULER_DATABASE_URL": "postgresql://s@b/c",
+            "SCRINALIA_RUNNER_DATABASE_URL": "postgresql://r@b/c",
             "SCRINALIA_RUNNER_HANDLERS": "my.handlers",
             "SCRINALIA_LOG_LEVEL": "debug",
         }
     )
     s = doc["services"]
     assert s["scheduler"]["deploy"]["replicas"] == 3
-    assert s["scheduler"]["environment"]["DATABASE_URL"] == "postgresql://a@b/c"
-    assert s["runner"]["environment"]["DATABASE_URL"] == "postgresql://a@b/c"
+    assert s["scheduler"]["environment"]["DATABASE_URL"] == "postgresql://s@b/c"
+    assert s["runner"]["environment"]["DATABASE_URL"] == "postgresql://r@b/c"
     assert s["migrate"]["environment"]["DATABASE_URL"] == "postgresql://a@b/c"
     assert s["runner"]["environment"]["SCRINALIA_RUNNER_HANDLERS"] == "my.handlers"
     assert s["scheduler"]["environment"]["SCRINALIA_LOG_LEVEL"] == "debug"
@@ -134,7 +137,8 @@ def test_services_and_start_order(compose):
         for target, cond in (svc.get("depends_on") or {}).items():
             if cond["condition"] == "service_healthy":
                 assert "healthcheck" in s[target], f"{name} waits for {target}'s health, which has no check"
-    assert s["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert s["setup"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert s["migrate"]["depends_on"]["setup"]["condition"] == "service_completed_successfully"
     for d in (*DAEMONS, "demo-seed"):
         assert s[d]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
 
@@ -160,6 +164,7 @@ def test_restart_policies_and_the_standby_replica(compose):
 def test_commands_are_declared_console_scripts(compose):
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     expected = {
+        "setup": "scrinalia-workers",
         "migrate": "scrinalia-workers",
         "demo-seed": "scrinalia-workers",
         "scheduler": "scrinalia-scheduler",
@@ -169,7 +174,8 @@ def test_commands_are_declared_console_scripts(compose):
         cmd = " ".join(argv_of(compose["services"][name]))
         assert re.search(rf"(^|exec ){script}\b", cmd), cmd
         assert script in scripts
-    assert argv_of(compose["services"]["migrate"]) == ["scrinalia-workers", "migrate", "--create-groups"]
+    assert argv_of(compose["services"]["setup"]) == ["scrinalia-workers", "groups", "logins"]
+    assert argv_of(compose["services"]["migrate"]) == ["scrinalia-workers", "migrate"]
     assert argv_of(compose["services"]["demo-seed"]) == ["scrinalia-workers", "demo-seed"]
 
 
@@ -194,12 +200,29 @@ def test_every_variable_is_documented():
     } <= compose_vars
 
 
-def test_each_process_gets_a_database_url(compose):
-    for name in (*ONE_SHOTS, *DAEMONS):
-        assert (
-            compose["services"][name]["environment"]["DATABASE_URL"]
-            == "postgresql://scrinalia:scrinalia@postgres:5432/scrinalia"
-        )
+def test_each_process_logs_in_as_its_own_least_privilege_login(compose):
+    """By default only the set-up is the superuser; the owner migrates and seeds, and the
+    scheduler, the runner and the exporter each log in as their own group's login."""
+    url = "postgresql://{}:{}@postgres:5432/scrinalia"
+    s = compose["services"]
+    assert s["setup"]["environment"]["DATABASE_URL"] == url.format("scrinalia", "scrinalia")
+    for name, login in (
+        ("migrate", "scrinalia_owner"),
+        ("demo-seed", "scrinalia_owner"),
+        ("scheduler", "scrinalia_sched"),
+        ("runner", "scrinalia_run"),
+    ):
+        assert s[name]["environment"]["DATABASE_URL"] == url.format(login, login), name
+    exporter = resolve(profiles=("monitoring",))["services"]["exporter"]["environment"]["DATA_SOURCE_NAME"]
+    assert exporter.startswith(url.format("scrinalia_exporter", "scrinalia_exporter"))
+    # the logins the set-up creates are those the services log in as
+    setup = s["setup"]["environment"]
+    assert [setup[f"SCRINALIA_{j}_LOGIN"] for j in ("OWNER", "SCHEDULER", "RUNNER", "EXPORTER")] == [
+        "scrinalia_owner",
+        "scrinalia_sched",
+        "scrinalia_run",
+        "scrinalia_exporter",
+    ]
 
 
 # --- the resolved commands, run ---------------------------------------------------------
@@ -224,28 +247,39 @@ def _out(p: Proc, last: int | None = None) -> str:
     return "".join(p.raw if last is None else p.raw[-last:])
 
 
-def _migrate_takes_create_groups() -> bool:
-    r = subprocess.run(
-        [str(VENV_BIN / "scrinalia-workers"), "migrate", "--help"], capture_output=True, text=True, timeout=60
-    )
-    return "--create-groups" in r.stdout
-
-
 @pytest.mark.slow
 def test_the_stack_runs_as_compose_resolves_it(empty_db_dsn, tmp_path, procs):
-    # the DSN enters the way an operator's does: compose's own environment
-    doc = resolve({"SCRINALIA_DATABASE_URL": empty_db_dsn, "SCRINALIA_STANDBY_RETRY": "1"}, profiles=("demo",))
-    s = doc["services"]
-    for name in (*ONE_SHOTS, *DAEMONS):
-        assert s[name]["environment"]["DATABASE_URL"] == empty_db_dsn
+    # the DSNs enter the way an operator's do: compose's own environment; the superuser's
+    # for the set-up only, then each job's own login (trust authentication here: the
+    # passwords the set-up sets are not checked, the logins and their grants are)
+    def as_login(login: str) -> str:
+        return psycopg.conninfo.make_conninfo(empty_db_dsn, user=login)
 
-    migrate = s["migrate"]
-    if not _migrate_takes_create_groups():
-        # --create-groups arrives with the migrate branch; until then run the rest
-        # of the line as resolved (test_commands_are_declared_console_scripts pins the flag)
-        migrate = {**migrate, "command": [a for a in migrate["command"] if a != "--create-groups"]}
-    m = service(procs, migrate)
+    urls = {
+        "SCRINALIA_SUPERUSER_DATABASE_URL": empty_db_dsn,
+        "SCRINALIA_DATABASE_URL": as_login("scrinalia_owner"),
+        "SCRINALIA_SCHEDULER_DATABASE_URL": as_login("scrinalia_sched"),
+        "SCRINALIA_RUNNER_DATABASE_URL": as_login("scrinalia_run"),
+    }
+    doc = resolve({**urls, "SCRINALIA_STANDBY_RETRY": "1"}, profiles=("demo",))
+    s = doc["services"]
+    assert s["setup"]["environment"]["DATABASE_URL"] == empty_db_dsn
+    for name in ("migrate", "demo-seed"):
+        assert s[name]["environment"]["DATABASE_URL"] == urls["SCRINALIA_DATABASE_URL"]
+
+    setup = service(procs, s["setup"])
+    assert setup.wait(60) == 0, _out(setup)
+    m = service(procs, s["migrate"])
     assert m.wait(60) == 0, _out(m)
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        owner = conn.execute("SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'scrinalia'").fetchone()
+        assert owner == ("scrinalia_owner",)  # the owner migrated, not the superuser
+        for login, group in (("scrinalia_sched", "scrinalia_scheduler"), ("scrinalia_run", "scrinalia_runner")):
+            attrs = conn.execute(
+                "SELECT rolsuper, rolcreaterole, pg_has_role(%s, %s, 'MEMBER') FROM pg_roles WHERE rolname = %s",
+                (login, group, login),
+            ).fetchone()
+            assert attrs == (False, False, True), (login, attrs)
     seed = service(procs, s["demo-seed"])
     assert seed.wait(60) == 0, _out(seed)
     again = service(procs, s["demo-seed"])  # idempotent: the second run changes nothing

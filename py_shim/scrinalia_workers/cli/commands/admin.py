@@ -47,6 +47,15 @@ def cmd_groups(args: argparse.Namespace) -> int:
     if args.action == "sql":
         print(groups.groups_sql(), end="")
         return EXIT_OK
+    if args.action == "logins":
+        from scrinalia_workers.admin import logins
+
+        made = logins.create_at(require_dsn(args.dsn))
+        if args.json:
+            print_json({"logins": made})
+        else:
+            print(f"logins ready: {', '.join(made)}")
+        return EXIT_OK
     done = groups.create_at(require_dsn(args.dsn))
     if args.json:
         print_json({"created": done})

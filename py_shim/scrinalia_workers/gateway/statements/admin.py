@@ -133,3 +133,7 @@ APPLIED_MIGRATION_IDS = f"SELECT migration_id FROM {BOOKKEEPING_SCHEMA}.{MIGRATI
 
 IS_NEW_WORKER = "SELECT NOT EXISTS (SELECT 1 FROM scrinalia.archive_workers WHERE worker_name = %s)"
 REGISTER_WORKER = "SELECT scrinalia.register_worker(%s, %s, %s, %s, %s, %s)"
+
+# --- one login per job (groups logins) -------------------------------------------------------
+
+ROLE_EXISTS = "SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) %s"
