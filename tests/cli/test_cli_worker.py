@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import psycopg
 import pytest
 import yaml
 
-from helpers import assert_one_line_error, cli
+from helpers import assert_one_line_error, cli, make_worker
 
 OCR = {
     "name": "ocr",
@@ -241,3 +243,29 @@ def test_register_from_stdin(db_dsn, db):
     assert p.returncode == 0, p.stderr
     assert "from <stdin>: ocr (new), thumbnails (new)" in p.stdout
     assert list(catalogue(db)) == ["ocr", "thumbnails"]
+
+
+def test_the_readme_schedule_file_imports_and_prints_what_the_readme_shows(db_dsn, db, tmp_path):
+    """The README's schedule file is valid as written, and each command of its console
+    block prints exactly the line the README shows after it."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = text.split("```yaml\n# schedules.yaml\n", 1)[1].split("```", 1)[0]
+    console = text.split("```console\n$ scrinalia-workers schedule import", 1)[1].split("```", 1)[0]
+    make_worker(db, "ocr")
+    make_worker(db, "thumbnails")
+    (tmp_path / "schedules.yaml").write_text(block)
+    lines = ("$ scrinalia-workers schedule import" + console).strip().splitlines()
+    pairs = [(lines[i], lines[i + 1]) for i in range(0, len(lines), 2)]
+    assert len(pairs) == 2
+    for command, shown in pairs:
+        argv = command.removeprefix("$ scrinalia-workers ").split()
+        r = subprocess.run(
+            [sys.executable, "-m", "scrinalia_workers", *argv, "--dsn", db_dsn],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == shown, (command, r.stdout)
+    assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_schedules").fetchone()[0] == 2
