@@ -198,3 +198,13 @@ def test_the_schema_owner_is_not_fenced(db, due):
         assert db.execute("SELECT scrinalia.scheduler_heartbeat('owner', NULL)").fetchone()[0] is True
     finally:
         db.execute("SELECT pg_advisory_unlock(scrinalia.scheduler_lock_key())")
+
+
+def test_the_daemon_reads_sw032_on_its_work_session_as_a_lost_lock(connect_as, due):
+    from scrinalia_workers.errors import LockLost
+    from scrinalia_workers.scheduler.daemon import Scheduler
+
+    with pytest.raises(psycopg.Error) as refused:
+        connect_as("runner").execute(CALLS["create_retries"])
+    with pytest.raises(LockLost, match="not the scheduler"):
+        Scheduler("dbname=unused")._survive(refused.value)
