@@ -208,3 +208,24 @@ def test_the_daemon_reads_sw032_on_its_work_session_as_a_lost_lock(connect_as, d
         connect_as("runner").execute(CALLS["create_retries"])
     with pytest.raises(LockLost, match="not the scheduler"):
         Scheduler("dbname=unused")._survive(refused.value)
+
+
+def test_the_daemon_sessions_read_a_refused_heartbeat_as_the_lock_lost(db, db_dsn, role_logins):
+    from scrinalia_workers.scheduler.sessions import Sessions
+
+    s = Sessions(psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["scheduler"]), "fence-test")
+    try:
+        assert s.acquire() is True
+        assert db.execute("SELECT heartbeat_pid, heartbeat_work_pid FROM scrinalia.scheduler_state").fetchone() == (
+            s.lock_pid,
+            s.work_pid,
+        )
+        assert s.heartbeat() is True
+        # its work session ends: the heartbeat vouches for nothing, so the lock is not ours to use
+        db.execute("SELECT pg_terminate_backend(%s, 5000)", (s.work_pid,))  # waits until it is gone
+        assert s.heartbeat() is False
+        # the lock released: SW032, read as lost
+        s.release()
+        assert s.heartbeat() is False
+    finally:
+        s.close()
