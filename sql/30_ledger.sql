@@ -467,7 +467,8 @@ BEGIN
 END $$;
 
 -- RUNNING rows whose lease expired become INTERRUPTED (a SCHEDULE attempt 1 or 2 is
--- then marked for a retry). Returns the reaped rows.
+-- then marked for a retry). Returns the reaped rows. Only the scheduler may (SW032,
+-- check_scheduler_caller in 45_scheduler_lock.sql).
 CREATE OR REPLACE FUNCTION scrinalia.reap_expired_leases()
 RETURNS SETOF scrinalia.archive_worker_runs
 LANGUAGE plpgsql SECURITY DEFINER
@@ -475,6 +476,7 @@ SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 DECLARE n integer;
 BEGIN
+    PERFORM scrinalia.check_scheduler_caller('reap_expired_leases');
     RETURN QUERY
     WITH expired AS (
         SELECT r.run_id FROM scrinalia.archive_worker_runs r

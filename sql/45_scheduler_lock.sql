@@ -5,7 +5,8 @@
 -- numbers (heartbeat_interval, scheduler_stale_after) are in 05_policy.sql.
 -- Before 70_status.sql: scheduler_status() reads scheduler_lock_holder() (and
 -- evict_stale_scheduler() reads scheduler_status() when it runs).
--- Errors: SW031 not the scheduler lock holder.
+-- Errors: SW031 not the scheduler lock holder; SW032 not the scheduler (check_scheduler_caller,
+-- scheduler_heartbeat).
 
 CREATE OR REPLACE FUNCTION scrinalia.scheduler_lock_key()
 RETURNS bigint
@@ -45,18 +46,92 @@ BEGIN
     END IF;
 END $$;
 
+-- Whether this session's login is trusted beyond the groups: a superuser, or a member
+-- of the schema's owner (who could write the tables, or replace these functions,
+-- directly). The scheduler's fence below is against the groups, not against them.
+CREATE OR REPLACE FUNCTION scrinalia.session_is_owner()
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+    SELECT coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = session_user), false)
+        OR pg_catalog.pg_has_role(session_user,
+               (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'scrinalia'), 'MEMBER')
+$$;
+
+-- Whether the session p_pid may act as the scheduler: it holds the scheduler lock, or
+-- it is the work session that the current holder vouched for in its heartbeat
+-- (scheduler_state.heartbeat_work_pid, which only the holder's own session writes,
+-- while heartbeat_pid is the holder's pid), logged in as the same login as the holder.
+-- A pid is only honoured while its voucher holds the lock: a holder that lost it
+-- vouches for nothing. Pid reuse: the work session is the holder's own connection; when
+-- it ends, the scheduler drops its lock session at its next statement, and a backend
+-- that took over the same pid meanwhile must also be of the holder's login.
+CREATE OR REPLACE FUNCTION scrinalia.is_scheduler_session(p_pid integer)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+    WITH h AS (SELECT scrinalia.scheduler_lock_holder() AS pid)
+    SELECT coalesce(h.pid = p_pid, false) OR EXISTS (
+        SELECT 1 FROM scrinalia.scheduler_state st
+          JOIN pg_catalog.pg_stat_activity ha ON ha.pid = h.pid
+          JOIN pg_catalog.pg_stat_activity wa ON wa.pid = p_pid
+         WHERE st.heartbeat_pid = h.pid AND st.heartbeat_work_pid = p_pid
+           AND wa.usesysid = ha.usesysid AND wa.datid = ha.datid)
+      FROM h
+$$;
+
+-- The guard at the start of every function that decides for the scheduler (the tick,
+-- setting aside, the retries, the reaper): raises SW032 unless the calling session is
+-- the scheduler (is_scheduler_session) or the schema's owner (session_is_owner).
+-- A group grant is permission to run the scheduler process, not to act as one from any
+-- connection: holding the lock is what makes a session the scheduler.
+CREATE OR REPLACE FUNCTION scrinalia.check_scheduler_caller(p_function text)
+RETURNS void
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    IF scrinalia.is_scheduler_session(pg_backend_pid()) OR scrinalia.session_is_owner() THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'SW032',
+        MESSAGE = format('%s: pid %s (login %s) is not the scheduler: only the session holding the scheduler lock, or the work session its heartbeat names, may call it',
+                         p_function, pg_backend_pid(), session_user),
+        HINT = 'run the scheduler process (scrinalia-scheduler): it takes the lock and vouches for its work session';
+END $$;
+
 -- Called by the scheduler on its lock session before every pass: true when this
 -- session holds the lock, and then the heartbeat is recorded (at most once per
--- heartbeat_interval(); p_work_pid is the session it ticks on). Only the lock
--- holder's own session can write it, so no other login can fake a live scheduler.
+-- heartbeat_interval()). p_work_pid is the session it ticks on, which this vouches for
+-- (is_scheduler_session): a live session of this database, of the same login, not this
+-- one. Only the lock holder's own session can write it, so no other login can fake a
+-- live scheduler: any other session gets SW032, and so does a holder that names no
+-- work session of its own (a login that took the key and heartbeats, ticking nothing).
+-- The schema's owner (session_is_owner) may heartbeat with no work session.
 CREATE OR REPLACE FUNCTION scrinalia.scheduler_heartbeat(p_name text, p_work_pid integer DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
+DECLARE holder integer := scrinalia.scheduler_lock_holder();
 BEGIN
-    IF scrinalia.scheduler_lock_holder() IS DISTINCT FROM pg_backend_pid() THEN
-        RETURN false;
+    IF holder IS DISTINCT FROM pg_backend_pid() THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW032',
+            MESSAGE = format('scheduler_heartbeat: pid %s does not hold the scheduler lock (%s does)',
+                             pg_backend_pid(), coalesce('pid ' || holder, 'nobody')),
+            HINT = 'only the scheduler lock holder heartbeats; a scheduler that gets this lost the lock';
+    END IF;
+    IF NOT (scrinalia.session_is_owner() AND p_work_pid IS NULL) AND NOT EXISTS (
+        SELECT 1 FROM pg_catalog.pg_stat_activity w
+         WHERE w.pid = p_work_pid AND w.pid <> pg_backend_pid()
+           AND w.usesysid = (SELECT u.usesysid FROM pg_catalog.pg_stat_activity u WHERE u.pid = pg_backend_pid())
+           AND w.datid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = current_database())) THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW032',
+            MESSAGE = format('scheduler_heartbeat: the work session %s is not a live session of login %s in this database',
+                             coalesce('pid ' || p_work_pid, 'NULL'), session_user),
+            HINT = 'a scheduler''s heartbeat names the other session of its own that ticks (p_work_pid)';
     END IF;
     UPDATE scrinalia.scheduler_state st
        SET heartbeat_at = now(), heartbeat_pid = pg_backend_pid(), heartbeat_work_pid = p_work_pid,

@@ -1,7 +1,8 @@
 -- The scheduler's tick: the due query, enqueue-or-skip + advance, retries, and when
 -- to wake up next. The shim computes next occurrences (cron in a zone, DST) between
 -- due_schedules() and tick(), in the same transaction, so the rows stay locked.
--- Errors: SW030 bad tick input.
+-- Errors: SW030 bad tick input; SW032 the caller is not the scheduler (check_scheduler_caller,
+-- 45_scheduler_lock.sql: the first statement of each function that decides).
 
 -- Enabled schedules that are due (next_run_at <= now()) or not armed yet (NULL, or a
 -- value outside period_start()..period_end(), 'infinity' included, which no cron
@@ -16,6 +17,7 @@ SET jit = off
 SET work_mem = '64MB'
 AS $$
 BEGIN
+    PERFORM scrinalia.check_scheduler_caller('due_schedules');
     IF p_limit IS NULL OR p_limit < 1 THEN
         RAISE EXCEPTION USING ERRCODE = 'SW030',
             MESSAGE = format('due_schedules takes a limit of at least 1, not %s', coalesce(p_limit::text, 'NULL'));
@@ -44,6 +46,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 BEGIN
+    PERFORM scrinalia.check_scheduler_caller('set_schedules_aside');
     PERFORM scrinalia.check_array_lengths(
         'SW030', 'set_schedules_aside takes two arrays of the same length: worker names and errors',
         ARRAY[cardinality(p_workers), cardinality(p_errors)]);
@@ -147,6 +150,7 @@ DECLARE
      ORDER BY u.worker_name
 $stmt$;
 BEGIN
+    PERFORM scrinalia.check_scheduler_caller('tick');
     PERFORM scrinalia.check_array_lengths(
         'SW030', 'tick takes two arrays of the same length: worker names and their next occurrences',
         ARRAY[cardinality(p_workers), cardinality(p_next)]);
@@ -218,6 +222,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 BEGIN
+    PERFORM scrinalia.check_scheduler_caller('tick_due_at');
     IF p_due_at IS NULL OR NOT isfinite(p_due_at) OR p_due_at > now() + scrinalia.max_tick_ahead() THEN
         RAISE EXCEPTION USING ERRCODE = 'SW030',
             MESSAGE = format('tick_due_at takes a finite instant at most %s ahead of now() (%s), not %s',
@@ -285,6 +290,7 @@ SET search_path = pg_catalog, scrinalia, pg_temp
 SET jit = off
 AS $$
 BEGIN
+    PERFORM scrinalia.check_scheduler_caller('create_retries');
     RETURN QUERY
     WITH cand AS (
         SELECT c.run_id, c.worker_name, c.request, c.attempt, c.scheduled_for

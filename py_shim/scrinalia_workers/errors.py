@@ -174,6 +174,13 @@ class NotLockHolder(Refusal):
     sqlstate = "SW031"
 
 
+class NotTheScheduler(Refusal):
+    """A scheduler function called by a session that is not the scheduler: neither the
+    holder of the scheduler lock nor the work session its heartbeat names."""
+
+    sqlstate = "SW032"
+
+
 REFUSALS: dict[str, type[Refusal]] = {
     cls.sqlstate: cls
     for cls in (
@@ -189,6 +196,7 @@ REFUSALS: dict[str, type[Refusal]] = {
         InvalidRunnerCall,
         InvalidTickCall,
         NotLockHolder,
+        NotTheScheduler,
     )
 }
 
@@ -205,6 +213,7 @@ INVALID_REPORT = InvalidReport.sqlstate
 INVALID_RUNNER_CALL = InvalidRunnerCall.sqlstate
 INVALID_TICK_CALL = InvalidTickCall.sqlstate
 NOT_LOCK_HOLDER = NotLockHolder.sqlstate
+NOT_THE_SCHEDULER = NotTheScheduler.sqlstate
 
 
 def refusal(e: psycopg.Error) -> Refusal | None:

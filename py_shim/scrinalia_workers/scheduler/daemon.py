@@ -25,7 +25,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from scrinalia_workers.clock import SYSTEM, Clock
-from scrinalia_workers.errors import ConfigError, LockLost
+from scrinalia_workers.errors import NOT_THE_SCHEDULER, ConfigError, LockLost
 from scrinalia_workers.gateway.backoff import Backoff, is_transient
 from scrinalia_workers.gateway.statements import scheduler as sql
 from scrinalia_workers.logs import EventLog, one_line
@@ -166,9 +166,11 @@ class Scheduler:
     def _survive(self, e: Exception, errors: Backoff | None = None) -> float:
         """A row or a bug must not stop the daemon: the error is logged (with the
         backoff's next delay, returned, when given). A lost connection is re-raised:
-        the caller reconnects."""
+        the caller reconnects; a refusal as not the scheduler is a lost lock."""
         if is_transient(e) or (self.work_conn is not None and self.work_conn.closed):
             raise e
+        if getattr(e, "sqlstate", None) == NOT_THE_SCHEDULER:  # our work session is vouched for no more
+            raise LockLost(one_line(e)) from e
         delay = errors.next_delay() if errors is not None else None
         self.log(
             "pass error",

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from scrinalia_workers.errors import LockLost, UnsafeConnection
+from scrinalia_workers.errors import NOT_THE_SCHEDULER, LockLost, UnsafeConnection
 from scrinalia_workers.gateway import connection as db
 from scrinalia_workers.gateway.checks import check_schema
 from scrinalia_workers.gateway.statements import scheduler as sql
@@ -84,8 +84,15 @@ class Sessions:
         return True
 
     def heartbeat(self) -> bool:
-        """True while our lock session holds the lock; records the heartbeat."""
-        row = one_row(self.lock.cursor(row_factory=dict_row).execute(sql.HEARTBEAT, (self.name, self.work_pid)))
+        """True while our lock session holds the lock; records the heartbeat, which
+        vouches for the work session (only then may it tick)."""
+        try:
+            row = one_row(self.lock.cursor(row_factory=dict_row).execute(sql.HEARTBEAT, (self.name, self.work_pid)))
+        except psycopg.Error as e:
+            if e.sqlstate != NOT_THE_SCHEDULER:
+                raise
+            # not the holder, or our work session is gone: the lock is not ours to use
+            row = {"held": False, "pid": _server_pid(self.lock)}
         if row["pid"] != self.lock_pid:  # the pooler handed our statement to another session
             raise UnsafeConnection(TRANSACTION_POOLER)
         return bool(row["held"])
