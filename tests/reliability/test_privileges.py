@@ -181,6 +181,7 @@ def _expire(db, run_id):
 
 def test_a_stale_lease_cannot_heartbeat_or_finish(world, connect_as):
     a, b, s = connect_as("runner"), connect_as("runner"), connect_as("scheduler")
+    assert s.execute("SELECT pg_try_advisory_lock(scrinalia.scheduler_lock_key())").fetchone()[0]  # the scheduler
     set_next_run(world, "ocr", "1 minute")
     tick(world)
     run_id, token, *_ = claim(a, "runner-a")
@@ -284,6 +285,8 @@ def test_traps_work_for_the_attacker_but_not_inside_our_functions(world, evil):
     s = evil.execute("SELECT cron, timezone FROM scrinalia.put_schedule('ocr', '5 4 * * *', NULL)").fetchone()
     assert s == ("5 4 * * *", "UTC")  # the real settings table, not evil's or pg_temp's
     world.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() - interval '1 min'")
+    # the attacker runs the scheduler itself (its groups allow it): it holds the lock
+    assert evil.execute("SELECT pg_catalog.pg_try_advisory_lock(scrinalia.scheduler_lock_key())").fetchone()[0]
     evil.execute("BEGIN")
     due = evil.execute("SELECT worker_name, db_now FROM scrinalia.due_schedules()").fetchall()
     assert [d[0] for d in due] == ["ocr"]

@@ -21,6 +21,14 @@ def _refused(conn, sql, *args):
         conn.execute(sql, args)
 
 
+def _as_the_scheduler(conn) -> None:
+    """A group grant lets a login *run* the scheduler; holding the lock makes its session one
+    (before it, the scheduler's functions answer SW032)."""
+    with raises_sqlstate("SW032"):
+        conn.execute("SELECT * FROM scrinalia.reap_expired_leases()")
+    assert conn.execute("SELECT pg_try_advisory_lock(scrinalia.scheduler_lock_key())").fetchone()[0] is True
+
+
 def test_reader_reads_the_views_and_nothing_else(world, connect_as):
     c = connect_as("reader")
     assert c.execute("SELECT count(*) FROM scrinalia.worker_agenda").fetchone()[0] == 1
@@ -47,6 +55,7 @@ def test_operator_writes_schedules_and_enqueues_but_does_not_run(world, connect_
     _refused(c, "SELECT * FROM scrinalia.claim_next('r')")
     _refused(c, "SELECT * FROM scrinalia.heartbeat(1, gen_random_uuid())")
     # ADR 0015: the scheduler may run with the API's credential
+    _as_the_scheduler(c)
     c.execute("SELECT * FROM scrinalia.tick(ARRAY[]::text[], ARRAY[]::timestamptz[])")
     _refused(c, "UPDATE scrinalia.archive_worker_schedules SET cron = 'x'")
     _refused(c, "SELECT scrinalia.register_worker('evil')")
@@ -64,6 +73,7 @@ def test_runner_claims_heartbeats_finishes_only(world, connect_as):
     _refused(c, "SELECT scrinalia.enqueue('ocr')")
     _refused(c, "SELECT scrinalia.put_schedule('ocr', '0 3 * * *', 'UTC')")
     # ADR 0015: the least-privilege runner role can also run the scheduler
+    _as_the_scheduler(c)
     c.execute("SELECT * FROM scrinalia.reap_expired_leases()")
     _refused(c, "SELECT * FROM scrinalia.worker_run_history")
     _refused(c, "UPDATE scrinalia.archive_worker_runs SET status = 'SUCCEEDED'")
@@ -71,12 +81,12 @@ def test_runner_claims_heartbeats_finishes_only(world, connect_as):
 
 def test_scheduler_ticks_and_reaps_only(world, connect_as):
     c = connect_as("scheduler")
+    _as_the_scheduler(c)
     decisions = tick(c)[1]
     assert [d[1] for d in decisions] == ["ARMED"]
     c.execute("SELECT * FROM scrinalia.create_retries()")
     c.execute("SELECT * FROM scrinalia.reap_expired_leases()")
     c.execute("SELECT scrinalia.next_wakeup()")
-    assert c.execute("SELECT pg_try_advisory_lock(scrinalia.scheduler_lock_key())").fetchone()[0] is True
     _refused(c, "SELECT scrinalia.enqueue('ocr')")
     _refused(c, "SELECT scrinalia.put_schedule('ocr', '0 3 * * *')")
     _refused(c, "SELECT * FROM scrinalia.claim_next('r')")

@@ -84,6 +84,10 @@ def test_cancelled_by_is_capped_like_every_actor(db):
     )
 
 
+def _work_pid(conn) -> int:
+    return conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+
+
 def test_an_outsider_holding_the_key_is_named_and_unhealthy(db, connect_as):
     outsider = connect_as("nobody")
     key = db.execute("SELECT scrinalia.scheduler_lock_key()").fetchone()[0]
@@ -98,24 +102,26 @@ def test_an_outsider_holding_the_key_is_named_and_unhealthy(db, connect_as):
     # the outsider cannot write the heartbeat that would make it look alive
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         outsider.execute("SELECT scrinalia.scheduler_heartbeat('fake')")
-    # a scheduler login that does not hold the lock gets false and writes nothing
+    # a scheduler login that does not hold the lock is refused (SW032) and writes nothing
     sched = connect_as("scheduler")
-    assert sched.execute("SELECT scrinalia.scheduler_heartbeat('fake')").fetchone()[0] is False
+    with raises_sqlstate("SW032"):
+        sched.execute("SELECT scrinalia.scheduler_heartbeat('fake')")
     assert db.execute("SELECT heartbeat_at FROM scrinalia.scheduler_state").fetchone()[0] is None
 
 
 def test_health_is_true_only_with_a_fresh_heartbeat_and_nothing_overdue(db, connect_as):
     sched = connect_as("scheduler")
+    work = _work_pid(connect_as("scheduler"))  # the heartbeat vouches for the holder's work session
     assert sched.execute("SELECT pg_try_advisory_lock(scrinalia.scheduler_lock_key())").fetchone()[0]
     reader = connect_as("reader")
     # just took the lock: no heartbeat yet, but not stale either
-    assert sched.execute("SELECT scrinalia.scheduler_heartbeat('s1')").fetchone()[0] is True
+    assert sched.execute("SELECT scrinalia.scheduler_heartbeat('s1', %s)", (work,)).fetchone()[0] is True
     assert reader.execute("SELECT healthy FROM scrinalia.scheduler_health()").fetchone()[0] is True
     # a stale heartbeat (the clock is data)
     db.execute("UPDATE scrinalia.scheduler_state SET heartbeat_at = now() - interval '10 minutes'")
     healthy, reason = reader.execute("SELECT healthy, reason FROM scrinalia.scheduler_health()").fetchone()
     assert not healthy and "heartbeat is stale" in reason
-    sched.execute("SELECT scrinalia.scheduler_heartbeat('s1')")
+    sched.execute("SELECT scrinalia.scheduler_heartbeat('s1', %s)", (work,))
     assert reader.execute("SELECT healthy FROM scrinalia.scheduler_health()").fetchone()[0] is True
     # an enabled schedule overdue beyond the grace
     make_worker(db)
@@ -140,8 +146,9 @@ def test_health_is_true_only_with_a_fresh_heartbeat_and_nothing_overdue(db, conn
 def test_evict_ends_only_a_stale_holder(db, connect_as):
     db.execute("INSERT INTO scrinalia.settings (name, value) VALUES ('SCHEDULER_STALE_AFTER', '1 second')")
     holder = connect_as("scheduler")
+    work = _work_pid(connect_as("scheduler"))
     assert holder.execute("SELECT pg_try_advisory_lock(scrinalia.scheduler_lock_key())").fetchone()[0]
-    holder.execute("SELECT scrinalia.scheduler_heartbeat('h')")
+    holder.execute("SELECT scrinalia.scheduler_heartbeat('h', %s)", (work,))
     standby = connect_as("runner")  # a runner login may run the scheduler (ADR 0015)
     evicted, reason = standby.execute("SELECT evicted, reason FROM scrinalia.evict_stale_scheduler()").fetchone()
     assert not evicted and "alive" in reason
