@@ -42,24 +42,6 @@ BEGIN
         HINT = 'one run per worker at a time: wait for it to finish, or cancel a queued run (a retry waiting for its moment too)';
 END $$;
 
--- Takes a worker's slot for this transaction's decision, before its run is inserted:
--- the worker's catalogue row FOR SHARE (create_retries skips a worker so held) and its
--- schedule's row FOR KEY SHARE (the tick's FOR UPDATE ... SKIP LOCKED skips it). A
--- transaction left open after an enqueue then holds back that one worker's period
--- and retry, decided as soon as it ends, instead of the tick waiting on the one-slot
--- index entry of an insert not yet committed (a unique check waits for the inserter,
--- and the wait would cost every worker of the tick's chunk). Neither lock stops a
--- foreign-key check (KEY SHARE) or put_schedule's update (NO KEY UPDATE).
-CREATE OR REPLACE FUNCTION scrinalia.hold_worker_slot(p_worker_name text)
-RETURNS void
-LANGUAGE plpgsql
-SET search_path = pg_catalog, scrinalia, pg_temp
-AS $$
-BEGIN
-    PERFORM FROM scrinalia.archive_workers w WHERE w.worker_name = p_worker_name FOR SHARE;
-    PERFORM FROM scrinalia.archive_worker_schedules s WHERE s.worker_name = p_worker_name FOR KEY SHARE;
-END $$;
-
 CREATE OR REPLACE FUNCTION scrinalia.enqueue(p_worker_name text, p_request jsonb DEFAULT '{}',
                                   p_trigger scrinalia.run_trigger DEFAULT 'MANUAL',
                                   p_requested_by text DEFAULT NULL)
@@ -80,8 +62,17 @@ BEGIN
     END IF;
     req := scrinalia.validate_request(p_worker_name, p_request);
     PERFORM scrinalia.check_actor('requested_by', p_requested_by);
-    -- (first: the check below then sees what a tick deciding this worker committed)
-    PERFORM scrinalia.hold_worker_slot(p_worker_name);
+    -- The worker's slot is taken for this transaction's decision before its run is
+    -- inserted: the catalogue row FOR SHARE (create_retries skips a worker so held),
+    -- the schedule's row FOR KEY SHARE (the tick's FOR UPDATE ... SKIP LOCKED skips
+    -- it). A transaction left open after an enqueue then holds back that one worker's
+    -- period and retry, decided once it ends, instead of the tick waiting on the
+    -- one-slot index entry of an insert not yet committed (a unique check waits for the
+    -- inserter; the wait would cost every worker of the tick's chunk). Neither lock
+    -- stops a foreign-key check (KEY SHARE) or put_schedule's update (NO KEY UPDATE).
+    -- First, so that the check below sees what a tick deciding this worker committed.
+    PERFORM FROM scrinalia.archive_workers w WHERE w.worker_name = p_worker_name FOR SHARE;
+    PERFORM FROM scrinalia.archive_worker_schedules s WHERE s.worker_name = p_worker_name FOR KEY SHARE;
     active := scrinalia.describe_slot_holder(p_worker_name);
     IF active IS NOT NULL THEN
         PERFORM scrinalia.raise_slot_busy(p_worker_name, active);

@@ -290,7 +290,7 @@ AS $$
 BEGIN
     RETURN QUERY
     WITH cand AS (
-        -- (a worker whose slot an open enqueue holds waits for a later pass: see hold_worker_slot)
+        -- (a worker whose slot an open enqueue holds waits for a later pass: see enqueue)
         SELECT c.run_id, c.worker_name, c.request, c.attempt, c.scheduled_for
           FROM scrinalia.archive_worker_runs c
           JOIN scrinalia.archive_workers w ON w.worker_name = c.worker_name
