@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from helpers import make_worker, put_schedule, set_next_run, tick
+from scrinalia_workers.testkit.waiting import wait_for
 
 
 def due(db, *workers):
@@ -154,3 +155,21 @@ def test_health_does_not_name_a_holder_before_the_grace(impatient, careless):
     due(impatient, "u1")
     careless.execute("SELECT scrinalia.enqueue('u1')")
     assert f"pid {careless.info.backend_pid}" not in health_reason(impatient, "1 hour")
+
+
+def test_status_names_the_session_that_holds_a_due_schedule(impatient, careless, db_dsn, role_logins):
+    from helpers import cli
+
+    due(impatient, "u1")
+    impatient.execute("INSERT INTO scrinalia.settings (name, value) VALUES ('SCHEDULE_OVERDUE_GRACE', '0 seconds')")
+    careless.execute("SELECT scrinalia.enqueue('u1')")
+
+    def health_line():
+        out = cli("status", dsn=db_dsn).out
+        line = next(ln for ln in out.splitlines() if ln.startswith("health:"))
+        return line if f"pid {careless.info.backend_pid}" in line else None
+
+    # (the grace is at least a second: overdue_grace() has a floor)
+    health = wait_for(health_line, timeout=15, interval=0.5, what="status names the open transaction")
+    assert f"pid {careless.info.backend_pid} (login {role_logins['operator']}) idle in transaction" in health
+    assert "the schedule of u1" in health
