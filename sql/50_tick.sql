@@ -174,8 +174,9 @@ BEGIN
      WHERE st.id = (SELECT x.id FROM scrinalia.scheduler_state x FOR NO KEY UPDATE SKIP LOCKED);
 
     -- First without ON CONFLICT: speculative insertion costs about a tenth of the
-    -- statement, and only a run committed meanwhile (an enqueue racing this tick, its
-    -- snapshot too old to see) can conflict. Then the whole statement again, ON
+    -- statement, and only a run committed meanwhile (too late for its snapshot) by a
+    -- writer that did not hold the schedule's row as enqueue does (the owner by hand)
+    -- can conflict. Then the whole statement again, ON
     -- CONFLICT DO NOTHING, in a fresh snapshot: nothing of the first attempt remains
     -- (its rows were not returned yet: the final ORDER BY needs every row first).
     BEGIN
