@@ -242,3 +242,13 @@ RETURNS timestamptz
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ BEGIN RETURN timestamptz '10000-01-01 00:00:00+00'; END $$;
+
+-- How long a session other than the scheduler's may hold what the scheduler needs (a
+-- due schedule's row, a worker's slot, the scheduler-state row) before
+-- scheduler_health() names it: an enqueue or a schedule's save holds one for
+-- milliseconds, a transaction left open for ever.
+CREATE OR REPLACE FUNCTION scrinalia.blocker_grace()
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT interval '5 seconds' $$;

@@ -62,6 +62,17 @@ BEGIN
     END IF;
     req := scrinalia.validate_request(p_worker_name, p_request);
     PERFORM scrinalia.check_actor('requested_by', p_requested_by);
+    -- The worker's slot is taken for this transaction's decision before its run is
+    -- inserted: the catalogue row FOR SHARE (create_retries skips a worker so held),
+    -- the schedule's row FOR KEY SHARE (the tick's FOR UPDATE ... SKIP LOCKED skips
+    -- it). A transaction left open after an enqueue then holds back that one worker's
+    -- period and retry, decided once it ends, instead of the tick waiting on the
+    -- one-slot index entry of an insert not yet committed (a unique check waits for the
+    -- inserter; the wait would cost every worker of the tick's chunk). Neither lock
+    -- stops a foreign-key check (KEY SHARE) or put_schedule's update (NO KEY UPDATE).
+    -- First, so that the check below sees what a tick deciding this worker committed.
+    PERFORM FROM scrinalia.archive_workers w WHERE w.worker_name = p_worker_name FOR SHARE;
+    PERFORM FROM scrinalia.archive_worker_schedules s WHERE s.worker_name = p_worker_name FOR KEY SHARE;
     active := scrinalia.describe_slot_holder(p_worker_name);
     IF active IS NOT NULL THEN
         PERFORM scrinalia.raise_slot_busy(p_worker_name, active);

@@ -133,13 +133,17 @@ BEGIN
                              coalesce('pid ' || p_work_pid, 'NULL'), session_user),
             HINT = 'a scheduler''s heartbeat names the other session of its own that ticks (p_work_pid)';
     END IF;
+    -- (not waited for when another transaction holds the row: the lock session must not
+    -- hang; scheduler_health() names that transaction)
     UPDATE scrinalia.scheduler_state st
        SET heartbeat_at = now(), heartbeat_pid = pg_backend_pid(), heartbeat_work_pid = p_work_pid,
            heartbeat_by = scrinalia.check_actor('name', p_name)
-     WHERE st.heartbeat_at IS NULL OR st.heartbeat_at <= now() - scrinalia.heartbeat_interval()
-        OR st.heartbeat_at > now()  -- from the future (a hand write): holder_last_seen() ignores it
-        OR st.heartbeat_pid IS DISTINCT FROM pg_backend_pid()
-        OR st.heartbeat_work_pid IS DISTINCT FROM p_work_pid;
+     WHERE st.id = (SELECT x.id FROM scrinalia.scheduler_state x
+                     WHERE x.heartbeat_at IS NULL OR x.heartbeat_at <= now() - scrinalia.heartbeat_interval()
+                        OR x.heartbeat_at > now()  -- from the future (a hand write): holder_last_seen() ignores it
+                        OR x.heartbeat_pid IS DISTINCT FROM pg_backend_pid()
+                        OR x.heartbeat_work_pid IS DISTINCT FROM p_work_pid
+                       FOR NO KEY UPDATE SKIP LOCKED);
     RETURN true;
 END $$;
 

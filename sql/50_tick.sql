@@ -170,13 +170,17 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'SW030', MESSAGE = 'tick: a worker is named twice';
     END IF;
 
-    UPDATE scrinalia.scheduler_state
+    -- Not waited for: a transaction holding the row must not hold up the periods (the
+    -- tick then goes unrecorded, and scheduler_health() names the holder).
+    UPDATE scrinalia.scheduler_state st
        SET last_tick_at = now(), last_tick_by = scrinalia.check_actor('ticked_by', p_ticked_by),
-           ticks = ticks + 1;
+           ticks = st.ticks + 1
+     WHERE st.id = (SELECT x.id FROM scrinalia.scheduler_state x FOR NO KEY UPDATE SKIP LOCKED);
 
     -- First without ON CONFLICT: speculative insertion costs about a tenth of the
-    -- statement, and only a run committed meanwhile (an enqueue racing this tick, its
-    -- snapshot too old to see) can conflict. Then the whole statement again, ON
+    -- statement, and only a run committed meanwhile (too late for its snapshot) by a
+    -- writer that did not hold the schedule's row as enqueue does (the owner by hand)
+    -- can conflict. Then the whole statement again, ON
     -- CONFLICT DO NOTHING, in a fresh snapshot: nothing of the first attempt remains
     -- (its rows were not returned yet: the final ORDER BY needs every row first).
     BEGIN
@@ -293,11 +297,14 @@ BEGIN
     PERFORM scrinalia.check_scheduler_caller('create_retries');
     RETURN QUERY
     WITH cand AS (
+        -- (a worker whose slot an open enqueue holds waits for a later pass: see enqueue)
         SELECT c.run_id, c.worker_name, c.request, c.attempt, c.scheduled_for
           FROM scrinalia.archive_worker_runs c
+          JOIN scrinalia.archive_workers w ON w.worker_name = c.worker_name
          WHERE c.retry_pending
          ORDER BY c.run_id
-           FOR UPDATE SKIP LOCKED
+           FOR UPDATE OF c SKIP LOCKED
+           FOR NO KEY UPDATE OF w SKIP LOCKED
     ), cfg AS (
         SELECT rc.worker_name, rc.request, rc.config, rc.sources
           FROM (SELECT array_agg(c.worker_name) AS workers, array_agg(c.request) AS requests FROM cand c) a

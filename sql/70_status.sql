@@ -67,6 +67,56 @@ AS $$
        AND coalesce(s.next_run_at, s.updated_at) < now() - coalesce(p_grace, scrinalia.overdue_grace())
 $$;
 
+-- The sessions, other than the scheduler's own two and the caller's, that hold what the
+-- scheduler needs, and have for longer than p_held_for (default blocker_grace()): the
+-- scheduler-state row, a due schedule's row, the slot of a worker owed a retry (see
+-- enqueue), or a lock a scheduler session waits for. The tick skips what
+-- they hold (nothing waits for them), so this is what names them. A row lock is found
+-- through the row's xmax and the live transaction ids of pg_locks; two sharers of a
+-- row (a MultiXact) are not. Since when: the transaction's start, when the owner may
+-- read it (pg_read_all_stats), else the instant the held schedule was due.
+CREATE OR REPLACE FUNCTION scrinalia.scheduler_blockers(p_held_for interval DEFAULT NULL)
+RETURNS TABLE (pid integer, login text, state text, in_transaction_since timestamptz, holds text)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+    WITH xids AS (
+        SELECT l.transactionid AS xid, l.pid FROM pg_catalog.pg_locks l
+         WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted
+    ), sched AS (
+        SELECT h.pid FROM (SELECT scrinalia.scheduler_lock_holder() AS pid) h WHERE h.pid IS NOT NULL
+        UNION
+        SELECT st.heartbeat_work_pid FROM scrinalia.scheduler_state st
+         WHERE st.heartbeat_pid = scrinalia.scheduler_lock_holder() AND st.heartbeat_work_pid IS NOT NULL
+    ), held AS (
+        SELECT x.pid, 'the scheduler-state row' AS what, NULL::timestamptz AS needed_since
+          FROM scrinalia.scheduler_state st JOIN xids x ON x.xid = st.xmax
+        UNION ALL
+        SELECT x.pid, 'the schedule of ' || s.worker_name, coalesce(s.next_run_at, s.updated_at)
+          FROM scrinalia.archive_worker_schedules s JOIN xids x ON x.xid = s.xmax
+         WHERE s.enabled
+           AND (s.next_run_at IS NULL OR s.next_run_at <= now() OR s.next_run_at >= scrinalia.period_end())
+        UNION ALL
+        SELECT x.pid, format('the slot of %s (owed a retry)', w.worker_name), NULL
+          FROM scrinalia.archive_worker_runs r
+          JOIN scrinalia.archive_workers w ON w.worker_name = r.worker_name
+          JOIN xids x ON x.xid = w.xmax
+         WHERE r.retry_pending
+        UNION ALL
+        SELECT b.pid, format('a lock the scheduler''s pid %s waits for', s.pid), NULL
+          FROM sched s CROSS JOIN LATERAL unnest(pg_catalog.pg_blocking_pids(s.pid)) b(pid)
+    )
+    SELECT h.pid, a.usename::text, a.state, a.xact_start,
+           left(string_agg(DISTINCT h.what, ', ' ORDER BY h.what), 300)
+      FROM held h
+      LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = h.pid
+     WHERE h.pid <> pg_backend_pid() AND h.pid NOT IN (SELECT sched.pid FROM sched)
+     GROUP BY h.pid, a.usename, a.state, a.xact_start
+    HAVING coalesce(a.xact_start, min(h.needed_since), '-infinity')
+           <= now() - coalesce(p_held_for, scrinalia.blocker_grace())
+     ORDER BY h.pid
+$$;
+
 -- Is scheduling happening? Healthy only when the lock is held by a login that can
 -- run the scheduler, that holder's heartbeat is fresh (scheduler_stale_after()), no
 -- enabled schedule is overdue beyond p_grace (default overdue_grace()) and none is
@@ -86,6 +136,7 @@ DECLARE
     problems text[] := '{}';
     overdue_names text;
     aside_names text;
+    blockers text;
 BEGIN
     IF grace < interval '0' THEN
         RAISE EXCEPTION USING ERRCODE = 'SW002', MESSAGE = format('scheduler_health takes a grace >= 0, not %s', grace);
@@ -111,6 +162,18 @@ BEGIN
             problems := problems || format('the scheduler''s heartbeat is stale: last at %s by %s (pid %s), more than %s ago: frozen or cut off',
                                            st.heartbeat_at, coalesce(st.heartbeat_by, '?'), holder_pid, stale);
         END IF;
+    END IF;
+
+    -- (a session holding what the tick needs: named after least(grace, blocker_grace()))
+    SELECT string_agg(format('pid %s (login %s) %s since %s holds %s: what it holds waits until it ends',
+                             b.pid, coalesce(b.login, '?'), coalesce(b.state, 'in a transaction'),
+                             coalesce(b.in_transaction_since::text,
+                                      'an unknown instant (the schema owner cannot read its session: pg_read_all_stats)'),
+                             b.holds), '; ' ORDER BY b.pid)
+      INTO blockers
+      FROM scrinalia.scheduler_blockers(least(grace, scrinalia.blocker_grace())) b;
+    IF blockers IS NOT NULL THEN
+        problems := problems || blockers;
     END IF;
 
     SELECT count(*)::integer, min(coalesce(s.next_run_at, s.updated_at)),
