@@ -51,7 +51,7 @@ def _release(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     try:
         with conn.transaction():
             row = one(conn.cursor(row_factory=dict_row).execute(sql.INSTALLED_RELEASE))
-    except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName):
+    except psycopg.errors.UndefinedFunction:  # (no schema at all: "not migrated", cli/app.py)
         row = {"installed": None, "schema_head": None}
     check_schema(conn)  # the release's advice when its code is not this client's
     return {"installed": row["installed"], "schema_head": row["schema_head"], "client": __version__}
