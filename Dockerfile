@@ -8,7 +8,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 # The package is built as a wheel and installed: it carries sql/ and migrations/ as
-# package data (setup.py), so the sources are removed and no SCRINALIA_ROOT is needed.
+# package data (setup.py), so the sources are removed: nothing points at a tree.
 WORKDIR /src
 COPY pyproject.toml setup.py MANIFEST.in README.md ./
 COPY py_shim ./py_shim

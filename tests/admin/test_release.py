@@ -4,6 +4,7 @@ leaves no code behind written for a head the database is no longer at."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tomllib
@@ -34,6 +35,14 @@ def test_the_version_has_one_home_and_every_command_answers_it():
     ):
         p = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=60)
         assert (p.returncode, p.stdout.strip()) == (0, f"{prog} {__version__}"), (p.stdout, p.stderr)
+
+
+def test_the_image_installs_the_package_and_keeps_no_source_tree():
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "SCRINALIA_ROOT" not in dockerfile
+    copied = " ".join(re.findall(r"^COPY (.+)$", dockerfile, re.M))
+    assert "setup.py" in copied and "MANIFEST.in" in copied  # the build step that takes the SQL in
+    assert "rm -rf /src" in dockerfile  # the installed package alone is read
 
 
 def test_migrate_records_the_release_and_status_shows_it(db_dsn, connect_as):
