@@ -135,3 +135,18 @@ def test_a_rollback_takes_the_code_written_for_the_head_and_migrate_brings_it_ba
             c.execute("SELECT cron FROM scrinalia.worker_agenda WHERE worker_name = 'ocr'").fetchone()[0] == "0 2 * * *"
         )
     assert cli("status", dsn=db_dsn).code == 0
+
+
+def test_a_rollback_below_the_bookkeeping_refuses_a_table_already_in_its_way(db_dsn):
+    with psycopg.connect(db_dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE public._yoyo_migration (planted int)")
+    with pytest.raises(m.ConfigError) as e:
+        m.rollback(db_dsn, count=2)
+    assert "_yoyo_migration already exists" in str(e.value) and "nothing was rolled back" in str(e.value)
+    assert m.applied_migrations(db_dsn) == m.head_ids()
+    with psycopg.connect(db_dsn, autocommit=True) as c:
+        assert c.execute("SELECT scrinalia.schema_head()").fetchone()[0] == m.head_ids()[-1]
+    # one migration back stays above it: the record stays where it is
+    assert m.rollback(db_dsn, count=1) == [m.head_ids()[-1]]
+    with psycopg.connect(db_dsn, autocommit=True) as c:
+        assert c.execute("SELECT to_regclass(%s)", (f"{BOOKKEEPING_SCHEMA}._yoyo_migration",)).fetchone()[0]

@@ -145,14 +145,14 @@ def legacy_schema(conn: psycopg.Connection) -> str:
     return schema
 
 
-def refuse_occupied(conn: psycopg.Connection, schema: str) -> None:
+def refuse_occupied(conn: psycopg.Connection, schema: str, outcome: str = "nothing was rolled back") -> None:
     """ConfigError when `schema` already holds a table of yoyo's (planted, or left over)."""
     for table in YOYO_TABLES:
         found = conn.execute(sql.LEGACY_YOYO_TABLE, (schema, table)).fetchone()
         if found is not None:
             raise ConfigError(
                 f"refusing to roll back below the bookkeeping of 0.2.0: {found[0]} already exists and "
-                "yoyo's tables would be moved there; inspect it, drop it, roll back again; nothing was rolled back"
+                f"yoyo's tables would be moved there; inspect it, drop it, roll back again; {outcome}"
             )
 
 
@@ -161,7 +161,8 @@ def hand_back(conn: psycopg.Connection, schema: str) -> None:
     bookkeeping schema: an earlier release's migrate finds what was applied, and this
     release's next migrate moves them in again (ensure_bookkeeping)."""
     with conn.transaction():
-        refuse_occupied(conn, schema)
+        # planted since the check before the rollback: the migrations are rolled back, their record stays ours
+        refuse_occupied(conn, schema, f"the migrations were rolled back, yoyo's tables stay in {BOOKKEEPING_SCHEMA}")
         for table in YOYO_TABLES:
             if one(conn.execute(sql.REGCLASS, (f"{BOOKKEEPING_SCHEMA}.{table}",)))[0] is not None:
                 move = psql.SQL("ALTER TABLE {}.{} SET SCHEMA {}")
