@@ -150,3 +150,16 @@ def test_a_rollback_below_the_bookkeeping_refuses_a_table_already_in_its_way(db_
     assert m.rollback(db_dsn, count=1) == [m.head_ids()[-1]]
     with psycopg.connect(db_dsn, autocommit=True) as c:
         assert c.execute("SELECT to_regclass(%s)", (f"{BOOKKEEPING_SCHEMA}._yoyo_migration",)).fetchone()[0]
+
+
+def test_a_daemon_call_failing_after_a_rollback_is_told_why(db_dsn):
+    """gateway.checks.schema_moved: what the daemons' loops call on an undefined object."""
+    from scrinalia_workers.gateway.checks import schema_moved
+
+    assert m.rollback(db_dsn, count=2) == ["0006_ledger_indexes", "0005_health"]
+    with psycopg.connect(db_dsn, autocommit=True) as c:
+        with pytest.raises(psycopg.errors.UndefinedFunction) as e:
+            c.execute("SELECT * FROM scrinalia.claim_runs('r1', interval '1 minute', NULL, 1)")
+        moved = schema_moved(c, e.value)
+        assert isinstance(moved, SchemaMismatch) and "no scrinalia code installed" in str(moved)
+        assert schema_moved(c, psycopg.errors.DivisionByZero()) is None

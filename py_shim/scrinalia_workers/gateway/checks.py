@@ -92,6 +92,24 @@ def check_schema(conn: psycopg.Connection) -> str:
     return head
 
 
+# What a call fails with when the code or the tables it needs are not there (any more):
+# undefined function, column, table, schema.
+SCHEMA_MOVED = ("42883", "42703", "42P01", "3F000")
+
+
+def schema_moved(conn: psycopg.Connection, e: BaseException) -> SchemaMismatch | None:
+    """For a daemon whose call failed with `e`: the SchemaMismatch to exit 2 with when the
+    database is no longer at this release's head (rolled back, or migrated by another
+    release under it), else None (`e` is the daemon's to handle as before)."""
+    if getattr(e, "sqlstate", None) not in SCHEMA_MOVED:
+        return None
+    try:
+        check_schema(conn)
+    except SchemaMismatch as mismatch:
+        return mismatch
+    return None
+
+
 def group_problems(conn: psycopg.Connection) -> list[tuple[str, str]]:
     """(role, problem) for each scrinalia group that exists but is not what it must be."""
     params = {"groups": list(GROUPS), "memberships": [f"{m}>{g}" for m, g in MEMBERSHIPS]}
