@@ -5,18 +5,21 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    # The package is installed non-editable: tell it where migrations/ and sql/ are.
-    SCRINALIA_ROOT=/app
+    PIP_DISABLE_PIP_VERSION_CHECK=1
 
-WORKDIR /app
-COPY pyproject.toml README.md ./
+# The package is built as a wheel and installed: it carries sql/ and migrations/ as
+# package data (setup.py), so the sources are removed: nothing points at a tree.
+WORKDIR /src
+COPY pyproject.toml setup.py MANIFEST.in README.md ./
 COPY py_shim ./py_shim
 COPY migrations ./migrations
 COPY sql ./sql
 RUN pip install . \
+    && cd / && rm -rf /src \
+    && python -c "from scrinalia_workers import sqlfiles; assert 'site-packages' in str(sqlfiles.project_root())" \
     && useradd --system --no-create-home --shell /usr/sbin/nologin scrinalia
 
+WORKDIR /app
 USER scrinalia
 # Each service names its own command; this one only says what the image holds.
 CMD ["scrinalia-workers", "--help"]

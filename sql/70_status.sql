@@ -198,3 +198,22 @@ BEGIN
     reason := CASE WHEN healthy THEN NULL ELSE array_to_string(problems, '; ') END;
     RETURN NEXT;
 END $$;
+
+-- The release whose migrate installed this code (its package version, which migrate
+-- puts in the transaction's scrinalia.installing_release setting): what `status` and
+-- a DBA read to tell which release a database runs. sql/ applied by hand says
+-- 'unknown'. The text is checked before it is quoted into the function's body.
+DO $$
+DECLARE
+    v text := pg_catalog.current_setting('scrinalia.installing_release', true);
+BEGIN
+    IF v IS NULL OR v OPERATOR(pg_catalog.!~) '^[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}$' THEN
+        v := 'unknown';
+    END IF;
+    EXECUTE pg_catalog.format(
+        'CREATE OR REPLACE FUNCTION scrinalia.installed_release() RETURNS text LANGUAGE sql IMMUTABLE '
+        'SET search_path = pg_catalog, pg_temp AS %L',
+        pg_catalog.format('SELECT %L::text', v));
+END $$;
+GRANT EXECUTE ON FUNCTION scrinalia.installed_release()
+   TO scrinalia_reader, scrinalia_operator, scrinalia_runner, scrinalia_scheduler;

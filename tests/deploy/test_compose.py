@@ -232,13 +232,12 @@ def service(procs, svc: dict) -> Proc:
     """One resolved service command, run here with its resolved environment alone (as
     a container has nothing else), in a process group of its own; its output read."""
     env = {k: v for k, v in (svc.get("environment") or {}).items() if v is not None}
-    # what the image would add: PATH to the console scripts; SCRINALIA_ROOT is
-    # /app in the image and the checkout here (the package is installed editable)
+    # what the image would add: PATH to the console scripts (the package, installed
+    # editable here, finds its SQL in the checkout as the image's finds its package data)
     base = {
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
         "HOME": os.environ.get("HOME", "/tmp"),
         "PYTHONUNBUFFERED": "1",
-        "SCRINALIA_ROOT": str(ROOT),
     }
     return procs.start(argv_of(svc), {**base, **env}, inherit_env=False, lines="both", group=True)
 
@@ -358,8 +357,8 @@ def test_dockerfile_builds_what_compose_runs(compose):
     assert {"migrations", "sql", "py_shim", "pyproject.toml"} <= copied
     for path in copied:
         assert (ROOT / path).exists(), f"the Dockerfile copies a missing {path}"
-    # a non-editable install finds sql/ and migrations/ only through SCRINALIA_ROOT
-    assert re.search(r"SCRINALIA_ROOT=/app\b", dockerfile) and re.search(r"^WORKDIR /app$", dockerfile, re.M)
+    # the installed package carries sql/ and migrations/: nothing points at a source tree
+    assert "SCRINALIA_ROOT" not in dockerfile and re.search(r"^WORKDIR /app$", dockerfile, re.M)
 
 
 def procfile() -> dict[str, str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 import psycopg
+from psycopg import sql as psql
 from yoyo.backends.core.postgresql import PostgresqlPsycopgBackend
 from yoyo.connections import default_migration_table, parse_uri
 
@@ -120,3 +121,53 @@ def applied_ids(conn: psycopg.Connection) -> set[str]:
     if one(conn.execute(sql.REGCLASS, (f"{BOOKKEEPING_SCHEMA}.{default_migration_table}",)))[0] is None:
         return set()
     return {r[0] for r in conn.execute(sql.APPLIED_MIGRATION_IDS)}
+
+
+# The first migration of the release (0.2.0) that keeps yoyo's tables in
+# BOOKKEEPING_SCHEMA: a database rolled back below it is handed to an earlier release,
+# whose yoyo looks for them in its login's current schema (usually `public`).
+BOOKKEEPING_SINCE = "0005_health"
+
+
+def legacy_schema(conn: psycopg.Connection) -> str:
+    """The schema an earlier release's yoyo uses: the first of this login's default
+    search path (our connection's pinned path is set aside for the question)."""
+    conn.execute(sql.RESET_SEARCH_PATH)
+    try:
+        schema = one(conn.execute(sql.CURRENT_SCHEMA))[0]
+    finally:
+        conn.execute(f"SET search_path = {sql.SEARCH_PATH}")
+    if schema is None:
+        raise ConfigError(
+            "refusing to roll back below the bookkeeping of 0.2.0: this login's search path names no "
+            "existing schema for an earlier release's yoyo tables; nothing was rolled back"
+        )
+    return schema
+
+
+def refuse_occupied(conn: psycopg.Connection, schema: str, outcome: str = "nothing was rolled back") -> None:
+    """ConfigError when `schema` already holds a table of yoyo's (planted, or left over)."""
+    for table in YOYO_TABLES:
+        found = conn.execute(sql.LEGACY_YOYO_TABLE, (schema, table)).fetchone()
+        if found is not None:
+            raise ConfigError(
+                f"refusing to roll back below the bookkeeping of 0.2.0: {found[0]} already exists and "
+                f"yoyo's tables would be moved there; inspect it, drop it, roll back again; {outcome}"
+            )
+
+
+def hand_back(conn: psycopg.Connection, schema: str) -> None:
+    """Moves yoyo's tables from BOOKKEEPING_SCHEMA to `schema` and drops the (then empty)
+    bookkeeping schema: an earlier release's migrate finds what was applied, and this
+    release's next migrate moves them in again (ensure_bookkeeping)."""
+    with conn.transaction():
+        # planted since the check before the rollback: the migrations are rolled back, their record stays ours
+        refuse_occupied(conn, schema, f"the migrations were rolled back, yoyo's tables stay in {BOOKKEEPING_SCHEMA}")
+        for table in YOYO_TABLES:
+            if one(conn.execute(sql.REGCLASS, (f"{BOOKKEEPING_SCHEMA}.{table}",)))[0] is not None:
+                move = psql.SQL("ALTER TABLE {}.{} SET SCHEMA {}")
+                conn.execute(
+                    move.format(psql.Identifier(BOOKKEEPING_SCHEMA), psql.Identifier(table), psql.Identifier(schema))
+                )
+        conn.execute(f"DROP SCHEMA {BOOKKEEPING_SCHEMA}")  # RESTRICT: anything else in it stops us
+    log.info("moved yoyo's tables from schema %s back into %s, for an earlier release", BOOKKEEPING_SCHEMA, schema)

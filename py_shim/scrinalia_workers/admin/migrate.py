@@ -21,14 +21,19 @@ import psycopg
 from yoyo import exceptions as yoyo_exceptions
 from yoyo import read_migrations
 
+from scrinalia_workers import __version__
 from scrinalia_workers import sqlfiles as paths
 from scrinalia_workers.admin import groups
 from scrinalia_workers.admin.bookkeeping import (
     BOOKKEEPING_SCHEMA,
+    BOOKKEEPING_SINCE,
     YOYO_TABLES,
     PinnedBackend,
     applied_ids,
     ensure_bookkeeping,
+    hand_back,
+    legacy_schema,
+    refuse_occupied,
     resolved_conninfo,
 )
 from scrinalia_workers.admin.migrate_lock import MIGRATE_LOCK_KEY, clear_stale_yoyo_lock, take_lock, yoyo_lock_busy
@@ -37,6 +42,7 @@ from scrinalia_workers.errors import (
     MigrateLockBusy,
     MissingPrivilege,
     RollbackRefused,
+    SchemaMismatch,
 )
 from scrinalia_workers.gateway.checks import OPTIONAL_GROUPS, refuse_unsound_groups
 from scrinalia_workers.gateway.connection import connect, one
@@ -142,6 +148,7 @@ def _migrating(dsn: str, *, lock_timeout: float, create_groups: bool = False, ch
         _check_schema_owners(conn)
         _check_privileges(conn)
         ensure_bookkeeping(conn)
+        _refuse_unknown_migrations(conn)
         backend = PinnedBackend(resolved_conninfo(conn))
         try:
             backend.init_database()  # creates yoyo's lock table in our schema
@@ -157,6 +164,19 @@ def _migrating(dsn: str, *, lock_timeout: float, create_groups: bool = False, ch
                 raise yoyo_lock_busy(conn, remaining) from None
         finally:
             backend.connection.close()
+
+
+def _refuse_unknown_migrations(conn: psycopg.Connection) -> None:
+    """A database holding a migration this release does not know was migrated by a newer
+    one: re-installing this release's code would drop the newer code its schema needs."""
+    unknown = sorted(applied_ids(conn) - set(paths.migration_ids()))
+    if unknown:
+        raise SchemaMismatch(
+            f"refusing to migrate: the database holds migration(s) {', '.join(unknown)}, which this "
+            f"scrinalia-workers {__version__} (head {paths.head()}) does not know: this release is older "
+            "than the database. Run the release that migrated it, or roll the database back with that "
+            "release (docs/operate.md, Downgrading); nothing was changed"
+        )
 
 
 def head_ids() -> list[str]:
@@ -182,6 +202,7 @@ def apply_code(conn: psycopg.Connection) -> None:
         # inside a caller's transaction (a savepoint) it would see none and drop it all
         raise ConfigError("apply_code needs a connection outside any transaction")
     with conn.transaction():
+        conn.execute(sql.SET_INSTALLING_RELEASE, (__version__,))  # read by sql/70_status.sql
         for f in paths.sql_files():
             try:
                 conn.execute(f.read_text())
@@ -226,13 +247,32 @@ def _refuse_losing_schedule_runs(conn: psycopg.Connection, todo) -> None:
 
 
 def rollback(dsn: str, count: int | None = None, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> list[str]:
-    """Roll back the last `count` migrations (all when None)."""
+    """Roll back the last `count` migrations (all when None).
+
+    The code of sql/ was written for the head: once below it, it goes too (all but the
+    scheduler lock's key, which a newer scheduler left running needs to reach its schema
+    check and exit). The release whose head the database is now at re-installs its own
+    with its migrate. Below BOOKKEEPING_SINCE, yoyo's tables go back where an earlier
+    release's yoyo finds them."""
+    legacy: str | None = None
     with _migrating(dsn, lock_timeout=lock_timeout, check_groups=False) as (conn, backend, migrations):
         todo = backend.to_rollback(migrations)
         if count is not None:
             todo = todo[:count]
         _refuse_losing_schedule_runs(conn, todo)
+        if BOOKKEEPING_SINCE in [m.id for m in todo]:
+            legacy = legacy_schema(conn)
+            refuse_occupied(conn, legacy)
         backend.rollback_migrations(todo)
+        if todo:
+            with conn.transaction():
+                conn.execute(sql.DROP_CODE)
+    if legacy is not None:
+        # after yoyo let go of its lock row: its lock table moves too
+        with connect(dsn, application_name="scrinalia-workers migrate") as conn:
+            _pin(conn)
+            take_lock(conn, lock_timeout)
+            hand_back(conn, legacy)
     return [m.id for m in todo]
 
 

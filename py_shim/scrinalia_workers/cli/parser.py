@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, NoReturn
 
-from scrinalia_workers import argtypes
+from scrinalia_workers import __version__, argtypes
 from scrinalia_workers.cli.commands import admin, demo, runs, schedule, settings, status, worker
 from scrinalia_workers.cli.common import PROG
 from scrinalia_workers.errors import UsageError
@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         "exit codes: 0 done, 1 error, 2 bad usage, 3 the worker's slot is busy",
     )
     _global_options(p, top=True)
+    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import psycopg
 from psycopg.rows import dict_row
 
+from scrinalia_workers import __version__
 from scrinalia_workers.errors import (
     ConfigError,
     DatabaseUnavailable,
@@ -26,6 +27,7 @@ from scrinalia_workers.gateway.statements.checks import (
 )
 from scrinalia_workers.logs import one_line
 from scrinalia_workers.sqlfiles import head as expected_head
+from scrinalia_workers.sqlfiles import migration_ids
 from scrinalia_workers.text import printable
 
 REQUIRED_COLUMNS = ("attempt", "retry_of", "not_before", "scheduled_for")
@@ -38,6 +40,25 @@ GROUPS = ("scrinalia_reader", "scrinalia_operator", "scrinalia_runner", "scrinal
 OPTIONAL_GROUPS = ("scrinalia_monitor",)
 MEMBERSHIPS = (("scrinalia_operator", "scrinalia_reader"),)
 _FIX = "run `scrinalia-workers migrate`"
+
+
+def _mismatch(head: str | None, expected: str) -> str:
+    """Why a database whose schema_head() answers `head` is not this release's, and what
+    to do: an older schema is migrated forward; a newer one is not this release's to
+    touch; no head at all is code removed by a rollback (or never installed)."""
+    if head is None:
+        return (
+            f"the database has no scrinalia code installed (rolled back, or never migrated); this "
+            f"scrinalia-workers {__version__} needs schema {expected}: run `scrinalia-workers migrate` of "
+            "the release you mean to run"
+        )
+    if head in migration_ids():
+        return f"database schema is at {head}, this scrinalia-workers {__version__} needs {expected}: {_FIX}"
+    return (
+        f"database schema is at {printable(head[:80])}, newer than this scrinalia-workers {__version__} "
+        f"knows (its head is {expected}): this release is older than the database; run the release that "
+        "migrated it, or roll the database back with that release first (docs/operate.md, Downgrading)"
+    )
 
 
 def check_schema(conn: psycopg.Connection) -> str:
@@ -57,10 +78,7 @@ def check_schema(conn: psycopg.Connection) -> str:
             f"cannot read the schema head ({e.diag.message_primary}): grant this login a scrinalia_* role"
         ) from None
     if head != expected:
-        raise SchemaMismatch(
-            f"database schema is at {head or 'an unknown version (no schema_head())'}, "
-            f"this scrinalia-workers needs {expected}: {_FIX}"
-        )
+        raise SchemaMismatch(_mismatch(head, expected))
     cols = {r[0] for r in conn.execute(RUN_COLUMNS)}
     missing = [c for c in REQUIRED_COLUMNS if c not in cols]
     if missing:
@@ -75,6 +93,24 @@ def check_schema(conn: psycopg.Connection) -> str:
             f"this scrinalia-workers needs {expected}: {_FIX}"
         )
     return head
+
+
+# What a call fails with when the code or the tables it needs are not there (any more):
+# undefined function, column, table, schema.
+SCHEMA_MOVED = ("42883", "42703", "42P01", "3F000")
+
+
+def schema_moved(conn: psycopg.Connection, e: BaseException) -> SchemaMismatch | None:
+    """For a daemon whose call failed with `e`: the SchemaMismatch to exit 2 with when the
+    database is no longer at this release's head (rolled back, or migrated by another
+    release under it), else None (`e` is the daemon's to handle as before)."""
+    if getattr(e, "sqlstate", None) not in SCHEMA_MOVED:
+        return None
+    try:
+        check_schema(conn)
+    except SchemaMismatch as mismatch:
+        return mismatch
+    return None
 
 
 def group_problems(conn: psycopg.Connection) -> list[tuple[str, str]]:
@@ -113,6 +149,7 @@ def check_privileges(conn: psycopg.Connection, functions: tuple[str, ...], job: 
     if not row["has_schema"]:
         return
     if row["missing"]:
+        check_schema(conn)  # a schema of another release says so, and what to do, first
         raise SchemaMismatch(
             f"the database's scrinalia SQL code lacks {', '.join(row['missing'][:3])}"
             f"{' and more' if len(row['missing']) > 3 else ''}: it is older than this "

@@ -16,7 +16,7 @@ from datetime import timedelta
 
 import psycopg
 
-from scrinalia_workers import argtypes
+from scrinalia_workers import __version__, argtypes
 from scrinalia_workers.errors import ConfigError, DatabaseUnavailable
 from scrinalia_workers.gateway.checks import preflight
 from scrinalia_workers.gateway.connection import connect, one
@@ -46,6 +46,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argtypes.DaemonParser(
         prog="scrinalia-runner", description="the reference runner (handler contract: docs/handlers.md)"
     )
+    p.add_argument("--version", action="version", version=f"scrinalia-runner {__version__}")
     p.add_argument("--dsn", help="database (else DATABASE_URL or the PG* variables)")
     p.add_argument(
         "--handlers",

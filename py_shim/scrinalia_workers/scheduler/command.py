@@ -6,7 +6,7 @@ import argparse
 import os
 import signal
 
-from scrinalia_workers import argtypes
+from scrinalia_workers import __version__, argtypes
 from scrinalia_workers.errors import ConfigError
 from scrinalia_workers.gateway.checks import preflight
 from scrinalia_workers.gateway.statements.scheduler import REQUIRED_FUNCTIONS
@@ -21,6 +21,7 @@ GROUPS = ("scrinalia_scheduler", "scrinalia_operator", "scrinalia_runner")
 
 def build_parser() -> argparse.ArgumentParser:
     p = argtypes.DaemonParser(prog="scrinalia-scheduler", description="the one-instance cron scheduler")
+    p.add_argument("--version", action="version", version=f"scrinalia-scheduler {__version__}")
     p.add_argument("--dsn", help="database (else DATABASE_URL or the PG* variables)")
     p.add_argument(
         "--standby-retry",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from scrinalia_workers import __version__
 from scrinalia_workers.cli.common import EXIT_OK, PROG, one
 from scrinalia_workers.cli.fmt import print_json
 from scrinalia_workers.errors import UsageError
@@ -37,7 +38,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         print(f"applied {mid}")
     if not applied:
         print(f"already at the head ({head}): no migration to apply")
-    print("re-installed the SQL code (functions, views, grants)")
+    print(f"re-installed the SQL code (functions, views, grants) of scrinalia-workers {__version__}")
     return EXIT_OK
 
 

@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import psycopg
 from psycopg.rows import dict_row
 
+from scrinalia_workers import __version__
 from scrinalia_workers.cli.commands.schedule import active_run
 from scrinalia_workers.cli.common import EXIT_OK, max_attempts, one, open_db
 from scrinalia_workers.cli.fmt import in_zone, print_json, print_table, utc
+from scrinalia_workers.gateway.checks import check_schema
 from scrinalia_workers.gateway.statements import cli as sql
 from scrinalia_workers.logs import one_line
+from scrinalia_workers.text import printable
 
 
 def _scheduler_line(s: dict[str, Any]) -> str:
@@ -41,6 +45,25 @@ def _next_run(a: dict[str, Any]) -> tuple[str | None, str | None]:
     return in_zone(a["next_run_at"], a["timezone"]), utc(a["next_run_at"])
 
 
+def _release(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """Which release installed the database's code, beside this client's; a database
+    whose code is another release's (or gone, after a rollback) is one line, exit 2."""
+    try:
+        with conn.transaction():
+            row = one(conn.cursor(row_factory=dict_row).execute(sql.INSTALLED_RELEASE))
+    except psycopg.errors.UndefinedFunction:  # (no schema at all: "not migrated", cli/app.py)
+        row = {"installed": None, "schema_head": None}
+    check_schema(conn)  # the release's advice when its code is not this client's
+    return {"installed": row["installed"], "schema_head": row["schema_head"], "client": __version__}
+
+
+def _release_line(r: dict[str, Any]) -> str:
+    line = f"code installed by scrinalia-workers {printable(r['installed'])} (schema {printable(r['schema_head'])})"
+    if r["installed"] != r["client"]:
+        line += f"; this client is {r['client']}"
+    return line
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     if args.watch:
         from scrinalia_workers.cli.watch import watch
@@ -48,6 +71,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         open_db(args).close()  # a bad DSN or login is one line before the screen takes over
         return watch(lambda: open_db(args), args.interval)
     with open_db(args) as conn:
+        release = _release(conn)
         cur = conn.cursor(row_factory=dict_row)
         agenda = cur.execute(sql.AGENDA).fetchall()
         counters = cur.execute(sql.QUEUE_COUNTERS).fetchall()
@@ -55,8 +79,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         health = one(cur.execute(sql.SCHEDULER_HEALTH))
         most = max_attempts(conn)
     if args.json:
-        print_json({"scheduler": sched, "health": health, "agenda": agenda, "queue_counters": counters})
+        print_json(
+            {"release": release, "scheduler": sched, "health": health, "agenda": agenda, "queue_counters": counters}
+        )
         return EXIT_OK
+    print(f"release: {_release_line(release)}")
     print(f"scheduler: {_scheduler_line(sched)}")
     print("health: " + ("healthy" if health["healthy"] else f"NOT HEALTHY: {health['reason']}"))
     print()

@@ -137,3 +137,36 @@ REGISTER_WORKER = "SELECT scrinalia.register_worker(%s, %s, %s, %s, %s, %s)"
 # --- one login per job (groups logins) -------------------------------------------------------
 
 ROLE_EXISTS = "SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) %s"
+
+# --- the release, and what a rollback leaves -------------------------------------------------
+
+# read by sql/70_status.sql in the same transaction: the release installing the code
+SET_INSTALLING_RELEASE = "SELECT pg_catalog.set_config('scrinalia.installing_release', %s, true)"
+# the schema an earlier release's yoyo creates its tables in: the login's default path's first
+CURRENT_SCHEMA = "SELECT pg_catalog.current_schema()"
+RESET_SEARCH_PATH = "RESET search_path"
+# after a rollback the code of sql/ (written for the head) goes: every view and function
+# but the lock key, which a newer scheduler left running needs to reach its schema check
+DROP_CODE = """
+DO $$
+DECLARE r record;
+BEGIN
+    FOR r IN SELECT c.oid FROM pg_catalog.pg_class c
+               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+              WHERE n.nspname OPERATOR(pg_catalog.=) 'scrinalia' AND c.relkind OPERATOR(pg_catalog.=) 'v'
+    LOOP
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE oid OPERATOR(pg_catalog.=) r.oid) THEN
+            EXECUTE pg_catalog.format('DROP VIEW %s CASCADE', r.oid::pg_catalog.regclass);
+        END IF;
+    END LOOP;
+    FOR r IN SELECT p.oid FROM pg_catalog.pg_proc p
+               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace
+              WHERE n.nspname OPERATOR(pg_catalog.=) 'scrinalia' AND p.prokind OPERATOR(pg_catalog.=) ANY ('{f,p}')
+                AND p.oid::pg_catalog.regprocedure IS DISTINCT FROM pg_catalog.to_regprocedure('scrinalia.scheduler_lock_key()')
+    LOOP
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_proc WHERE oid OPERATOR(pg_catalog.=) r.oid) THEN
+            EXECUTE pg_catalog.format('DROP ROUTINE %s CASCADE', r.oid::pg_catalog.regprocedure);
+        END IF;
+    END LOOP;
+END $$
+"""

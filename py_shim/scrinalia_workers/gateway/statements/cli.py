@@ -80,3 +80,7 @@ _CATALOGUE_COLUMNS = "worker_name, description, engines, presets, options, defau
 CATALOGUE = f"SELECT {_CATALOGUE_COLUMNS} FROM scrinalia.worker_catalogue ORDER BY worker_name"
 # (worker,)
 CATALOGUE_WORKER = f"SELECT {_CATALOGUE_COLUMNS} FROM scrinalia.worker_catalogue WHERE worker_name = %s"
+
+# --- status: the release that installed the database's code ---------------------------
+
+INSTALLED_RELEASE = "SELECT scrinalia.installed_release() AS installed, scrinalia.schema_head() AS schema_head"

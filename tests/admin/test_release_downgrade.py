@@ -1,0 +1,138 @@
+"""Downgrading to the previous release and back, with the previous release's own code:
+this release rolls back to 0.1.0's head, 0.1.0's migrate completes and its scheduler
+ticks, then this release migrates forward again; the history is intact throughout and
+this release's scheduler, left running, exits 2 with the advice."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from helpers import claim, cli, finish, make_worker
+from scrinalia_workers import __version__
+from scrinalia_workers.admin import migrate as m
+from scrinalia_workers.admin.bookkeeping import BOOKKEEPING_SCHEMA
+from scrinalia_workers.testkit.waiting import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+PREVIOUS = "5ba9e6d"  # release 0.1.0
+PREVIOUS_HEAD = "0004_roles"
+DB_VARS = ("DATABASE_URL", "PGHOST", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD", "PGSERVICE")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def previous(tmp_path) -> Path:
+    """The previous release's tree (its py_shim, sql/ and migrations/), from git."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", PREVIOUS], capture_output=True)
+    if archive.returncode != 0:
+        pytest.fail(
+            f"release 0.1.0 (commit {PREVIOUS}) is not in this clone's history, and this test runs its "
+            f"code: fetch the full history (git fetch --unshallow): {archive.stderr.decode(errors='replace')}"
+        )
+    subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive.stdout, check=True)
+    return tmp_path
+
+
+def _env(previous: Path, dsn: str) -> dict[str, str]:
+    """The previous release's code run by this venv's python, as its README installed it."""
+    env = {k: v for k, v in os.environ.items() if k not in DB_VARS}
+    return {**env, "PYTHONPATH": str(previous / "py_shim"), "SCRINALIA_ROOT": str(previous), "DATABASE_URL": dsn}
+
+
+def _history(dsn: str) -> list[tuple]:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        return c.execute(
+            "SELECT run_id, worker_name, status::text, trigger::text, attempt, scheduled_for, finished_at"
+            " FROM scrinalia.archive_worker_runs ORDER BY run_id"
+        ).fetchall()
+
+
+def _schedules(dsn: str) -> list[tuple]:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        return c.execute(
+            "SELECT worker_name, cron, timezone, enabled FROM scrinalia.archive_worker_schedules ORDER BY 1"
+        ).fetchall()
+
+
+def test_roll_back_to_the_previous_release_run_it_and_come_back(db_dsn, previous, procs):
+    with psycopg.connect(db_dsn, autocommit=True) as c:
+        make_worker(c, "ocr")
+        make_worker(c, "thumbs")
+        c.execute("SELECT scrinalia.put_schedule('ocr', '0 2 * * *', 'UTC')")
+        c.execute("SELECT scrinalia.put_schedule('thumbs', '* * * * *', 'UTC')")
+        c.execute("SELECT scrinalia.enqueue('ocr')")
+        run = claim(c, workers=["ocr"])
+        finish(c, run[0], run[1])
+        c.execute("SELECT scrinalia.enqueue('ocr')")  # one left QUEUED
+    history, schedules = _history(db_dsn), _schedules(db_dsn)
+    assert len(history) == 2
+
+    ours = procs.scheduler(db_dsn, "--standby-retry", "0.2")
+    ours.wait_event("lock acquired", timeout=30)
+
+    r = cli("migrate", "--rollback", "--count", "2", dsn=db_dsn)
+    assert r.code == 0, r.err
+    assert r.out.split() == ["rolled", "back", "0006_ledger_indexes", "rolled", "back", "0005_health"]
+    # this release's scheduler, left running, leaves with the advice instead of looping
+    assert ours.wait(30) == 2
+    assert "no scrinalia code installed" in ours.tail(), ours.tail()
+    # (a minute boundary may have let it enqueue a period of thumbs meanwhile)
+    assert _history(db_dsn)[:2] == history and _schedules(db_dsn) == schedules
+    history = _history(db_dsn)
+
+    # the previous release's own migrate completes, and its scheduler runs
+    old = subprocess.run(
+        [sys.executable, "-m", "scrinalia_workers", "migrate"],
+        env=_env(previous, db_dsn),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert old.returncode == 0, old.stderr
+    assert f"already at the head ({PREVIOUS_HEAD})" in old.stdout, old.stdout
+    with psycopg.connect(db_dsn, autocommit=True) as c:
+        assert c.execute("SELECT scrinalia.schema_head()").fetchone()[0] == PREVIOUS_HEAD
+        assert c.execute("SELECT to_regclass('public._yoyo_migration')").fetchone()[0] is not None
+        t0 = c.execute(
+            "UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() - interval '1 minute'"
+            " WHERE worker_name = 'thumbs' RETURNING now()"
+        ).fetchone()[0]
+    assert _history(db_dsn) == history
+    old_scheduler = procs.start(
+        [sys.executable, "-m", "scrinalia_workers.scheduler", "--json", "--max-sleep", "0.5"],
+        env=_env(previous, db_dsn),
+    )
+
+    def ticked_by_the_old_release():  # enqueued, or skipped if a period of ours is still queued
+        with psycopg.connect(db_dsn, autocommit=True) as c:
+            return c.execute(
+                "SELECT greatest(last_enqueued_at, last_skipped_at) > %s FROM scrinalia.archive_worker_schedules"
+                " WHERE worker_name = 'thumbs'",
+                (t0,),
+            ).fetchone()[0]
+
+    wait_for(
+        ticked_by_the_old_release, timeout=60, what="the previous release's scheduler to tick", watch=[old_scheduler]
+    )
+    assert old_scheduler.stop() == 0
+    assert _history(db_dsn)[: len(history)] == history
+    history = _history(db_dsn)
+
+    # and forward again with this release
+    assert m.migrate(db_dsn) == ["0005_health", "0006_ledger_indexes"]
+    with psycopg.connect(db_dsn, autocommit=True) as c:
+        assert c.execute("SELECT scrinalia.schema_head()").fetchone()[0] == m.head_ids()[-1]
+        assert c.execute("SELECT scrinalia.installed_release()").fetchone()[0] == __version__
+        assert c.execute("SELECT to_regclass('public._yoyo_migration')").fetchone()[0] is None
+        assert c.execute(f"SELECT count(*) FROM {BOOKKEEPING_SCHEMA}._yoyo_migration").fetchone()[0] == 6
+    assert _history(db_dsn) == history and _schedules(db_dsn) == schedules
+    assert cli("status", dsn=db_dsn).code == 0
+    ours = procs.scheduler(db_dsn)
+    ours.wait_event("lock acquired", timeout=30)
