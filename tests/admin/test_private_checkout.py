@@ -54,4 +54,6 @@ def test_a_server_inside_a_private_directory_runs(private_server):
             assert conn.execute("SELECT 2").fetchone() == (2,)
     finally:
         cluster.stop()
+        if cluster.bin_dir != bin_dir:  # the copy of this test's own installation
+            shutil.rmtree(cluster.bin_dir.parents[2], ignore_errors=True)
     assert private.stat().st_mode & 0o777 == 0o700
