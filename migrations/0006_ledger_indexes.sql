@@ -12,6 +12,11 @@
 -- the ledger while it runs: about a second per million runs.
 -- depends: 0005_health
 
+-- The strongest lock the migration needs, first: taken later (DROP INDEX after CREATE
+-- INDEX's SHARE lock) it is an upgrade, and a daemon that read the ledger in its open
+-- transaction and then writes to it deadlocks with it.
+LOCK TABLE scrinalia.archive_worker_runs IN ACCESS EXCLUSIVE MODE;
+
 CREATE INDEX ix_worker_runs_finished
     ON scrinalia.archive_worker_runs (worker_name, run_id DESC)
     WHERE status NOT IN ('QUEUED', 'RUNNING');

@@ -273,7 +273,8 @@ BEGIN
            SET lease_expires_at = now() + r.lease_duration, heartbeat_at = now()
           FROM i
          WHERE r.run_id = i.run_id AND r.status::text = i.running
-           AND r.lease_token = i.lease_token AND r.lease_expires_at > i.as_of
+           AND r.lease_token = i.lease_token
+           AND scrinalia.lease_held_until(r.lease_expires_at, r.lease_duration) > i.as_of
         RETURNING r.run_id, r.lease_expires_at
     )
     SELECT i.run_id, u.lease_expires_at,
@@ -387,7 +388,8 @@ BEGIN
           FROM i
          -- (conditions as join clauses: see heartbeat_runs)
          WHERE r.run_id = i.run_id AND r.status::text = i.running
-           AND r.lease_token = i.lease_token AND r.lease_expires_at > i.as_of
+           AND r.lease_token = i.lease_token
+           AND scrinalia.lease_held_until(r.lease_expires_at, r.lease_duration) > i.as_of
         RETURNING r.run_id, r.status, r.retry_pending
     )
     SELECT i.run_id, u.status, u.retry_pending,
@@ -492,6 +494,8 @@ BEGIN
     WITH expired AS (
         SELECT r.run_id FROM scrinalia.archive_worker_runs r
          WHERE r.status = 'RUNNING' AND r.lease_expires_at <= now()
+           -- (a lease that ran out while the server was down: see lease_held_until)
+           AND scrinalia.lease_held_until(r.lease_expires_at, r.lease_duration) <= now()
          FOR UPDATE SKIP LOCKED
     )
     UPDATE scrinalia.archive_worker_runs r

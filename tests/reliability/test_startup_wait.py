@@ -1,0 +1,69 @@
+"""The daemons started before PostgreSQL: they wait with backoff, say so once (then at a
+bounded rate), and start when the server comes up; a refusal no wait can mend (no
+such database) still exits 2 at once, one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from scrinalia_workers.admin.migrate import migrate
+from scrinalia_workers.testkit.cluster import LocalCluster, find_bin_dir, free_port
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def later_cluster():
+    """A cluster whose port is chosen now and whose server the test starts later."""
+    if find_bin_dir() is None:
+        pytest.skip("needs PostgreSQL server binaries")
+    cluster = LocalCluster(find_bin_dir(), port=free_port())
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_daemons_started_before_the_database_wait_for_it(later_cluster, procs):
+    dsn = later_cluster.dsn("postgres")
+    sched = procs.scheduler(dsn, "--max-sleep", "0.2", "--standby-retry", "0.2")
+    runner = procs.runner(dsn, "scrinalia_workers.demo.load_handlers", "--runner-id", "early")
+    for p in (sched, runner):
+        ev = p.wait_event("waiting for the database", timeout=20)
+        assert "Connection refused" in ev["reason"] and ev["attempts"] == 1
+    later_cluster.start()
+    migrate(dsn, create_groups=True)
+    sched.wait_event("lock acquired", timeout=30)
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute("SELECT scrinalia.register_worker('w', '{}', '{}', %s)", (Jsonb({"seconds": {"type": "number"}}),))
+        run_id = db.execute("SELECT run_id FROM scrinalia.enqueue('w', %s)", (Jsonb({}),)).fetchone()[0]
+    runner.wait_event("finished", run_id=run_id, status="SUCCEEDED", timeout=30)
+    # said once for a short wait, not at every attempt
+    assert sched.count("waiting for the database") == 1 and runner.count("waiting for the database") == 1
+    assert sched.count("config error") == 0 and runner.count("config error") == 0
+    assert sched.stop() == 0 and runner.stop() == 0
+
+
+def test_a_database_that_does_not_exist_exits_2_at_once(admin_dsn):
+    dsn = psycopg.conninfo.make_conninfo(admin_dsn, dbname="sw_no_such_database")
+    for argv in (
+        [sys.executable, "-m", "scrinalia_workers.scheduler", "--dsn", dsn],
+        [
+            sys.executable,
+            "-m",
+            "scrinalia_workers.runner",
+            "--dsn",
+            dsn,
+            "--handlers",
+            "scrinalia_workers.demo.handlers",
+        ],
+    ):
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and 'database "sw_no_such_database" does not exist' in lines[0], r.stderr
