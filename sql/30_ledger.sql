@@ -274,7 +274,7 @@ BEGIN
           FROM i
          WHERE r.run_id = i.run_id AND r.status::text = i.running
            AND r.lease_token = i.lease_token
-           AND scrinalia.lease_held_until(r.lease_expires_at, r.lease_duration) > i.as_of
+           AND scrinalia.lease_held_until(r.lease_expires_at, r.lease_duration, coalesce(r.heartbeat_at, r.started_at)) > i.as_of
         RETURNING r.run_id, r.lease_expires_at
     )
     SELECT i.run_id, u.lease_expires_at,
@@ -389,7 +389,7 @@ BEGIN
          -- (conditions as join clauses: see heartbeat_runs)
          WHERE r.run_id = i.run_id AND r.status::text = i.running
            AND r.lease_token = i.lease_token
-           AND scrinalia.lease_held_until(r.lease_expires_at, r.lease_duration) > i.as_of
+           AND scrinalia.lease_held_until(r.lease_expires_at, r.lease_duration, coalesce(r.heartbeat_at, r.started_at)) > i.as_of
         RETURNING r.run_id, r.status, r.retry_pending
     )
     SELECT i.run_id, u.status, u.retry_pending,
@@ -495,7 +495,7 @@ BEGIN
         SELECT r.run_id FROM scrinalia.archive_worker_runs r
          WHERE r.status = 'RUNNING' AND r.lease_expires_at <= now()
            -- (a lease that ran out while the server was down: see lease_held_until)
-           AND scrinalia.lease_held_until(r.lease_expires_at, r.lease_duration) <= now()
+           AND scrinalia.lease_held_until(r.lease_expires_at, r.lease_duration, coalesce(r.heartbeat_at, r.started_at)) <= now()
          FOR UPDATE SKIP LOCKED
     )
     UPDATE scrinalia.archive_worker_runs r

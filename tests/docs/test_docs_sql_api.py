@@ -22,6 +22,7 @@ GROUPS = ("scrinalia_reader", "scrinalia_operator", "scrinalia_runner", "scrinal
 
 # Granted to no group, called only by other functions: the doc lists them in a table.
 INTERNAL = {
+    "lease_held_until",
     "require_worker",
     "validate_request",
     "check_options",

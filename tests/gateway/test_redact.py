@@ -28,8 +28,16 @@ SHAPES = [
 
 COMMANDS = [
     [sys.executable, "-m", "scrinalia_workers", "status"],
-    [sys.executable, "-m", "scrinalia_workers.scheduler"],
-    [sys.executable, "-m", "scrinalia_workers.runner", "--handlers", "scrinalia_workers.demo.handlers"],
+    [sys.executable, "-m", "scrinalia_workers.scheduler", "--wait-for-database", "0"],
+    [
+        sys.executable,
+        "-m",
+        "scrinalia_workers.runner",
+        "--handlers",
+        "scrinalia_workers.demo.handlers",
+        "--wait-for-database",
+        "0",
+    ],
 ]
 
 

@@ -95,6 +95,8 @@ def test_unreachable_database_at_start_up(tmp_path):
             f"host={tmp_path} port=1 dbname=x connect_timeout=2",
             "--handlers",
             "scrinalia_workers.demo.handlers",
+            "--wait-for-database",
+            "0",
         ),
         "cannot connect",
     )

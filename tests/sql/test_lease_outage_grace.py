@@ -24,10 +24,13 @@ def _enqueue_and_claim(db, lease: str) -> tuple[int, object]:
 
 
 def _expire_before_start(db, run_id: int, before: str) -> None:
+    """As if the lease was renewed before the server went down and ran out `before` its start."""
     db.execute(
-        "UPDATE scrinalia.archive_worker_runs SET lease_expires_at = pg_postmaster_start_time() - %s::interval"
+        "UPDATE scrinalia.archive_worker_runs SET lease_expires_at = pg_postmaster_start_time() - %s::interval,"
+        " heartbeat_at = pg_postmaster_start_time() - %s::interval - lease_duration,"
+        " started_at = pg_postmaster_start_time() - %s::interval - lease_duration"
         " WHERE run_id = %s",
-        (before, run_id),
+        (before, before, before, run_id),
     )
 
 
@@ -43,8 +46,20 @@ def _expire_before_start(db, run_id: int, before: str) -> None:
     ],
 )
 def test_lease_held_until_explicit_instants(db, expires, held):
-    got = db.execute("SELECT scrinalia.lease_held_until(%s, %s, %s)", (expires, LEASE, START)).fetchone()[0]
+    renewed = expires - LEASE
+    got = db.execute("SELECT scrinalia.lease_held_until(%s, %s, %s, %s)", (expires, LEASE, renewed, START)).fetchone()[
+        0
+    ]
     assert got == held
+
+
+def test_a_lease_renewed_after_the_start_ends_at_its_expiry(db):
+    expires = START - timedelta(seconds=1)
+    got = db.execute(
+        "SELECT scrinalia.lease_held_until(%s, %s, %s, %s)",
+        (expires, LEASE, START + timedelta(seconds=5), START),
+    ).fetchone()[0]
+    assert got == expires
 
 
 def test_a_lease_that_ran_out_while_the_server_was_down_is_not_reaped_and_its_report_lands(db):
