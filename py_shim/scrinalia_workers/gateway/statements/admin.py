@@ -133,3 +133,6 @@ APPLIED_MIGRATION_IDS = f"SELECT migration_id FROM {BOOKKEEPING_SCHEMA}.{MIGRATI
 
 IS_NEW_WORKER = "SELECT NOT EXISTS (SELECT 1 FROM scrinalia.archive_workers WHERE worker_name = %s)"
 REGISTER_WORKER = "SELECT scrinalia.register_worker(%s, %s, %s, %s, %s, %s)"
+
+# after apply_code: the grant a standby needs to end a session that keeps the lock, or NULL
+TAKEOVER_GRANT_MISSING = "SELECT scrinalia.takeover_grant_missing()"

@@ -80,3 +80,9 @@ _CATALOGUE_COLUMNS = "worker_name, description, engines, presets, options, defau
 CATALOGUE = f"SELECT {_CATALOGUE_COLUMNS} FROM scrinalia.worker_catalogue ORDER BY worker_name"
 # (worker,)
 CATALOGUE_WORKER = f"SELECT {_CATALOGUE_COLUMNS} FROM scrinalia.worker_catalogue WHERE worker_name = %s"
+
+# --- status: what this install leaves open to any login -----------------------------
+INSTALL_SURFACE = (
+    "SELECT scrinalia.public_can_connect() AS public_can_connect,"
+    " scrinalia.takeover_grant_missing() AS grant_missing, current_database() AS dbname"
+)
