@@ -282,6 +282,8 @@ class Leadership:
             )
             return
         st = self.session.holder()
+        if st["holder_pid"] is None:
+            return  # it went between the two looks: the next attempt takes the lock
         scheduler = bool(st["holder_is_scheduler"]) and st.get("heartbeat_pid", st["holder_pid"]) == st["holder_pid"]
         refused = (ev["reason"] or "").startswith(REFUSED)
         seen = (st["holder_pid"], st["holder_role"], scheduler, refused)
@@ -302,8 +304,6 @@ class Leadership:
             retry_every=self.standby_retry,
             eviction=ev["reason"],
         )
-        if st["holder_pid"] is None:
-            return  # it went between the two looks: the next attempt takes the lock
         if not scheduler:
             reason = "the scheduler lock is held by a session that is NOT a scheduler: nothing ticks while it holds it"
         elif refused:
