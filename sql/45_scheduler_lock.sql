@@ -1,7 +1,8 @@
 -- The one-scheduler lock: a session advisory lock on scheduler_lock_key() that the
 -- scheduler holds on a session of its own. Who holds it, the check that opens every
 -- tick transaction, the holder's heartbeat (which only the holder's own session can
--- write), and ending a stale holder's session so that a standby can take over. The
+-- write), the standby's wait in the lock's queue, and ending a holder that keeps the
+-- lock from a scheduler (not one, or a stale one) so that a standby can take over. The
 -- numbers (heartbeat_interval, scheduler_stale_after) are in 05_policy.sql.
 -- Before 70_status.sql: scheduler_status() reads scheduler_lock_holder() (and
 -- evict_stale_scheduler() reads scheduler_status() when it runs).
@@ -177,6 +178,8 @@ BEGIN
       FROM pg_catalog.pg_stat_activity a LEFT JOIN pg_catalog.pg_roles r ON r.oid = a.usesysid
      WHERE a.pid = holder_pid;
     scheduler := scrinalia.holder_heartbeats(holder_pid);
+    -- (an owner without pg_read_all_stats sees no state of other logins' sessions: NULL,
+    -- taken as idle; a scheduler's heartbeat is there before anyone sees it idle)
     IF NOT scheduler AND act.state IS NOT DISTINCT FROM 'active' AND holder_pid IS DISTINCT FROM p_seen_pid THEN
         reason := format('pid %s (role %s) holds the lock and has written no heartbeat yet: ended at the next look unless it does',
                          holder_pid, holder_role);
