@@ -1,7 +1,8 @@
 -- The one-scheduler lock: a session advisory lock on scheduler_lock_key() that the
 -- scheduler holds on a session of its own. Who holds it, the check that opens every
 -- tick transaction, the holder's heartbeat (which only the holder's own session can
--- write), and ending a stale holder's session so that a standby can take over. The
+-- write), the standby's wait in the lock's queue, and ending a holder that keeps the
+-- lock from a scheduler (not one, or a stale one) so that a standby can take over. The
 -- numbers (heartbeat_interval, scheduler_stale_after) are in 05_policy.sql.
 -- Before 70_status.sql: scheduler_status() reads scheduler_lock_holder() (and
 -- evict_stale_scheduler() reads scheduler_status() when it runs).
@@ -164,14 +165,72 @@ AS $$
       LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = p_holder_pid
 $$;
 
--- Ends the session of a stale scheduler lock holder, so that a standby can take the
--- lock: a holder whose heartbeat is older than scheduler_stale_after() (a frozen
--- scheduler: SIGSTOP, a hung host), or one that has held the key that long without
--- ever writing a heartbeat (a login that is not a scheduler). It can end no other
--- session: never a live holder, never a backend that does not hold the key (besides
--- the stale holder's own tick session, recorded by its heartbeat). Needs the schema's
--- owner to be a superuser or a member of pg_signal_backend.
-CREATE OR REPLACE FUNCTION scrinalia.evict_stale_scheduler()
+-- Whether the lock holder p_holder_pid is a scheduler: its own session wrote the
+-- heartbeat (take_scheduler_lock() writes it in the statement that gets the lock).
+CREATE OR REPLACE FUNCTION scrinalia.holder_heartbeats(p_holder_pid integer)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+    SELECT coalesce(bool_or(st.heartbeat_pid = p_holder_pid), false) FROM scrinalia.scheduler_state st
+$$;
+
+-- The scheduler's sessions end themselves when idle (or idle inside a transaction)
+-- longer than scheduler_stale_after() + heartbeat_interval() + twice p_margin (the
+-- longest the process waits between two statements: its --max-sleep or
+-- --standby-retry): a frozen holder frees the lock, and the schedule rows its tick
+-- session may hold, with no privilege to end a session. Where a standby may end
+-- sessions, it ends a frozen holder first (at scheduler_stale_after()).
+CREATE OR REPLACE FUNCTION scrinalia.limit_scheduler_session(p_margin interval)
+RETURNS interval
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+DECLARE
+    idle interval := scrinalia.scheduler_stale_after() + scrinalia.heartbeat_interval()
+                     + 2 * least(greatest(coalesce(p_margin, interval '0'), interval '0'), interval '1 hour');
+    ms text := (extract(epoch FROM idle) * 1000)::bigint::text;
+BEGIN
+    PERFORM set_config('idle_session_timeout', ms, false);
+    PERFORM set_config('idle_in_transaction_session_timeout', ms, false);
+    RETURN idle;
+END $$;
+
+-- The standby's attempt at the lock: waits in the lock's queue at most p_wait (so that
+-- when the holder goes, this session is first in line: a later pg_try_advisory_lock
+-- of anyone fails while a request waits ahead of it), and, once granted, writes the
+-- heartbeat in the same statement, so that no committed moment shows this session
+-- holding the lock without being known as a scheduler. False when the wait ran out.
+CREATE OR REPLACE FUNCTION scrinalia.take_scheduler_lock(p_name text, p_wait interval)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+DECLARE previous text := current_setting('lock_timeout');
+BEGIN
+    PERFORM set_config('lock_timeout',
+                       greatest(1, least(3600000, extract(epoch FROM p_wait) * 1000))::bigint::text, true);
+    BEGIN
+        PERFORM pg_advisory_lock(scrinalia.scheduler_lock_key());
+    EXCEPTION WHEN lock_not_available THEN
+        PERFORM set_config('lock_timeout', previous, true);
+        RETURN false;
+    END;
+    PERFORM set_config('lock_timeout', previous, true);
+    RETURN scrinalia.scheduler_heartbeat(p_name, NULL);
+END $$;
+
+-- Ends the session of a lock holder that keeps the scheduler from the lock, so that
+-- a standby (waiting first in the lock's queue) takes it:
+-- - at once, a holder that is not a scheduler (its session never wrote the heartbeat):
+--   when it is idle, or when the caller saw this same pid holding it last time
+--   (p_seen_pid; a scheduler writes its heartbeat in the statement that got the lock);
+-- - a scheduler whose heartbeat is older than scheduler_stale_after() (frozen: SIGSTOP,
+--   a hung host), with its tick session recorded by that heartbeat.
+-- Never a superuser's session (PostgreSQL's own rule for pg_signal_backend): the
+-- reason names it for a DBA. It ends no other session. Needs the schema's owner to be
+-- a superuser or a member of pg_signal_backend; without it the reason says so.
+CREATE OR REPLACE FUNCTION scrinalia.evict_lock_holder(p_seen_pid integer)
 RETURNS TABLE (evicted boolean, holder_pid integer, holder_role text, reason text)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -179,6 +238,8 @@ AS $$
 DECLARE
     stale interval := scrinalia.scheduler_stale_after();
     st record;
+    act record;
+    scheduler boolean;
 BEGIN
     evicted := false;
     SELECT * INTO st FROM scrinalia.scheduler_status();
@@ -192,31 +253,56 @@ BEGIN
         reason := 'this session holds the lock';
         RETURN NEXT; RETURN;
     END IF;
-    IF scrinalia.holder_last_seen(holder_pid) >= now() - stale THEN
-        reason := CASE WHEN st.heartbeat_pid = holder_pid
-                       THEN format('the holder is alive: heartbeat at %s', st.heartbeat_at)
-                       ELSE format('the holder connected at %s and may not have written its first heartbeat yet',
-                                   st.holder_backend_start) END;
+    SELECT a.state, r.rolsuper INTO act
+      FROM pg_catalog.pg_stat_activity a LEFT JOIN pg_catalog.pg_roles r ON r.oid = a.usesysid
+     WHERE a.pid = holder_pid;
+    scheduler := scrinalia.holder_heartbeats(holder_pid);
+    -- (an owner without pg_read_all_stats sees no state of other logins' sessions: NULL,
+    -- taken as idle; a scheduler's heartbeat is there before anyone sees it idle)
+    IF NOT scheduler AND act.state IS NOT DISTINCT FROM 'active' AND holder_pid IS DISTINCT FROM p_seen_pid THEN
+        reason := format('pid %s (role %s) holds the lock and has written no heartbeat yet: ended at the next look unless it does',
+                         holder_pid, holder_role);
+        RETURN NEXT; RETURN;
+    END IF;
+    IF scheduler AND scrinalia.holder_last_seen(holder_pid) >= now() - stale THEN
+        reason := format('the holder is alive: heartbeat at %s', st.heartbeat_at);
+        RETURN NEXT; RETURN;
+    END IF;
+    IF act.rolsuper THEN
+        reason := format('cannot end the session of pid %s (%s): it is superuser %s''s, never ended from here; a DBA must end it (SELECT pg_terminate_backend(%s))',
+                         holder_pid, CASE WHEN scheduler THEN 'a stale scheduler' ELSE 'not a scheduler' END,
+                         holder_role, holder_pid);
         RETURN NEXT; RETURN;
     END IF;
     BEGIN
         evicted := pg_terminate_backend(holder_pid);
-        IF evicted AND st.heartbeat_pid = holder_pid THEN
+        IF evicted AND scheduler THEN
             -- its tick session may sit in a transaction holding schedule rows
             PERFORM pg_terminate_backend(x.pid)
                FROM scrinalia.scheduler_state w JOIN pg_catalog.pg_stat_activity x ON x.pid = w.heartbeat_work_pid
-              WHERE x.usename = st.holder_role;
+               JOIN pg_catalog.pg_roles r ON r.oid = x.usesysid
+              WHERE x.usename = st.holder_role AND NOT r.rolsuper;
         END IF;
     EXCEPTION WHEN insufficient_privilege THEN
         evicted := false;
-        reason := format('cannot end the session of pid %s (role %s): the owner of the scrinalia schema needs SUPERUSER or membership in pg_signal_backend (%s)',
-                         holder_pid, st.holder_role, SQLERRM);
+        reason := format('cannot end the session of pid %s (role %s, %s): the owner of the scrinalia schema needs membership in pg_signal_backend (GRANT pg_signal_backend TO %s, by a superuser) (%s)',
+                         holder_pid, st.holder_role,
+                         CASE WHEN scheduler THEN 'a stale scheduler' ELSE 'not a scheduler' END,
+                         (SELECT n.nspowner::regrole::text FROM pg_catalog.pg_namespace n WHERE n.nspname = 'scrinalia'),
+                         SQLERRM);
         RETURN NEXT; RETURN;
     END;
-    reason := CASE WHEN evicted
-                   THEN format('ended the session of stale holder pid %s (role %s; last heartbeat %s)',
-                               holder_pid, st.holder_role,
-                               CASE WHEN st.heartbeat_pid = holder_pid THEN st.heartbeat_at::text ELSE 'never' END)
-                   ELSE format('pid %s was gone already', holder_pid) END;
+    reason := CASE WHEN NOT evicted THEN format('pid %s was gone already', holder_pid)
+                   WHEN scheduler THEN format('ended the session of stale holder pid %s (role %s; last heartbeat %s)',
+                                              holder_pid, st.holder_role, st.heartbeat_at)
+                   ELSE format('ended the session of pid %s (role %s, application %L): it held the lock without being a scheduler',
+                               holder_pid, st.holder_role, coalesce(st.holder_application, '')) END;
     RETURN NEXT;
 END $$;
+
+-- The form of earlier releases: evict_lock_holder() without a pid seen before.
+CREATE OR REPLACE FUNCTION scrinalia.evict_stale_scheduler()
+RETURNS TABLE (evicted boolean, holder_pid integer, holder_role text, reason text)
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$ SELECT * FROM scrinalia.evict_lock_holder(NULL) $$;

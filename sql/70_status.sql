@@ -154,14 +154,16 @@ BEGIN
     ELSIF NOT holder_is_scheduler THEN
         problems := problems || format('the scheduler lock is held by pid %s (role %s, application %L), a login that cannot run the scheduler: nothing ticks while it holds it',
                                        holder_pid, coalesce(st.holder_role, '?'), coalesce(st.holder_application, ''));
+    ELSIF NOT scrinalia.holder_heartbeats(holder_pid) THEN
+        -- a scheduler writes its heartbeat in the statement that gets the lock
+        problems := problems || format('the scheduler lock is held by pid %s (role %s, application %L, connected at %s), which has written no heartbeat: not a scheduler, nothing ticks while it holds it%s',
+                                       holder_pid, coalesce(st.holder_role, '?'), coalesce(st.holder_application, ''),
+                                       st.holder_backend_start,
+                                       CASE WHEN (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = st.holder_role)
+                                            THEN ' (a superuser session: never ended by a standby, a DBA must end it)' ELSE '' END);
     ELSIF scrinalia.holder_last_seen(holder_pid) < now() - stale THEN
-        IF st.heartbeat_pid IS DISTINCT FROM holder_pid THEN
-            problems := problems || format('the lock holder pid %s (role %s) has written no heartbeat since it connected at %s',
-                                           holder_pid, st.holder_role, st.holder_backend_start);
-        ELSE
-            problems := problems || format('the scheduler''s heartbeat is stale: last at %s by %s (pid %s), more than %s ago: frozen or cut off',
-                                           st.heartbeat_at, coalesce(st.heartbeat_by, '?'), holder_pid, stale);
-        END IF;
+        problems := problems || format('the scheduler''s heartbeat is stale: last at %s by %s (pid %s), more than %s ago: frozen or cut off',
+                                       st.heartbeat_at, coalesce(st.heartbeat_by, '?'), holder_pid, stale);
     END IF;
 
     -- (a session holding what the tick needs: named after least(grace, blocker_grace()))
@@ -217,3 +219,34 @@ BEGIN
 END $$;
 GRANT EXECUTE ON FUNCTION scrinalia.installed_release()
    TO scrinalia_reader, scrinalia_operator, scrinalia_runner, scrinalia_scheduler;
+
+-- Whether this database still grants CONNECT to PUBLIC (PostgreSQL's default): then any
+-- login of the cluster can connect and take the scheduler's lock key, which only the
+-- owner's privilege to end sessions removes again. docs/operate.md says how a DBA
+-- closes it: REVOKE CONNECT ... FROM PUBLIC, GRANT CONNECT ... TO the groups.
+CREATE OR REPLACE FUNCTION scrinalia.public_can_connect()
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT EXISTS (
+        SELECT 1 FROM pg_catalog.pg_database d,
+               pg_catalog.aclexplode(coalesce(d.datacl, pg_catalog.acldefault('d', d.datdba))) a
+         WHERE d.datname = pg_catalog.current_database() AND a.grantee = 0 AND a.privilege_type = 'CONNECT')
+$$;
+
+-- What the standbys cannot do in this install, or NULL: the schema's owner can end no
+-- session (neither superuser nor member of pg_signal_backend), so a session that keeps
+-- the scheduler lock without being a scheduler is never ended (a frozen scheduler is
+-- still replaced: its sessions end themselves, limit_scheduler_session()).
+CREATE OR REPLACE FUNCTION scrinalia.takeover_grant_missing()
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT format('the owner of schema scrinalia, %s, can end no session (neither superuser nor member of pg_signal_backend): a standby cannot end a login that keeps the scheduler lock from it; as a superuser: GRANT pg_signal_backend TO %s',
+                  n.nspowner::regrole, n.nspowner::regrole)
+      FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_roles r ON r.oid = n.nspowner
+     WHERE n.nspname = 'scrinalia'
+       AND NOT r.rolsuper AND NOT pg_catalog.pg_has_role(r.oid, 'pg_signal_backend', 'USAGE')
+$$;

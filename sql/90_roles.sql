@@ -109,3 +109,18 @@ BEGIN
            TO scrinalia_monitor;
     END IF;
 END $$;
+
+-- The standby's wait in the lock's queue, and its eviction of a holder that keeps the
+-- lock from a scheduler (45_scheduler_lock.sql).
+GRANT EXECUTE ON FUNCTION
+    scrinalia.take_scheduler_lock(text, interval),
+    scrinalia.evict_lock_holder(integer),
+    scrinalia.limit_scheduler_session(interval)
+   TO scrinalia_scheduler, scrinalia_operator, scrinalia_runner;
+
+-- What status says of this install: CONNECT still granted to PUBLIC, the owner unable
+-- to end a session (70_status.sql).
+GRANT EXECUTE ON FUNCTION
+    scrinalia.public_can_connect(),
+    scrinalia.takeover_grant_missing()
+   TO scrinalia_reader, scrinalia_operator, scrinalia_runner, scrinalia_scheduler;

@@ -46,6 +46,7 @@ INTERNAL = {
     "latest_finished_periods",
     "setting_interval",
     "holder_last_seen",
+    "holder_heartbeats",
     "overdue_schedules",
     "lease_problem",
     "check_run_arrays",

@@ -32,6 +32,8 @@ SHARED = {
     "max_attempts",
     "active_statuses",
     "terminal_statuses",
+    "public_can_connect",
+    "takeover_grant_missing",
 }
 READER = SHARED | {
     "get_schedule",
@@ -71,6 +73,9 @@ SCHEDULER = SHARED | {
     "scheduler_heartbeat",
     "check_scheduler_lock",
     "evict_stale_scheduler",
+    "evict_lock_holder",
+    "take_scheduler_lock",
+    "limit_scheduler_session",
     "set_schedules_aside",
 }
 RUNNER = SHARED | {

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from helpers import YEARLY, make_worker, make_workers, put_schedule
+from scrinalia_workers.scheduler.leadership import SESSIONS_ENDED
 from scrinalia_workers.testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -31,23 +32,19 @@ def _stale_after(db, seconds: int) -> None:
     )
 
 
-def test_a_squatter_on_the_key_is_named_loudly_then_evicted(db, db_dsn, role_logins, procs):
-    _stale_after(db, 2)
+def test_a_squatter_on_the_key_is_named_loudly_then_evicted_at_once(db, db_dsn, role_logins, procs):
     squatter = psycopg.connect(_as(db_dsn, role_logins["nobody"]), autocommit=True, application_name="not-a-scheduler")
     key = db.execute("SELECT scrinalia.scheduler_lock_key()").fetchone()[0]  # public knowledge
     try:
         assert squatter.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
         healthy, reason = _health(db)
-        assert not healthy and "sw_login_nobody" in reason
+        assert not healthy and "sw_login_nobody" in reason and "not-a-scheduler" in reason
         a = procs.scheduler(db_dsn, "--standby-retry", "0.3")
-        ev = a.wait_event("standby")
-        assert ev["level"] == "error" and ev["holder_role"] == "sw_login_nobody"
-        assert ev["holder_application"] == "not-a-scheduler" and "NOT a scheduler" in ev["reason"]
+        # not after a stale window (30 s here): it never wrote a heartbeat, so it is no scheduler
         evicted = a.wait_event("stale holder evicted", timeout=10)
-        assert evicted["holder_role"] == "sw_login_nobody"
+        assert evicted["holder_role"] == "sw_login_nobody" and "without being a scheduler" in evicted["reason"]
         a.wait_event("lock acquired", timeout=5)
-        # the standby said who held the key once, not at every retry
-        assert a.count("standby") == 1
+        assert a.count("standby") == 0
         wait_for(lambda: _health(db)[0], timeout=5, what="healthy once the real scheduler holds the lock")
         with pytest.raises(psycopg.OperationalError):
             squatter.execute("SELECT 1")
@@ -259,7 +256,7 @@ def test_an_idle_scheduler_stays_healthy_past_the_alert_threshold(db, db_dsn, pr
     assert db.execute("SELECT NOT healthy FROM scrinalia.scheduler_health()").fetchone()[0] is False
 
 
-def test_a_frozen_holder_is_replaced_and_does_not_tick_when_it_resumes(db, db_dsn, procs):
+def test_a_frozen_holder_is_replaced_and_does_not_tick_when_it_resumes(db, db_dsn, role_logins, procs):
     _stale_after(db, 2)
     workers = make_workers(db, 5, "f")
     # yearly: no instant of the wall clock makes them due during the test (a minutely
@@ -275,11 +272,13 @@ def test_a_frozen_holder_is_replaced_and_does_not_tick_when_it_resumes(db, db_ds
         db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() - interval '1 second'")
         db.execute("NOTIFY scrinalia_scheduler")
 
-    a = procs.scheduler(db_dsn, "--standby-retry", "0.3", "--max-sleep", "0.3", "--name", "a")
+    # a scheduler login: a superuser's session is never ended by a standby
+    sched = _as(db_dsn, role_logins["scheduler"])
+    a = procs.scheduler(sched, "--standby-retry", "0.3", "--max-sleep", "0.3", "--name", "a")
     a.wait_event("lock acquired")
     for w in workers:
         a.wait_event("armed", worker=w)
-    b = procs.scheduler(db_dsn, "--standby-retry", "0.3", "--max-sleep", "0.3", "--name", "b")
+    b = procs.scheduler(sched, "--standby-retry", "0.3", "--max-sleep", "0.3", "--name", "b")
     b.wait_event("standby")
     a_lock_pid = db.execute("SELECT holder_pid FROM scrinalia.scheduler_status()").fetchone()[0]
     assert b.count("stale holder evicted") == 0  # a live holder is left alone
@@ -295,7 +294,10 @@ def test_a_frozen_holder_is_replaced_and_does_not_tick_when_it_resumes(db, db_ds
     # from the moment the frozen holder resumes: it must notice the loss and not tick
     a_resumed, b_resumed = a.mark(), b.mark()
     os.kill(a.pid, signal.SIGCONT)
-    a.wait_event("lock lost", since=a_resumed)
+    # its sessions were ended while frozen: it meets a closed connection (not SW031,
+    # which a session still open after losing the lock gets: tests/sql/test_lock_holder.py)
+    lost = a.wait_event("lock lost", since=a_resumed)
+    assert SESSIONS_ENDED in lost["reason"], lost
     due_now()  # the slots are still busy: the holder's pass skips them
     wait_for(
         lambda: sum(e.get("event") == "skipped" for e in b.events[b_resumed:]) >= len(workers),

@@ -14,7 +14,7 @@ import pytest
 from scrinalia_workers.errors import ConfigError, LockLost
 from scrinalia_workers.gateway.backoff import Backoff
 from scrinalia_workers.logs import EventLog
-from scrinalia_workers.scheduler.leadership import HOLDER_REPORT_EVERY, Leadership, State
+from scrinalia_workers.scheduler.leadership import HOLDER_REPORT_EVERY, SESSIONS_ENDED, Leadership, State
 from scrinalia_workers.testkit.clock import FakeClock
 
 SCHEDULER_B = {
@@ -32,24 +32,31 @@ NOT_EVICTED = {"evicted": False, "holder_pid": None, "holder_role": None, "reaso
 class FakeSession:
     """A LockSession whose answers the test scripts. `acquired` holds the answers of the
     successive attempts (True, False or an exception to raise); when it runs out, the
-    stop event is set (the test is over) and the attempt fails."""
+    stop event is set (the test is over) and the attempt fails. A failed attempt spent
+    its `wait` in the lock's queue: the fake clock moves that much."""
 
-    def __init__(self, stop: threading.Event, acquired=(), heartbeats=(), holder=SCHEDULER_B, evictions=()):
+    def __init__(self, stop: threading.Event, acquired=(), heartbeats=(), holder=SCHEDULER_B, evictions=(), clock=None):
         self.stop = stop
+        self.clock = clock
         self.acquired = list(acquired)
         self.heartbeats = list(heartbeats)
         self.holder_row = holder
         self.evictions = list(evictions)
         self.calls: list[str] = []
+        self.waits: list[float] = []
+        self.seen: list[int | None] = []
 
-    def acquire(self) -> bool:
+    def acquire(self, wait: float = 0.0) -> bool:
         self.calls.append("acquire")
+        self.waits.append(wait)
         if not self.acquired:
             self.stop.set()
             return False
         answer = self.acquired.pop(0)
         if isinstance(answer, BaseException):
             raise answer
+        if not answer and self.clock is not None:
+            self.clock.advance(wait)
         return answer
 
     def heartbeat(self) -> bool:
@@ -59,9 +66,12 @@ class FakeSession:
             raise answer
         return answer
 
-    def evict_stale(self) -> dict:
+    def evict_stale(self, seen_pid: int | None = None) -> dict:
         self.calls.append("evict_stale")
-        return self.evictions.pop(0) if self.evictions else NOT_EVICTED
+        self.seen.append(seen_pid)
+        if self.evictions:
+            return self.evictions.pop(0)
+        return dict(NOT_EVICTED, holder_pid=self.holder_row["holder_pid"], holder_role=self.holder_row["holder_role"])
 
     def holder(self) -> dict:
         self.calls.append("holder")
@@ -81,7 +91,7 @@ class Machine:
     def __init__(self, standby_retry: float = 3.0, **script):
         self.stop = threading.Event()
         self.clock = FakeClock()
-        self.session = FakeSession(self.stop, **script)
+        self.session = FakeSession(self.stop, clock=self.clock, **script)
         self.out = io.StringIO()
         self.lead = Leadership(
             self.session,
@@ -117,7 +127,10 @@ def test_a_failed_attempt_stays_in_standby_names_the_holder_and_waits_standby_re
     m.lead.run(hold)
     # two failed attempts, then the scripted end (a third attempt that sets stop)
     assert m.session.calls[:6] == ["acquire", "evict_stale", "holder", "acquire", "evict_stale", "holder"]
-    assert m.clock.slept == [3.0, 3.0]
+    # each attempt waits standby_retry in the lock's queue; no sleep between them, when
+    # a squatter's try-lock could win
+    assert m.session.waits[:2] == [3.0, 3.0] and m.clock.slept == []
+    assert m.session.seen[:2] == [None, 4242]  # the holder seen at the last look is passed back
     standby = m.events("standby")
     assert len(standby) == 1  # the same holder is named once, not at every attempt
     assert standby[0]["level"] == "info" and standby[0]["holder_pid"] == 4242
@@ -158,7 +171,8 @@ def test_a_stale_holder_is_evicted_then_the_next_attempt_gets_the_lock():
     (ev,) = m.events("stale holder evicted")
     assert ev["level"] == "warning" and ev["holder_pid"] == 4242 and ev["reason"] == "heartbeat 5 s old"
     assert m.events("standby") == []
-    assert m.clock.slept == [0.3]
+    # straight back into the lock's queue after the eviction, before the evicted login can reconnect
+    assert m.clock.slept == [] and m.session.waits == [0.3, 0.3]
     assert holds == [State.HOLDING]
     assert [e["event"] for e in m.events()] == ["stale holder evicted", "lock acquired", "stopping"]
 
@@ -217,7 +231,9 @@ def test_an_error_while_holding_is_said_as_a_lost_lock_with_its_retry():
 
     m.lead.run(hold)
     (lost,) = m.events("lock lost")
-    assert lost["reason"] == "database unavailable: server closed the connection unexpectedly"
+    # what a resumed frozen holder meets: its sessions were ended while it was frozen
+    assert lost["reason"] == f"database unavailable: server closed the connection unexpectedly ({SESSIONS_ENDED})"
+    assert m.lead.state is State.STOPPED and m.session.calls[-1] == "close"
     assert lost["retry_in"] == 0.2
     assert m.session.calls[:2] == ["acquire", "close"]
     assert "release" not in m.session.calls  # the lock went with the session
@@ -251,7 +267,7 @@ def test_the_check_asks_the_heartbeat_and_raises_lock_lost_when_it_says_no():
     m.lead.check()
     with pytest.raises(LockLost, match="no longer held by our session"):
         m.lead.check()
-    with pytest.raises(LockLost, match="^gone detail$"):
+    with pytest.raises(LockLost, match="^gone detail \\(the sessions holding the lock were closed"):
         m.lead.check()
     assert m.session.calls == ["acquire", "heartbeat", "heartbeat", "heartbeat"]
 
@@ -285,3 +301,34 @@ def test_a_stop_during_the_backoff_ends_the_wait():
     assert m.clock.slept == []  # no backoff wait: the stop is looked at first
     assert m.session.calls == ["acquire", "close", "close"]
     assert m.lead.state is State.STOPPED
+
+
+STALE_UNEVICTABLE = {
+    "evicted": False,
+    "holder_pid": 4242,
+    "holder_role": "scrinalia_scheduler_login",
+    "reason": "cannot end the session of pid 4242 (role r, a stale scheduler): the owner of the scrinalia"
+    " schema needs membership in pg_signal_backend (GRANT pg_signal_backend TO owner, by a superuser)",
+}
+
+
+def test_a_stale_holder_it_cannot_end_is_said_with_the_real_reason_at_a_bounded_rate():
+    alive = dict(NOT_EVICTED, holder_pid=4242, holder_role="scrinalia_scheduler_login", reason="the holder is alive")
+    m = Machine(
+        standby_retry=HOLDER_REPORT_EVERY / 4, acquired=[False] * 7, evictions=[alive] + [STALE_UNEVICTABLE] * 7
+    )
+    m.lead.run(lambda: None)
+    standby = m.events("standby")
+    # alive: named once (info); then stale and not evictable: at once, then once per HOLDER_REPORT_EVERY
+    assert [e["level"] for e in standby] == ["info", "error", "error"]
+    assert "cannot end its session" in standby[1]["reason"]
+    assert "GRANT pg_signal_backend TO owner" in standby[1]["reason"] and standby[1]["eviction"].startswith("cannot")
+    assert len(m.session.waits) == 8  # the attempts kept waiting in the queue meanwhile
+
+
+def test_a_holder_that_can_schedule_but_never_heartbeats_is_not_called_a_scheduler():
+    runner_squat = dict(SCHEDULER_B, holder_pid=77, heartbeat_pid=None)
+    m = Machine(acquired=[False], holder=runner_squat)
+    m.lead.run(lambda: None)
+    (ev,) = m.events("standby")
+    assert ev["level"] == "error" and "NOT a scheduler" in ev["reason"]

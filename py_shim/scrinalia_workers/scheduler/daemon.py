@@ -59,7 +59,7 @@ class Scheduler:
         self.log = log or EventLog()
         self.clock = clock
         self.stop = threading.Event()
-        self.sessions = Sessions(dsn, self.name)
+        self.sessions = Sessions(dsn, self.name, idle_margin=max(max_sleep, standby_retry))
         self.leadership = Leadership(
             self.sessions, name=self.name, log=self.log, stop=self.stop, standby_retry=standby_retry, clock=clock
         )

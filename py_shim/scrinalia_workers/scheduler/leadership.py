@@ -1,12 +1,17 @@
 """The lock session's state machine: which process ticks, decided by an advisory lock.
 
-Exactly one scheduler ticks: the one whose *lock session* holds
-pg_try_advisory_lock(scrinalia.scheduler_lock_key()). The database is the authority on
-who holds it; this process only decides, from what the database answers, whether it
-may act as the holder. Any login can take the key or send a NOTIFY, so holding is
-re-checked (scrinalia.scheduler_heartbeat()) before every pass and between chunks, and
-a standby ends a holder whose heartbeat went stale (scrinalia.evict_stale_scheduler():
-a frozen scheduler, or a login that squats the key).
+Exactly one scheduler ticks: the one whose *lock session* holds the advisory lock
+scrinalia.scheduler_lock_key(). The database is the authority on who holds it; this
+process only decides, from what the database answers, whether it may act as the
+holder. Any login can take the key or send a NOTIFY, so holding is re-checked
+(scrinalia.scheduler_heartbeat()) before every pass and between chunks. A standby
+waits for the lock *in its queue* (scrinalia.take_scheduler_lock(), bounded by
+standby_retry), so that a squatter's try-lock fails behind it and the lock comes to it
+when it frees; between waits it ends a holder that keeps the lock from a scheduler
+(scrinalia.evict_lock_holder(): at once one that never wrote a heartbeat, after
+SCHEDULER_STALE_AFTER a frozen scheduler; never a superuser's session). The lock
+session ends itself when idle that long (idle_session_timeout), so a frozen holder
+frees the lock even where no standby may end a session.
 
 States
 ------
@@ -16,8 +21,8 @@ States
                  start
                    |
                    v
-             +-----------+   lock not got: evict a stale holder,
-      +----->|  STANDBY  |   or name the holder; wait standby_retry
+             +-----------+   lock not got within standby_retry (in the
+      +----->|  STANDBY  |   queue): evict the holder, or name it
       |      |           |------+
       |      +-----------+<-----+
       |        |       |
@@ -40,11 +45,13 @@ Transitions, what triggers them and what is logged
 - STANDBY -> HOLDING: the attempt got the lock, the schema is current, the work session
   is open and the first heartbeat says we hold it. Logs ``lock acquired``. The
   reconnect backoff starts over.
-- STANDBY -> STANDBY: the lock is held by another session. If that holder's heartbeat
-  is stale it is ended (logs ``stale holder evicted``, warning); otherwise the holder
-  is named (logs ``standby``: info when it is a scheduler, error when the key is held
-  by a login that is not one), at most once per HOLDER_REPORT_EVERY while it stays
-  the same. Then waits standby_retry.
+- STANDBY -> STANDBY: the lock stayed with another session for standby_retry. If that
+  holder is not a scheduler (idle, or seen at the last look, without a heartbeat of its
+  own) or its heartbeat is stale, it is ended (logs ``stale holder evicted``, warning)
+  and the next wait in the queue starts at once. Otherwise the holder is named (logs
+  ``standby``: info when it is a live scheduler, error when it is not a scheduler or
+  when it is stale and the database refused to end it, with that reason), at most once
+  per HOLDER_REPORT_EVERY while it stays the same. No sleep: the wait is the pacing.
 - STANDBY -> LOST: the attempt failed (database unavailable, an unexpected error),
   also after the lock was got but before ``lock acquired`` was said. Logs ``standby``
   (warning, with retry_in).
@@ -52,7 +59,9 @@ Transitions, what triggers them and what is logged
   sessions are sound: the daemon logs ``pass error`` and passes again after a backoff.
 - HOLDING -> LOST: a heartbeat says the lock is no longer ours, or the in-transaction
   check of a tick refuses (NOT_LOCK_HOLDER): logs ``lock lost`` with the reason. Or
-  the lock session or the database went away: logs ``lock lost`` with retry_in. No
+  the lock session or the database went away (what a frozen holder meets when it
+  resumes: a standby or the idle timeout ended its sessions): logs ``lock lost`` with
+  retry_in and SESSIONS_ENDED. No
   pass runs after this: the tick transactions check the lock themselves.
 - LOST -> STANDBY: the backoff delay (doubling up to standby_retry, jittered) passed.
 - any -> STOPPED: the stop event is set; logs ``stopping``. From HOLDING the lock is
@@ -81,6 +90,13 @@ from scrinalia_workers.logs import EventLog, one_line
 
 # How often a standby repeats who holds the lock when nothing changed.
 HOLDER_REPORT_EVERY = 60.0
+# Said when the holder's sessions break under it.
+SESSIONS_ENDED = (
+    "the sessions holding the lock were closed: ended by a standby that found them stale, by the"
+    " server's idle_session_timeout, or the database went away; no pass runs until the lock is ours again"
+)
+# How evict_lock_holder()'s reason begins when the database refused to end the session.
+REFUSED = "cannot end the session"
 
 
 class State(enum.Enum):
@@ -93,16 +109,18 @@ class State(enum.Enum):
 class LockSession(Protocol):
     """What the state machine asks of the database (scheduler.sessions.Sessions)."""
 
-    def acquire(self) -> bool:
-        """One attempt at the lock; True when held and ready to tick."""
+    def acquire(self, wait: float = 0.0) -> bool:
+        """One attempt at the lock, waiting in the lock's queue at most `wait` seconds;
+        True when held and ready to tick."""
         ...
 
     def heartbeat(self) -> bool:
         """Whether this session still holds the lock; records the heartbeat when it does."""
         ...
 
-    def evict_stale(self) -> dict[str, Any]:
-        """Ends a holder whose heartbeat is stale: evicted, holder_pid, holder_role, reason."""
+    def evict_stale(self, seen_pid: int | None = None) -> dict[str, Any]:
+        """Ends a holder that is not a scheduler (idle, or `seen_pid` seen holding it
+        before) or whose heartbeat is stale: evicted, holder_pid, holder_role, reason."""
         ...
 
     def holder(self) -> dict[str, Any]:
@@ -140,6 +158,7 @@ class Leadership:
         self.retry_in = 0.0  # in LOST: how long before the next attempt
         self._holder_seen: tuple | None = None
         self._holder_logged_at: float | None = None
+        self._unevicted: int | None = None  # a holder not a scheduler, seen at the last look
 
     # --- the loop --------------------------------------------------------------------
 
@@ -160,16 +179,16 @@ class Leadership:
         self.close()
 
     def _standby_step(self) -> None:
+        # no sleep between attempts: the attempt itself waits in the lock's queue, so a
+        # squatter's try-lock fails behind it and the lock comes here when it frees
         try:
-            if self.attempt():
+            if self.attempt(self.standby_retry):
                 return
             self._stand_by()
         except ConfigError:
             raise
         except Exception as e:  # noqa: BLE001 - transient or not, never a crash loop
             self._fail(e)
-            return
-        self.clock.wait(self.stop, self.standby_retry)
 
     def _holding_step(self, hold: Callable[[], None]) -> None:
         try:
@@ -184,11 +203,12 @@ class Leadership:
 
     # --- transitions -----------------------------------------------------------------
 
-    def attempt(self) -> bool:
-        """STANDBY -> HOLDING when the lock is got; True then."""
+    def attempt(self, wait: float = 0.0) -> bool:
+        """STANDBY -> HOLDING when the lock is got (waiting in its queue at most `wait`
+        seconds); True then."""
         if self.state is not State.STANDBY:
             raise RuntimeError(f"an attempt at the lock from {self.state.value}")
-        if not self.session.acquire():
+        if not self.session.acquire(wait):
             return False
         self.state = State.HOLDING
         self.reconnect.reset()
@@ -203,7 +223,8 @@ class Leadership:
         try:
             held = self.session.heartbeat()
         except psycopg.Error as e:
-            raise LockLost(one_line(e)) from e
+            # a broken session is what a holder frozen, then resumed, meets
+            raise LockLost(f"{one_line(e)} ({SESSIONS_ENDED})" if is_transient(e) else one_line(e)) from e
         if not held:
             raise LockLost("the lock is no longer held by our session")
 
@@ -211,11 +232,15 @@ class Leadership:
         """An error in STANDBY or HOLDING: -> LOST, said as `lock lost` when we held it."""
         delay = self.reconnect.next_delay()
         what = "database unavailable" if is_transient(e) else f"unexpected error {type(e).__name__}"
+        reason = f"{what}: {one_line(e)}"
+        if self.state is State.HOLDING and is_transient(e):
+            # what a holder that was frozen, then resumed, meets: its sessions were ended
+            reason += f" ({SESSIONS_ENDED})"
         self.log(
             "lock lost" if self.state is State.HOLDING else "standby",
             level="warning",
             name=self.name,
-            reason=f"{what}: {one_line(e)}",
+            reason=reason,
             retry_in=round(delay, 2),
         )
         self._lose(delay)
@@ -243,7 +268,9 @@ class Leadership:
     def _stand_by(self) -> None:
         """Someone else holds the lock: end its session if it is stale (frozen, or not
         a scheduler at all), else say who it is (at a bounded rate)."""
-        ev = self.session.evict_stale()
+        ev = self.session.evict_stale(self._unevicted)
+        # the same pid still there at the next look, still without a heartbeat, is ended
+        self._unevicted = None if ev["evicted"] else ev["holder_pid"]
         if ev["evicted"]:
             self.log(
                 "stale holder evicted",
@@ -255,7 +282,11 @@ class Leadership:
             )
             return
         st = self.session.holder()
-        seen = (st["holder_pid"], st["holder_role"], st["holder_is_scheduler"])
+        if st["holder_pid"] is None:
+            return  # it went between the two looks: the next attempt takes the lock
+        scheduler = bool(st["holder_is_scheduler"]) and st.get("heartbeat_pid", st["holder_pid"]) == st["holder_pid"]
+        refused = (ev["reason"] or "").startswith(REFUSED)
+        seen = (st["holder_pid"], st["holder_role"], scheduler, refused)
         now = self.clock.monotonic()
         if (
             seen == self._holder_seen
@@ -271,15 +302,13 @@ class Leadership:
             holder_since=st["holder_backend_start"],
             heartbeat_at=st["heartbeat_at"],
             retry_every=self.standby_retry,
+            eviction=ev["reason"],
         )
-        if st["holder_pid"] is not None and not st["holder_is_scheduler"]:
-            self.log(
-                "standby",
-                level="error",
-                name=self.name,
-                **holder,
-                reason="the scheduler lock is held by a login that is NOT a scheduler: nothing ticks "
-                "while it holds it; it is ended once stale (" + (ev["reason"] or "") + ")",
-            )
+        if not scheduler:
+            reason = "the scheduler lock is held by a session that is NOT a scheduler: nothing ticks while it holds it"
+        elif refused:
+            reason = "the scheduler holding the lock is stale and this standby cannot end its session"
         else:
             self.log("standby", name=self.name, **holder, reason="another scheduler holds the lock")
+            return
+        self.log("standby", level="error", name=self.name, **holder, reason=f"{reason} ({ev['reason']})")

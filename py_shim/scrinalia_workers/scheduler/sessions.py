@@ -42,9 +42,10 @@ class Sessions:
     """The lock session (opened at the first attempt, kept while standing by) and the
     work session (opened once the lock is ours). Implements leadership.LockSession."""
 
-    def __init__(self, dsn: str, name: str):
+    def __init__(self, dsn: str, name: str, idle_margin: float = 5.0):
         self.dsn = dsn
         self.name = name
+        self.idle_margin = idle_margin  # the longest wait between two of our statements
         self.lock_conn: psycopg.Connection | None = None
         self.work_conn: psycopg.Connection | None = None
         self.lock_pid: int | None = None
@@ -66,16 +67,20 @@ class Sessions:
         if self.lock_conn is None or self.lock_conn.closed:
             self.lock_conn = db.connect(self.dsn, application_name="scrinalia-scheduler lock", server_keepalives=True)
             self.lock_pid = _server_pid(self.lock_conn)
+            self.lock_conn.execute(sql.LIMIT_SESSION, (self.idle_margin,))
         return self.lock_conn
 
-    def acquire(self) -> bool:
-        """One attempt at the lock; True when held and the work session is ready."""
+    def acquire(self, wait: float = 0.0) -> bool:
+        """One attempt at the lock, waiting in its queue at most `wait` seconds; True
+        when held and the work session is ready."""
         conn = self._lock_session()
-        if not one_row(conn.cursor(row_factory=dict_row).execute(sql.TRY_LOCK))["got"]:
+        got = one_row(conn.cursor(row_factory=dict_row).execute(sql.TAKE_LOCK, (self.name, wait)))["got"]
+        if not got:
             return False
         check_schema(conn)  # a deploy may have moved the schema while we stood by
         self.work_conn = db.connect(self.dsn, application_name="scrinalia-scheduler")
         self.work_conn.execute(sql.SET_LOCK_TIMEOUT)
+        self.work_conn.execute(sql.LIMIT_SESSION, (self.idle_margin,))
         self.work_pid = _server_pid(self.work_conn)
         # two client connections share a server session only behind a transaction pooler
         if self.work_pid == self.lock_pid or not self.heartbeat():
@@ -97,13 +102,14 @@ class Sessions:
             raise UnsafeConnection(TRANSACTION_POOLER)
         return bool(row["held"])
 
-    def evict_stale(self) -> dict[str, Any]:
-        """scrinalia.evict_stale_scheduler(): ends the holder's session if its heartbeat is stale."""
-        return one_row(self.lock.cursor(row_factory=dict_row).execute(sql.EVICT_STALE_HOLDER))
+    def evict_stale(self, seen_pid: int | None = None) -> dict[str, Any]:
+        """scrinalia.evict_lock_holder(): ends a holder that is not a scheduler (`seen_pid`:
+        the one seen holding it last time) or whose heartbeat is stale."""
+        return one_row(self.lock.cursor(row_factory=dict_row).execute(sql.EVICT_LOCK_HOLDER, (seen_pid,)))
 
     def holder(self) -> dict[str, Any]:
         """Who holds the lock (scrinalia.scheduler_status())."""
-        return one_row(self.lock.cursor(row_factory=dict_row).execute(sql.LOCK_HOLDER))
+        return one_row(self.lock.cursor(row_factory=dict_row).execute(sql.LOCK_HOLDER_HEARTBEAT))
 
     def notified(self, timeout: float) -> bool:
         """Waits up to `timeout` seconds for a NOTIFY on the lock session; True when one came."""

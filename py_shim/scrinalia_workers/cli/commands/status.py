@@ -22,7 +22,12 @@ def _scheduler_line(s: dict[str, Any]) -> str:
     if s["lock_held"]:
         holder = s["holder_application"] or "?"
         where = f" from {s['holder_client']}" if s["holder_client"] else ""
-        line = f"lock held by pid {s['holder_pid']} ({holder}{where}, connected {utc(s['holder_backend_start'])})"
+        line = (
+            f"lock held by pid {s['holder_pid']} (role {s['holder_role']}, {holder}{where},"
+            f" connected {utc(s['holder_backend_start'])})"
+        )
+        if s["heartbeat_pid"] != s["holder_pid"]:
+            line += " -- NOT a scheduler: it has written no heartbeat"
     else:
         line = "NO scheduler holds the lock: nothing is ticking"
     if s["last_tick_at"]:
@@ -77,15 +82,30 @@ def cmd_status(args: argparse.Namespace) -> int:
         counters = cur.execute(sql.QUEUE_COUNTERS).fetchall()
         sched = one(cur.execute(sql.SCHEDULER_STATUS))
         health = one(cur.execute(sql.SCHEDULER_HEALTH))
+        surface = one(cur.execute(sql.INSTALL_SURFACE))
         most = max_attempts(conn)
     if args.json:
         print_json(
-            {"release": release, "scheduler": sched, "health": health, "agenda": agenda, "queue_counters": counters}
+            {
+                "release": release,
+                "scheduler": sched,
+                "health": health,
+                "install": surface,
+                "agenda": agenda,
+                "queue_counters": counters,
+            }
         )
         return EXIT_OK
     print(f"release: {_release_line(release)}")
     print(f"scheduler: {_scheduler_line(sched)}")
     print("health: " + ("healthy" if health["healthy"] else f"NOT HEALTHY: {health['reason']}"))
+    if surface["public_can_connect"]:
+        print(
+            f"install: database {surface['dbname']} still grants CONNECT to PUBLIC: any login of the cluster can"
+            " take the scheduler's lock key (docs/operate.md: REVOKE CONNECT ... FROM PUBLIC, GRANT it to the groups)"
+        )
+    if surface["grant_missing"]:
+        print(f"install: {surface['grant_missing']}")
     print()
     rows = []
     for a in agenda:

@@ -170,3 +170,6 @@ BEGIN
     END LOOP;
 END $$
 """
+
+# after apply_code: the grant a standby needs to end a session that keeps the lock, or NULL
+TAKEOVER_GRANT_MISSING = "SELECT scrinalia.takeover_grant_missing()"

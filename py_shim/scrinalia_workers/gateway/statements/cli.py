@@ -84,3 +84,9 @@ CATALOGUE_WORKER = f"SELECT {_CATALOGUE_COLUMNS} FROM scrinalia.worker_catalogue
 # --- status: the release that installed the database's code ---------------------------
 
 INSTALLED_RELEASE = "SELECT scrinalia.installed_release() AS installed, scrinalia.schema_head() AS schema_head"
+
+# --- status: what this install leaves open to any login -----------------------------
+INSTALL_SURFACE = (
+    "SELECT scrinalia.public_can_connect() AS public_can_connect,"
+    " scrinalia.takeover_grant_missing() AS grant_missing, current_database() AS dbname"
+)

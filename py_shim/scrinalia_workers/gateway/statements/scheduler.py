@@ -19,6 +19,9 @@ REQUIRED_FUNCTIONS = (
     "tick_due_at(timestamp with time zone, text[], timestamp with time zone[], text)",
     "schedules_due_at(timestamp with time zone, integer)",
     "next_wakeup()",
+    "take_scheduler_lock(text, interval)",
+    "evict_lock_holder(integer)",
+    "limit_scheduler_session(interval)",
 )
 
 # --- the lock session ------------------------------------------------------------------
@@ -60,4 +63,21 @@ SCHEDULES_DUE_AT = "SELECT worker_name, cron, timezone FROM scrinalia.schedules_
 TICK_DUE_AT = (
     "SELECT worker_name, decision, run_id, scheduled_for, next_run_at, reason, now() AS db_now"
     " FROM scrinalia.tick_due_at(%s, %b::text[], %b::timestamptz[], %s)"
+)
+
+# --- the lock's queue ---------------------------------------------------------------------
+
+# the standby waits in the lock's queue at most %s seconds; once granted, the heartbeat
+# is written in the same statement (got: whether it has the lock)
+TAKE_LOCK = "SELECT scrinalia.take_scheduler_lock(%s, make_interval(secs => %s)) AS got"
+# ends a holder that keeps the lock from a scheduler; %s: the pid seen holding it last time
+EVICT_LOCK_HOLDER = "SELECT evicted, holder_pid, holder_role, reason FROM scrinalia.evict_lock_holder(%s)"
+# both sessions end themselves when idle (or idle in a transaction) longer than
+# SCHEDULER_STALE_AFTER and a margin (%s seconds: the longest wait between two of our
+# statements): a frozen holder frees the lock without any privilege
+LIMIT_SESSION = "SELECT scrinalia.limit_scheduler_session(make_interval(secs => %s))"
+# who holds the lock, and whether its own session wrote the heartbeat (heartbeat_pid)
+LOCK_HOLDER_HEARTBEAT = (
+    "SELECT holder_pid, holder_role, holder_application, holder_backend_start, holder_is_scheduler,"
+    " heartbeat_at, heartbeat_pid FROM scrinalia.scheduler_status()"
 )
