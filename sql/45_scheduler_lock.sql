@@ -201,7 +201,7 @@ END $$;
 -- of anyone fails while a request waits ahead of it), and, once granted, writes the
 -- heartbeat in the same statement, so that no committed moment shows this session
 -- holding the lock without being known as a scheduler. False when the wait ran out.
-CREATE OR REPLACE FUNCTION scrinalia.take_scheduler_lock(p_name text, p_wait interval)
+CREATE OR REPLACE FUNCTION scrinalia.take_scheduler_lock(p_name text, p_wait interval, p_work_pid integer DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -217,7 +217,7 @@ BEGIN
         RETURN false;
     END;
     PERFORM set_config('lock_timeout', previous, true);
-    RETURN scrinalia.scheduler_heartbeat(p_name, NULL);
+    RETURN scrinalia.scheduler_heartbeat(p_name, p_work_pid);
 END $$;
 
 -- Ends the session of a lock holder that keeps the scheduler from the lock, so that

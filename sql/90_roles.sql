@@ -113,7 +113,7 @@ END $$;
 -- The standby's wait in the lock's queue, and its eviction of a holder that keeps the
 -- lock from a scheduler (45_scheduler_lock.sql).
 GRANT EXECUTE ON FUNCTION
-    scrinalia.take_scheduler_lock(text, interval),
+    scrinalia.take_scheduler_lock(text, interval, integer),
     scrinalia.evict_lock_holder(integer),
     scrinalia.limit_scheduler_session(interval)
    TO scrinalia_scheduler, scrinalia_operator, scrinalia_runner;

@@ -88,9 +88,15 @@ def test_a_busy_holder_without_heartbeat_is_ended_at_the_second_look(db, connect
     assert done.wait(5)
 
 
+def _take(conn, connect_as, name: str, wait: str) -> bool:
+    """take_scheduler_lock as the scheduler calls it: vouching for a work session of its own."""
+    work = connect_as("scheduler").execute("SELECT pg_backend_pid()").fetchone()[0]
+    return conn.execute("SELECT scrinalia.take_scheduler_lock(%s, %s::interval, %s)", (name, wait, work)).fetchone()[0]
+
+
 def test_a_live_scheduler_is_left_alone(db, connect_as):
     holder = connect_as("scheduler")
-    assert holder.execute("SELECT scrinalia.take_scheduler_lock('a', interval '1 second')").fetchone()[0]
+    assert _take(holder, connect_as, "a", "1 second")
     pid = holder.execute("SELECT pg_backend_pid()").fetchone()[0]
     evicted, got, reason = _evict(connect_as("runner"), pid)
     assert not evicted and got == pid and "alive" in reason
@@ -99,13 +105,11 @@ def test_a_live_scheduler_is_left_alone(db, connect_as):
 
 def test_the_standby_waits_first_in_the_queue_and_a_try_lock_fails_behind_it(db, connect_as):
     holder = connect_as("scheduler")
-    assert holder.execute("SELECT scrinalia.take_scheduler_lock('a', interval '1 second')").fetchone()[0]
+    assert _take(holder, connect_as, "a", "1 second")
     standby, squatter = connect_as("scheduler"), connect_as("nobody")
     got: list[bool] = []
     t = threading.Thread(
-        target=lambda: got.append(
-            standby.execute("SELECT scrinalia.take_scheduler_lock('b', interval '20 seconds')").fetchone()[0]
-        ),
+        target=lambda: got.append(_take(standby, connect_as, "b", "20 seconds")),
         daemon=True,
     )
     t.start()
@@ -132,16 +136,16 @@ def test_the_standby_waits_first_in_the_queue_and_a_try_lock_fails_behind_it(db,
 
 def test_the_wait_for_the_lock_is_bounded_and_leaves_lock_timeout_as_it_was(connect_as):
     holder = connect_as("scheduler")
-    assert holder.execute("SELECT scrinalia.take_scheduler_lock('a', interval '1 second')").fetchone()[0]
+    assert _take(holder, connect_as, "a", "1 second")
     standby = connect_as("scheduler")
     standby.execute("SET lock_timeout = '7s'")
-    assert standby.execute("SELECT scrinalia.take_scheduler_lock('b', interval '0.2 seconds')").fetchone()[0] is False
+    assert _take(standby, connect_as, "b", "0.2 seconds") is False
     assert standby.execute("SHOW lock_timeout").fetchone()[0] == "7s"
 
 
 def test_a_session_that_lost_the_lock_is_refused_with_sw031(db, connect_as):
     lock = connect_as("scheduler")
-    assert lock.execute("SELECT scrinalia.take_scheduler_lock('a', interval '1 second')").fetchone()[0]
+    assert _take(lock, connect_as, "a", "1 second")
     lock_pid = lock.execute("SELECT pg_backend_pid()").fetchone()[0]
     work = connect_as("scheduler")  # its tick session, still open
     work.execute("SELECT scrinalia.check_scheduler_lock(%s)", (lock_pid,))

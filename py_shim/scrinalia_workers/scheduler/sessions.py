@@ -50,6 +50,9 @@ class Sessions:
         self.work_conn: psycopg.Connection | None = None
         self.lock_pid: int | None = None
         self.work_pid: int | None = None
+        # the work session to be, opened before the lock is taken so that the statement
+        # taking it can vouch for it (the heartbeat names it); kept while standing by
+        self._next_work: psycopg.Connection | None = None
 
     @property
     def lock(self) -> psycopg.Connection:
@@ -70,20 +73,32 @@ class Sessions:
             self.lock_conn.execute(sql.LIMIT_SESSION, (self.idle_margin,))
         return self.lock_conn
 
+    def _next_work_session(self) -> tuple[psycopg.Connection, int]:
+        """The session that will tick once the lock is ours, and its server pid."""
+        if self._next_work is not None and not self._next_work.closed:
+            try:
+                return self._next_work, _server_pid(self._next_work)
+            except psycopg.Error:  # ended meanwhile (a restart, an idle limit): a new one
+                self._next_work.close()
+        self._next_work = db.connect(self.dsn, application_name="scrinalia-scheduler")
+        self._next_work.execute(sql.SET_LOCK_TIMEOUT)
+        return self._next_work, _server_pid(self._next_work)
+
     def acquire(self, wait: float = 0.0) -> bool:
         """One attempt at the lock, waiting in its queue at most `wait` seconds; True
         when held and the work session is ready."""
         conn = self._lock_session()
-        got = one_row(conn.cursor(row_factory=dict_row).execute(sql.TAKE_LOCK, (self.name, wait)))["got"]
+        work, work_pid = self._next_work_session()
+        # two client connections share a server session only behind a transaction pooler
+        if work_pid == self.lock_pid:
+            raise UnsafeConnection(TRANSACTION_POOLER)
+        got = one_row(conn.cursor(row_factory=dict_row).execute(sql.TAKE_LOCK, (self.name, wait, work_pid)))["got"]
         if not got:
             return False
+        self.work_conn, self.work_pid, self._next_work = work, work_pid, None
         check_schema(conn)  # a deploy may have moved the schema while we stood by
-        self.work_conn = db.connect(self.dsn, application_name="scrinalia-scheduler")
-        self.work_conn.execute(sql.SET_LOCK_TIMEOUT)
         self.work_conn.execute(sql.LIMIT_SESSION, (self.idle_margin,))
-        self.work_pid = _server_pid(self.work_conn)
-        # two client connections share a server session only behind a transaction pooler
-        if self.work_pid == self.lock_pid or not self.heartbeat():
+        if not self.heartbeat():
             raise UnsafeConnection(TRANSACTION_POOLER)
         conn.execute(sql.LISTEN)
         return True
@@ -119,11 +134,11 @@ class Sessions:
         self.lock.execute(sql.RELEASE_LOCK)
 
     def close(self) -> None:
-        for c in (self.work_conn, self.lock_conn):
+        for c in (self.work_conn, self.lock_conn, self._next_work):
             if c is not None:
                 try:
                     c.close()
                 except Exception:  # noqa: BLE001 - closing a broken connection
                     pass
-        self.work_conn = self.lock_conn = None
+        self.work_conn = self.lock_conn = self._next_work = None
         self.lock_pid = self.work_pid = None

@@ -19,7 +19,7 @@ REQUIRED_FUNCTIONS = (
     "tick_due_at(timestamp with time zone, text[], timestamp with time zone[], text)",
     "schedules_due_at(timestamp with time zone, integer)",
     "next_wakeup()",
-    "take_scheduler_lock(text, interval)",
+    "take_scheduler_lock(text, interval, integer)",
     "evict_lock_holder(integer)",
     "limit_scheduler_session(interval)",
 )
@@ -69,7 +69,7 @@ TICK_DUE_AT = (
 
 # the standby waits in the lock's queue at most %s seconds; once granted, the heartbeat
 # is written in the same statement (got: whether it has the lock)
-TAKE_LOCK = "SELECT scrinalia.take_scheduler_lock(%s, make_interval(secs => %s)) AS got"
+TAKE_LOCK = "SELECT scrinalia.take_scheduler_lock(%s, make_interval(secs => %s), %s) AS got"
 # ends a holder that keeps the lock from a scheduler; %s: the pid seen holding it last time
 EVICT_LOCK_HOLDER = "SELECT evicted, holder_pid, holder_role, reason FROM scrinalia.evict_lock_holder(%s)"
 # both sessions end themselves when idle (or idle in a transaction) longer than
