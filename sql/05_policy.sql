@@ -242,3 +242,11 @@ RETURNS timestamptz
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ BEGIN RETURN timestamptz '10000-01-01 00:00:00+00'; END $$;
+
+-- An instant the scheduler repaired (a next_run_at beyond its cron's next occurrence,
+-- a retry's not_before beyond the retry cap) is an INSTANT_REPAIRED alert this long.
+CREATE OR REPLACE FUNCTION scrinalia.repair_alert_window()
+RETURNS interval
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT interval '1 hour' $$;

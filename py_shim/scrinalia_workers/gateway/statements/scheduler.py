@@ -61,3 +61,18 @@ TICK_DUE_AT = (
     "SELECT worker_name, decision, run_id, scheduled_for, next_run_at, reason, now() AS db_now"
     " FROM scrinalia.tick_due_at(%s, %b::text[], %b::timestamptz[], %s)"
 )
+
+# --- the repair of stored instants no cron or policy produces (sql/55_repair.sql) -------
+
+REPAIR_INSTANTS = "SELECT kind, worker_name, run_id, was, repaired_to, message FROM scrinalia.repair_instants(%s)"
+ARMED_SCHEDULE_CRONS = "SELECT cron, timezone, db_now FROM scrinalia.armed_schedule_crons()"
+REARM_SCHEDULES_AHEAD = (
+    "SELECT worker_name, cron, timezone, was, next_run_at"
+    " FROM scrinalia.rearm_schedules_ahead(%b::text[], %b::text[], %b::timestamptz[], %s)"
+)
+REQUIRED_FUNCTIONS = (
+    *REQUIRED_FUNCTIONS,
+    "repair_instants(text)",
+    "armed_schedule_crons()",
+    "rearm_schedules_ahead(text[], text[], timestamp with time zone[], text)",
+)
