@@ -134,3 +134,6 @@ GRANT EXECUTE ON FUNCTION
     scrinalia.armed_schedule_crons(),
     scrinalia.rearm_schedules_ahead(text[], text[], timestamptz[], text)
    TO scrinalia_scheduler, scrinalia_operator, scrinalia_runner;
+-- pure helpers, as validate_cron
+GRANT EXECUTE ON FUNCTION scrinalia.cron_fires_at(text, text, timestamptz), scrinalia.cron_field_values(text, integer)
+   TO scrinalia_reader, scrinalia_operator, scrinalia_runner, scrinalia_scheduler;
