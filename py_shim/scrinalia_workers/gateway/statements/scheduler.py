@@ -5,7 +5,7 @@ named, and the scheduler reads them by name."""
 
 # Every function these statements call: checked at start-up, so that a login without
 # them gets one line and exit 2 instead of a crash loop.
-REQUIRED_FUNCTIONS = (
+REQUIRED_FUNCTIONS: tuple[str, ...] = (
     "scheduler_lock_key()",
     "scheduler_heartbeat(text, integer)",
     "check_scheduler_lock(integer)",
