@@ -29,6 +29,8 @@ SHARED = {
     "max_attempts",
     "active_statuses",
     "terminal_statuses",
+    "cron_fires_at",
+    "cron_field_values",
 }
 READER = SHARED | {
     "get_schedule",
@@ -67,6 +69,10 @@ SCHEDULER = SHARED | {
     "check_scheduler_lock",
     "evict_stale_scheduler",
     "set_schedules_aside",
+    # the repair of stored instants (sql/55_repair.sql)
+    "repair_instants",
+    "armed_schedule_crons",
+    "rearm_schedules_ahead",
 }
 RUNNER = SHARED | {
     "claim_next",
