@@ -1,5 +1,6 @@
 """One pass of the holder, on the work session: reap expired leases, create retries,
-then the due schedules in chunks, and a log line per decision.
+repair stored instants no cron or policy produces (at the first pass, then about once
+a minute), then the due schedules in chunks, and a log line per decision.
 
 Each chunk of at most TICK_CHUNK due schedules is one transaction: check the lock,
 due_schedules(TICK_CHUNK) + the cron next occurrences + tick(), commit. Runs become
@@ -102,7 +103,9 @@ class Pass:
                 not_before=r["not_before"].isoformat(),
             )
         if self.repair:
-            progressed = repair_instants(cur, self.conn, self.name, self.log, self.occurrences) or progressed
+            progressed = (
+                repair_instants(cur, self.conn, self.name, self.lock_pid, self.log, self.occurrences) or progressed
+            )
         for n in range(MAX_CHUNKS):
             if n:
                 self.check_lock()  # the heartbeat, and a lost lock stops the pass between chunks
@@ -189,7 +192,12 @@ def log_decision(log: EventLog, r: Row, cron_tz: tuple[str, str], db_now: dateti
 
 
 def repair_instants(
-    cur: psycopg.Cursor[Row], conn: psycopg.Connection, name: str, log: EventLog, occurrences: Occurrences
+    cur: psycopg.Cursor[Row],
+    conn: psycopg.Connection,
+    name: str,
+    lock_pid: int | None,
+    log: EventLog,
+    occurrences: Occurrences,
 ) -> bool:
     """Stored instants no cron or policy produces, repaired (sql/55_repair.sql), a log
     line each: leases longer than a runner may take reaped, retries held back beyond
@@ -198,8 +206,10 @@ def repair_instants(
     whose next occurrence cannot be computed here is left to the tick, which sets it
     aside."""
     with conn.transaction():
+        check_lock_in_transaction(cur, lock_pid)
         fixed = cur.execute(sql.REPAIR_INSTANTS, (name,)).fetchall()
     with conn.transaction():
+        check_lock_in_transaction(cur, lock_pid)
         pairs = cur.execute(sql.ARMED_SCHEDULE_CRONS).fetchall()
         rearmed: list[Row] = []
         if pairs:
