@@ -92,3 +92,35 @@ def test_the_repair_is_paced_and_comes_back_within_its_bound(db, holder):
     assert p.repair is True
     assert tick._next_repair[holder.name] > 0.0
     assert tick.REPAIR_EVERY_SECONDS <= 60
+
+
+def test_a_re_arm_the_server_refuses_is_logged_and_the_tick_goes_on(db, holder, monkeypatch):
+    # as if the server's zone rules and the shim's disagreed: an instant its cron does not produce
+    make_worker(db, "ahead")
+    make_worker(db, "due")
+    put_schedule(db, "ahead", "0 3 * * *", "Europe/Berlin")
+    put_schedule(db, "due", "0 3 * * *", "UTC")
+    db.execute(
+        "UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() + interval '10 years'"
+        " WHERE worker_name = 'ahead'"
+    )
+    db.execute(
+        "UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() - interval '1 minute'"
+        " WHERE worker_name = 'due'"
+    )
+    real = tick.Occurrences.after_each
+
+    def skewed(self, pairs, t):
+        got = real(self, pairs, t)
+        return [n + timedelta(seconds=7) if p == ("0 3 * * *", "Europe/Berlin") else n for p, n in zip(pairs, got)]
+
+    monkeypatch.setattr(tick.Occurrences, "after_each", skewed)
+    holder.tick()
+    (refused,) = [e for e in holder.events() if e["event"] == "schedule re-arm refused"]
+    assert "must be an occurrence of its cron" in refused["reason"]
+    assert [e["worker"] for e in holder.events() if e["event"] == "enqueued"] == ["due"]
+    far = db.execute(
+        "SELECT next_run_at > now() + interval '9 years' FROM scrinalia.archive_worker_schedules"
+        " WHERE worker_name = 'ahead'"
+    ).fetchone()[0]
+    assert far  # nothing written for it

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from scrinalia_workers.errors import NOT_LOCK_HOLDER, LockLost
+from scrinalia_workers.errors import NOT_LOCK_HOLDER, InvalidTickCall, LockLost
 from scrinalia_workers.gateway.statements import scheduler as sql
 from scrinalia_workers.logs import EventLog, one_line
 from scrinalia_workers.scheduler.occurrences import Occurrences
@@ -208,19 +208,25 @@ def repair_instants(
     with conn.transaction():
         check_lock_in_transaction(cur, lock_pid)
         fixed = cur.execute(sql.REPAIR_INSTANTS, (name,)).fetchall()
-    with conn.transaction():
-        check_lock_in_transaction(cur, lock_pid)
-        pairs = cur.execute(sql.ARMED_SCHEDULE_CRONS).fetchall()
-        rearmed: list[Row] = []
-        if pairs:
-            db_now = pairs[0]["db_now"]
-            nexts = occurrences.after_each([(p["cron"], p["timezone"]) for p in pairs], db_now)
-            ok = [(p, n) for p, n in zip(pairs, nexts) if not isinstance(n, Exception)]
-            if ok:
-                rearmed = cur.execute(
-                    sql.REARM_SCHEDULES_AHEAD,
-                    ([p["cron"] for p, _ in ok], [p["timezone"] for p, _ in ok], [n for _, n in ok], name),
-                ).fetchall()
+    rearmed: list[Row] = []
+    try:
+        with conn.transaction():
+            check_lock_in_transaction(cur, lock_pid)
+            pairs = cur.execute(sql.ARMED_SCHEDULE_CRONS).fetchall()
+            if pairs:
+                db_now = pairs[0]["db_now"]
+                nexts = occurrences.after_each([(p["cron"], p["timezone"]) for p in pairs], db_now)
+                ok = [(p, n) for p, n in zip(pairs, nexts) if not isinstance(n, Exception)]
+                if ok:
+                    rearmed = cur.execute(
+                        sql.REARM_SCHEDULES_AHEAD,
+                        ([p["cron"] for p, _ in ok], [p["timezone"] for p, _ in ok], [n for _, n in ok], name),
+                    ).fetchall()
+    except psycopg.Error as e:
+        # the server's zone rules and ours disagree on an instant: the tick must go on
+        if e.sqlstate != InvalidTickCall.sqlstate:
+            raise
+        log("schedule re-arm refused", level="error", reason=one_line(e.diag.message_primary or str(e)))
     with log.batch():
         for r in fixed:
             log(
