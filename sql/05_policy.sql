@@ -274,3 +274,11 @@ BEGIN
     END IF;
     RETURN p_expires_at;
 END $$;
+
+-- An instant the scheduler repaired (a next_run_at beyond its cron's next occurrence,
+-- a retry's not_before beyond the retry cap) is an INSTANT_REPAIRED alert this long.
+CREATE OR REPLACE FUNCTION scrinalia.repair_alert_window()
+RETURNS interval
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT interval '1 hour' $$;

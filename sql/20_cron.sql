@@ -139,3 +139,117 @@ BEGIN
             'so it would never fire', src);
     END IF;
 END $$;
+
+-- The values one field of a valid expression selects (f: 1 minute .. 5 day-of-week,
+-- where 7 is read as 0, Sunday), for cron_fires_at. The expression must have passed
+-- validate_cron: this reads it without checking it again.
+CREATE OR REPLACE FUNCTION scrinalia.cron_field_values(p_field text, p_f integer)
+RETURNS integer[]
+LANGUAGE plpgsql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    lows constant int[] := ARRAY[0, 0, 1, 1, 0];
+    highs constant int[] := ARRAY[59, 23, 31, 12, 7];
+    month_names constant text[] := ARRAY['JAN','FEB','MAR','APR','MAY','JUN','JUL','AUG','SEP','OCT','NOV','DEC'];
+    day_names constant text[] := ARRAY['SUN','MON','TUE','WED','THU','FRI','SAT'];
+    item_re constant text :=
+        '^(?:(\*)|([0-9]{1,2}|[A-Za-z]{3})(?:-([0-9]{1,2}|[A-Za-z]{3}))?)(?:/([0-9]{1,2}))?$';
+    item text;
+    m text[];
+    lo int;
+    hi int;
+    v int;
+    out int[] := '{}';
+BEGIN
+    FOREACH item IN ARRAY string_to_array(p_field, ',') LOOP
+        m := regexp_match(item, item_re);
+        IF m[1] IS NOT NULL THEN
+            lo := lows[p_f]; hi := highs[p_f];
+        ELSE
+            lo := CASE WHEN m[2] ~ '^[0-9]' THEN m[2]::int
+                       WHEN p_f = 4 THEN array_position(month_names, upper(m[2]))
+                       ELSE array_position(day_names, upper(m[2])) - 1 END;
+            hi := CASE WHEN m[3] IS NULL THEN CASE WHEN m[4] IS NULL THEN lo ELSE highs[p_f] END
+                       WHEN m[3] ~ '^[0-9]' THEN m[3]::int
+                       WHEN p_f = 4 THEN array_position(month_names, upper(m[3]))
+                       ELSE array_position(day_names, upper(m[3])) - 1 END;
+        END IF;
+        FOR v IN lo..hi BY coalesce(m[4]::int, 1) LOOP
+            out := out || CASE WHEN p_f = 5 AND v = 7 THEN 0 ELSE v END;
+        END LOOP;
+    END LOOP;
+    RETURN out;
+END $$;
+
+-- Is p_at an instant at which (p_cron, p_zone) fires, by the rules of docs/cron.md?
+-- The twin of scrinalia_workers.cron's next_occurrence: the fields are read on the
+-- zone's wall clock, the day fields by the Vixie rule (AND when either starts with
+-- '*', else OR); a matching wall time that a spring-forward gap skips fires once, at
+-- the first instant after the gap; in a fall-back fold only the first pass fires,
+-- unless the hour field is exactly '*'. tests/cron/test_cron_fires_at.py pins that
+-- the two agree. Raises SW003 for an invalid cron; a zone PostgreSQL does not know
+-- raises its own error.
+CREATE OR REPLACE FUNCTION scrinalia.cron_fires_at(p_cron text, p_zone text, p_at timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    f text[];
+    mins int[]; hours int[]; doms int[]; months int[]; dows int[];
+    day_and boolean;
+    w timestamp;
+    shift interval;
+    g timestamp;
+BEGIN
+    IF p_cron IS NULL OR p_zone IS NULL OR p_at IS NULL OR NOT isfinite(p_at) THEN
+        RETURN false;
+    END IF;
+    PERFORM scrinalia.validate_cron(p_cron);
+    f := regexp_split_to_array(btrim(p_cron, E' \t'), E'[ \t]+');
+    mins := scrinalia.cron_field_values(f[1], 1);
+    hours := scrinalia.cron_field_values(f[2], 2);
+    doms := scrinalia.cron_field_values(f[3], 3);
+    months := scrinalia.cron_field_values(f[4], 4);
+    dows := scrinalia.cron_field_values(f[5], 5);
+    day_and := left(f[3], 1) = '*' OR left(f[5], 1) = '*';
+    w := p_at AT TIME ZONE p_zone;
+
+    -- an ordinary firing: a matching wall minute, and not the second pass of a fold
+    -- (the same wall time an offset-shift earlier) unless the hour field is '*'
+    IF date_trunc('minute', w) = w
+       AND extract(minute FROM w)::int = ANY (mins) AND extract(hour FROM w)::int = ANY (hours)
+       AND extract(month FROM w)::int = ANY (months)
+       AND ((extract(day FROM w)::int = ANY (doms)) AND (extract(dow FROM w)::int = ANY (dows))
+            OR NOT day_and AND ((extract(day FROM w)::int = ANY (doms)) OR (extract(dow FROM w)::int = ANY (dows)))) THEN
+        IF f[2] = '*' THEN
+            RETURN true;
+        END IF;
+        -- (a fold's shift, seen from three hours before: wider than any real one)
+        shift := ((p_at - interval '3 hours') AT TIME ZONE p_zone) - (p_at - interval '3 hours') AT TIME ZONE 'UTC'
+                 - (w - p_at AT TIME ZONE 'UTC');
+        IF shift <= interval '0' OR ((p_at - shift) AT TIME ZONE p_zone) <> w THEN
+            RETURN true;
+        END IF;
+    END IF;
+
+    -- the first instant after a spring-forward gap: fires when a wall minute of the gap
+    -- matches (the offset one second earlier is smaller by the gap's width)
+    shift := (w - p_at AT TIME ZONE 'UTC')
+             - (((p_at - interval '1 second') AT TIME ZONE p_zone) - (p_at - interval '1 second') AT TIME ZONE 'UTC');
+    IF shift > interval '0' THEN
+        FOR g IN SELECT generate_series(date_trunc('minute', w - shift)
+                                        + CASE WHEN date_trunc('minute', w - shift) < w - shift
+                                               THEN interval '1 minute' ELSE interval '0' END,
+                                        w - interval '1 microsecond', interval '1 minute') LOOP
+            IF extract(minute FROM g)::int = ANY (mins) AND extract(hour FROM g)::int = ANY (hours)
+               AND extract(month FROM g)::int = ANY (months)
+               AND ((extract(day FROM g)::int = ANY (doms)) AND (extract(dow FROM g)::int = ANY (dows))
+                    OR NOT day_and AND ((extract(day FROM g)::int = ANY (doms)) OR (extract(dow FROM g)::int = ANY (dows)))) THEN
+                RETURN true;
+            END IF;
+        END LOOP;
+    END IF;
+    RETURN false;
+END $$;

@@ -432,7 +432,9 @@ END $$;
 -- Gives claimed runs whose handler has not started back to the queue (QUEUED, lease
 -- and start cleared), so that another runner takes them: a runner that claimed a batch
 -- and meets a slow handler, or shuts down, returns the rest. Returns the released ids;
--- a run whose lease is no longer this token's is left alone.
+-- a run whose lease is no longer this token's, or has expired, is left alone, as a
+-- heartbeat or finish would be refused (SW020): an expired lease is the reaper's, and
+-- goes through it (INTERRUPTED, its retry, its alert) whatever call the runner makes.
 CREATE OR REPLACE FUNCTION scrinalia.release_runs(p_run_ids bigint[], p_lease_tokens uuid[])
 RETURNS TABLE (run_id bigint)
 LANGUAGE plpgsql SECURITY DEFINER
@@ -445,9 +447,12 @@ BEGIN
     UPDATE scrinalia.archive_worker_runs r
        SET status = 'QUEUED', lease_owner = NULL, lease_token = NULL, lease_duration = NULL,
            lease_expires_at = NULL, heartbeat_at = NULL, started_at = NULL
-      FROM unnest(p_run_ids, p_lease_tokens) AS i(run_id, lease_token)
-     -- status as text: by run_id, never the lease index (see heartbeat_runs)
+      FROM (SELECT u.run_id, u.lease_token, now() AS as_of
+              FROM unnest(p_run_ids, p_lease_tokens) AS u(run_id, lease_token)) i
+     -- status as text, the expiry against a column: by run_id, never the lease index
+     -- (see heartbeat_runs)
      WHERE r.run_id = i.run_id AND r.status::text = 'RUNNING' AND r.lease_token = i.lease_token
+       AND r.lease_expires_at > i.as_of
     RETURNING r.run_id;
     IF FOUND THEN
         PERFORM pg_notify('scrinalia_runs', 'released');

@@ -12,11 +12,20 @@ SELECT w.worker_name,
        a.attempt AS active_attempt, a.not_before AS active_not_before,
        s.request, s.updated_by, s.updated_at,
        -- set aside: the scheduler cannot compute this schedule (see scheduler_health())
-       s.arm_error, s.arm_error_since, s.arm_retry_at
+       s.arm_error, s.arm_error_since, s.arm_retry_at,
+       -- the slot held by an owed retry (ADR 0015: from the failure on, whether or not a
+       -- scheduler runs; enqueue answers SW010): the failed attempt, the attempt the
+       -- retry will be, and since when. (Appended: a view grows only at its end.)
+       o.run_id AS owed_by_run_id, o.status AS owed_by_status, o.attempt + 1 AS owed_attempt,
+       o.finished_at AS owed_since
   FROM scrinalia.archive_workers w
   LEFT JOIN scrinalia.archive_worker_schedules s ON s.worker_name = w.worker_name
   LEFT JOIN scrinalia.archive_worker_runs a
-         ON a.worker_name = w.worker_name AND a.status IN ('QUEUED', 'RUNNING');
+         ON a.worker_name = w.worker_name AND a.status IN ('QUEUED', 'RUNNING')
+  LEFT JOIN LATERAL (
+        SELECT p.run_id, p.status, p.attempt, p.finished_at FROM scrinalia.archive_worker_runs p
+         WHERE p.worker_name = w.worker_name AND p.retry_pending
+         ORDER BY p.run_id LIMIT 1) o ON true;
 
 CREATE OR REPLACE VIEW scrinalia.worker_run_history AS
 SELECT r.run_id, r.worker_name, r.status, r.trigger, r.attempt,

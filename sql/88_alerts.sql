@@ -43,7 +43,9 @@ $$;
 
 -- The alerts of now, one row each, in words an operator acts on. kind is one of
 -- FAILED_AFTER_ALL_ATTEMPTS, SCHEDULE_OVERDUE, SCHEDULE_SET_ASIDE, LEASE_REAPED,
--- SCHEDULER_UNHEALTHY. No row: nothing to do.
+-- SCHEDULER_UNHEALTHY, INSTANT_REPAIRED (55_repair.sql: a next_run_at or a retry's
+-- not_before no cron or policy could produce, repaired; a lease too long is reaped
+-- and is a LEASE_REAPED). No row: nothing to do.
 CREATE OR REPLACE FUNCTION scrinalia.current_alerts()
 RETURNS TABLE (kind text, worker_name text, since timestamptz, run_ids bigint[], message text)
 LANGUAGE sql STABLE SECURITY DEFINER
@@ -83,6 +85,19 @@ AS $$
                   r.error, coalesce(r.lease_owner, '?'))
       FROM scrinalia.archive_worker_runs r
      WHERE r.error_fingerprint = 'lease-expired' AND r.finished_at > now() - scrinalia.reaped_alert_window()
+    UNION ALL
+    SELECT 'INSTANT_REPAIRED', s.worker_name, s.last_skipped_at, NULL,
+           format('the schedule of %s (%s, %s): %s; was the clock ahead, or was it written by hand?',
+                  s.worker_name, s.cron, s.timezone, s.last_skip_reason)
+      FROM scrinalia.archive_worker_schedules s
+     WHERE s.last_skipped_at > now() - scrinalia.repair_alert_window()
+       AND s.last_skip_reason LIKE 'instant repaired: %'
+    UNION ALL
+    SELECT 'INSTANT_REPAIRED', r.worker_name, r.not_before, ARRAY[r.run_id],
+           format('run #%s of %s: %s; was the clock ahead, or was it written by hand?', r.run_id, r.worker_name,
+                  r.error)
+      FROM scrinalia.archive_worker_runs r
+     WHERE r.status IN ('QUEUED', 'RUNNING') AND r.error_fingerprint = 'not-before-beyond-policy'
 $$;
 
 -- Per worker: what prometheus-postgres-exporter exposes as gauges and counters.

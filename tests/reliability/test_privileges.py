@@ -34,6 +34,8 @@ SHARED = {
     "terminal_statuses",
     "public_can_connect",
     "takeover_grant_missing",
+    "cron_fires_at",
+    "cron_field_values",
 }
 READER = SHARED | {
     "get_schedule",
@@ -77,6 +79,10 @@ SCHEDULER = SHARED | {
     "take_scheduler_lock",
     "limit_scheduler_session",
     "set_schedules_aside",
+    # the repair of stored instants (sql/55_repair.sql)
+    "repair_instants",
+    "armed_schedule_crons",
+    "rearm_schedules_ahead",
 }
 RUNNER = SHARED | {
     "claim_next",

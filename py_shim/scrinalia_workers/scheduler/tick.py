@@ -1,5 +1,6 @@
 """One pass of the holder, on the work session: reap expired leases, create retries,
-then the due schedules in chunks, and a log line per decision.
+repair stored instants no cron or policy produces (at the first pass, then about once
+a minute), then the due schedules in chunks, and a log line per decision.
 
 Each chunk of at most TICK_CHUNK due schedules is one transaction: check the lock,
 due_schedules(TICK_CHUNK) + the cron next occurrences + tick(), commit. Runs become
@@ -11,6 +12,7 @@ alone. A schedule whose next occurrence cannot be computed here is set aside
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -18,7 +20,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from scrinalia_workers.errors import NOT_LOCK_HOLDER, LockLost
+from scrinalia_workers.errors import NOT_LOCK_HOLDER, InvalidTickCall, LockLost
 from scrinalia_workers.gateway.statements import scheduler as sql
 from scrinalia_workers.logs import EventLog, one_line
 from scrinalia_workers.scheduler.occurrences import Occurrences
@@ -29,6 +31,13 @@ from scrinalia_workers.scheduler.occurrences import Occurrences
 TICK_CHUNK = 5000
 # Chunks per pass at most (a million schedules); the next pass goes on at once.
 MAX_CHUNKS = 1000
+# How often a holder looks for stored instants no cron or policy produces (a clock
+# that ran ahead, a forged write): at its first pass, then at the first pass this
+# long after the last look. With passes at least every --max-sleep, a bad instant is
+# repaired within this plus one sleep of being written.
+REPAIR_EVERY_SECONDS = 60.0
+# per scheduler name: the monotonic instant of its next look (a Pass lives one pass)
+_next_repair: dict[str, float] = {}
 
 Row = dict[str, Any]
 
@@ -56,8 +65,16 @@ class Pass:
         lock_pid: int | None,
         log: EventLog,
         check_lock: Callable[[], None],
+        repair: bool | None = None,
     ):
+        """`repair`: look for bad stored instants this pass (None: when it is time)."""
         self.conn = conn
+        if repair is None:
+            now = time.monotonic()
+            repair = now >= _next_repair.get(name, now)
+            if repair:
+                _next_repair[name] = now + REPAIR_EVERY_SECONDS
+        self.repair = repair
         self.name = name
         self.lock_pid = lock_pid
         self.log = log
@@ -84,6 +101,10 @@ class Pass:
                 worker=r["worker_name"],
                 attempt=r["attempt"],
                 not_before=r["not_before"].isoformat(),
+            )
+        if self.repair:
+            progressed = (
+                repair_instants(cur, self.conn, self.name, self.lock_pid, self.log, self.occurrences) or progressed
             )
         for n in range(MAX_CHUNKS):
             if n:
@@ -168,3 +189,62 @@ def log_decision(log: EventLog, r: Row, cron_tz: tuple[str, str], db_now: dateti
             next_run_at=nxt,
             reason=r["reason"],
         )
+
+
+def repair_instants(
+    cur: psycopg.Cursor[Row],
+    conn: psycopg.Connection,
+    name: str,
+    lock_pid: int | None,
+    log: EventLog,
+    occurrences: Occurrences,
+) -> bool:
+    """Stored instants no cron or policy produces, repaired (sql/55_repair.sql), a log
+    line each: leases longer than a runner may take reaped, retries held back beyond
+    the retry cap brought to it, and schedules due later than their cron's next
+    occurrence after now() re-armed to it. True when anything was repaired. A schedule
+    whose next occurrence cannot be computed here is left to the tick, which sets it
+    aside."""
+    with conn.transaction():
+        check_lock_in_transaction(cur, lock_pid)
+        fixed = cur.execute(sql.REPAIR_INSTANTS, (name,)).fetchall()
+    rearmed: list[Row] = []
+    try:
+        with conn.transaction():
+            check_lock_in_transaction(cur, lock_pid)
+            pairs = cur.execute(sql.ARMED_SCHEDULE_CRONS).fetchall()
+            if pairs:
+                db_now = pairs[0]["db_now"]
+                nexts = occurrences.after_each([(p["cron"], p["timezone"]) for p in pairs], db_now)
+                ok = [(p, n) for p, n in zip(pairs, nexts) if not isinstance(n, Exception)]
+                if ok:
+                    rearmed = cur.execute(
+                        sql.REARM_SCHEDULES_AHEAD,
+                        ([p["cron"] for p, _ in ok], [p["timezone"] for p, _ in ok], [n for _, n in ok], name),
+                    ).fetchall()
+    except psycopg.Error as e:
+        # the server's zone rules and ours disagree on an instant: the tick must go on
+        if e.sqlstate != InvalidTickCall.sqlstate:
+            raise
+        log("schedule re-arm refused", level="error", reason=one_line(e.diag.message_primary or str(e)))
+    with log.batch():
+        for r in fixed:
+            log(
+                "lease reaped" if r["kind"] == "LEASE" else "retry delay repaired",
+                level="warning",
+                run_id=r["run_id"],
+                worker=r["worker_name"],
+                was=r["was"].isoformat() if r["was"] else None,
+                repaired_to=r["repaired_to"].isoformat() if r["repaired_to"] else None,
+                reason=r["message"],
+            )
+        for r in rearmed:
+            log(
+                "schedule re-armed",
+                level="warning",
+                worker=r["worker_name"],
+                was=r["was"].isoformat(),
+                next_run_at=r["next_run_at"].isoformat(),
+                reason="next_run_at was later than the next occurrence of its cron: a clock ahead, or written by hand",
+            )
+    return bool(fixed or rearmed)

@@ -69,6 +69,17 @@ def _release_line(r: dict[str, Any]) -> str:
     return line
 
 
+def _slot(a: dict[str, Any], most: int) -> str | None:
+    """The active run, or else the failed attempt whose owed retry holds the slot."""
+    run = active_run(a, most)
+    if run is not None or a.get("owed_by_run_id") is None:
+        return run
+    return (
+        f"#{a['owed_by_run_id']} {a['owed_by_status']} {a['owed_attempt'] - 1}/{most}: "
+        f"owed retry {a['owed_attempt']}/{most} since {utc(a['owed_since'])} (the scheduler creates it)"
+    )
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     if args.watch:
         from scrinalia_workers.cli.watch import watch
@@ -120,7 +131,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 utc(a["last_enqueued_at"]),
                 skipped,
                 one_line(a["last_skip_reason"], 40) if skipped else None,
-                active_run(a, most),
+                _slot(a, most),
             ]
         )
     print_table(
@@ -134,7 +145,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             "last enqueued",
             "last skipped",
             "skip reason",
-            "active run",
+            "active run (or owed retry)",
         ],
         rows,
         title="agenda (when each worker runs)",

@@ -5,7 +5,7 @@ named, and the scheduler reads them by name."""
 
 # Every function these statements call: checked at start-up, so that a login without
 # them gets one line and exit 2 instead of a crash loop.
-REQUIRED_FUNCTIONS = (
+REQUIRED_FUNCTIONS: tuple[str, ...] = (
     "scheduler_lock_key()",
     "scheduler_heartbeat(text, integer)",
     "check_scheduler_lock(integer)",
@@ -80,4 +80,19 @@ LIMIT_SESSION = "SELECT scrinalia.limit_scheduler_session(make_interval(secs => 
 LOCK_HOLDER_HEARTBEAT = (
     "SELECT holder_pid, holder_role, holder_application, holder_backend_start, holder_is_scheduler,"
     " heartbeat_at, heartbeat_pid FROM scrinalia.scheduler_status()"
+)
+
+# --- the repair of stored instants no cron or policy produces (sql/55_repair.sql) -------
+
+REPAIR_INSTANTS = "SELECT kind, worker_name, run_id, was, repaired_to, message FROM scrinalia.repair_instants(%s)"
+ARMED_SCHEDULE_CRONS = "SELECT cron, timezone, db_now FROM scrinalia.armed_schedule_crons()"
+REARM_SCHEDULES_AHEAD = (
+    "SELECT worker_name, cron, timezone, was, next_run_at"
+    " FROM scrinalia.rearm_schedules_ahead(%b::text[], %b::text[], %b::timestamptz[], %s)"
+)
+REQUIRED_FUNCTIONS = (
+    *REQUIRED_FUNCTIONS,
+    "repair_instants(text)",
+    "armed_schedule_crons()",
+    "rearm_schedules_ahead(text[], text[], timestamp with time zone[], text)",
 )
