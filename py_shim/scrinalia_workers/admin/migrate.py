@@ -224,13 +224,23 @@ def migrate(dsn: str, *, create_groups: bool = False, lock_timeout: float = DEFA
         pending = backend.to_apply(migrations)
         backend.apply_migrations(pending)
         apply_code(conn)
-        missing = one(conn.execute(sql.TAKEOVER_GRANT_MISSING))[0]
+        missing = _takeover_grant_missing(conn)
     applied = [m.id for m in pending]
     for mid in applied:
         log.info("applied migration %s", mid)
     if missing:  # said once per migrate: the install works, but a squatter cannot be ended
         log.warning("%s", missing)
     return applied
+
+
+def _takeover_grant_missing(conn: psycopg.Connection) -> str | None:
+    """What the standbys cannot do in this install (scrinalia.takeover_grant_missing()),
+    or None; None too for SQL code of its own (SCRINALIA_ROOT) that lacks the function."""
+    try:
+        with conn.transaction():
+            return one(conn.execute(sql.TAKEOVER_GRANT_MISSING))[0]
+    except psycopg.errors.UndefinedFunction:
+        return None
 
 
 def _refuse_losing_schedule_runs(conn: psycopg.Connection, todo) -> None:
