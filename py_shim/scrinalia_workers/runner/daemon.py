@@ -34,8 +34,9 @@ from datetime import timedelta
 import psycopg
 
 from scrinalia_workers.clock import SYSTEM, Clock
-from scrinalia_workers.errors import ConfigError, DatabaseUnavailable, MissingPrivilege
+from scrinalia_workers.errors import ConfigError, DatabaseUnavailable, MissingPrivilege, SchemaMismatch
 from scrinalia_workers.gateway.backoff import Backoff, is_transient
+from scrinalia_workers.gateway.checks import schema_moved
 from scrinalia_workers.logs import EventLog, one_line
 from scrinalia_workers.runner.batch import RELEASE_AFTER, Batch, Supervision
 from scrinalia_workers.runner.handler_thread import HandlerThread
@@ -225,6 +226,14 @@ class Runner:
                 self.log("release error", level="warning", runs=len(held), reason=one_line(e))
                 self.close()
 
+    def _schema_moved(self, e: BaseException) -> SchemaMismatch | None:
+        """The SchemaMismatch to exit 2 with when `e` came from a database no longer at this
+        release's head (a rollback, another release's migrate), else None."""
+        try:
+            return schema_moved(self.ledger.connect(), e)
+        except (psycopg.Error, DatabaseUnavailable):
+            return None
+
     def run_forever(self) -> None:
         """Claims until stopped. Transient database errors: log, back off, reconnect.
         ConfigError (a lost grant included) propagates: one line, exit 2."""
@@ -252,6 +261,9 @@ class Runner:
                     raise MissingPrivilege(f"login lost a privilege: {e.diag.message_primary}") from None
                 except (psycopg.Error, DatabaseUnavailable) as e:
                     self._give_back()
+                    moved = self._schema_moved(e)
+                    if moved is not None:  # rolled back under us, or another release's: exit 2
+                        raise moved from None
                     transient = is_transient(e)
                     self.log(
                         "database unavailable" if transient else "database error",
