@@ -121,3 +121,11 @@ def test_the_shared_modules_import_no_room():
     for s in shared:
         rooms = [m for m in graph[f"scrinalia_workers.{s}"] if m.split(".")[1] in ROOMS]
         assert not rooms, (s, rooms)
+
+
+def test_test_modules_have_unique_names():
+    """pytest imports test modules by their file name (no __init__.py in tests/): two
+    of one name in different folders stop the whole run at collection."""
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert len(names) > 50
+    assert sorted({n for n in names if names.count(n) > 1}) == []
