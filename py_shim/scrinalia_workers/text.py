@@ -48,3 +48,8 @@ def for_json(text: str) -> str:
     """JSON text (as json.dumps writes it) with every acting character as a \\uNNNN escape:
     still the same JSON document, with nothing a terminal could act on."""
     return _ACTING.sub(lambda m: m.group() if m.group() in "\n" else f"\\u{ord(m.group()):04x}", text)
+
+
+# What PostgreSQL shows of another login's session only to a superuser or a member of
+# pg_read_all_stats (its application, client and start): said so, never printed as None.
+HIDDEN = "hidden from this login (pg_read_all_stats)"

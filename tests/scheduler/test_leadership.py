@@ -16,6 +16,7 @@ from scrinalia_workers.gateway.backoff import Backoff
 from scrinalia_workers.logs import EventLog
 from scrinalia_workers.scheduler.leadership import HOLDER_REPORT_EVERY, SESSIONS_ENDED, Leadership, State
 from scrinalia_workers.testkit.clock import FakeClock
+from scrinalia_workers.text import HIDDEN
 
 SCHEDULER_B = {
     "holder_pid": 4242,
@@ -332,3 +333,14 @@ def test_a_holder_that_can_schedule_but_never_heartbeats_is_not_called_a_schedul
     m.lead.run(lambda: None)
     (ev,) = m.events("standby")
     assert ev["level"] == "error" and "NOT a scheduler" in ev["reason"]
+
+
+def test_a_holder_the_login_may_not_see_is_said_hidden_never_none():
+    hidden = dict(SCHEDULER_B, holder_application=None, holder_backend_start=None)
+    m = Machine(acquired=[False], holder=hidden)
+    m.lead.run(lambda: None)
+    (ev,) = m.events("standby")
+    assert ev["holder_application"] == ev["holder_since"] == HIDDEN
+    out = io.StringIO()  # and the plain log line (no --json) prints no None
+    EventLog(json_lines=False, stream=out)("standby", **{k: v for k, v in ev.items() if k not in ("ts", "event")})
+    assert "None" not in out.getvalue() and "holder_since=hidden" in out.getvalue()

@@ -87,6 +87,7 @@ from scrinalia_workers.clock import SYSTEM, Clock
 from scrinalia_workers.errors import ConfigError, LockLost
 from scrinalia_workers.gateway.backoff import Backoff, is_transient
 from scrinalia_workers.logs import EventLog, one_line
+from scrinalia_workers.text import HIDDEN
 
 # How often a standby repeats who holds the lock when nothing changed.
 HOLDER_REPORT_EVERY = 60.0
@@ -298,8 +299,8 @@ class Leadership:
         holder = dict(
             holder_pid=st["holder_pid"],
             holder_role=st["holder_role"],
-            holder_application=st["holder_application"],
-            holder_since=st["holder_backend_start"],
+            holder_application=HIDDEN if st["holder_application"] is None else st["holder_application"],
+            holder_since=HIDDEN if st["holder_backend_start"] is None else st["holder_backend_start"],
             heartbeat_at=st["heartbeat_at"],
             retry_every=self.standby_retry,
             eviction=ev["reason"],

@@ -15,17 +15,16 @@ from scrinalia_workers.cli.fmt import in_zone, print_json, print_table, utc
 from scrinalia_workers.gateway.checks import check_schema
 from scrinalia_workers.gateway.statements import cli as sql
 from scrinalia_workers.logs import one_line
-from scrinalia_workers.text import printable
+from scrinalia_workers.text import HIDDEN, printable
 
 
 def _scheduler_line(s: dict[str, Any]) -> str:
     if s["lock_held"]:
-        holder = s["holder_application"] or "?"
+        app = s["holder_application"]
+        holder = f"application {HIDDEN}" if app is None else (app or "no application name")
         where = f" from {s['holder_client']}" if s["holder_client"] else ""
-        line = (
-            f"lock held by pid {s['holder_pid']} (role {s['holder_role']}, {holder}{where},"
-            f" connected {utc(s['holder_backend_start'])})"
-        )
+        since = utc(s["holder_backend_start"]) or HIDDEN
+        line = f"lock held by pid {s['holder_pid']} (role {s['holder_role'] or HIDDEN}, {holder}{where}, connected {since})"
         if s["heartbeat_pid"] != s["holder_pid"]:
             line += " -- NOT a scheduler: it has written no heartbeat"
     else:
