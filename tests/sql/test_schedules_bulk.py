@@ -14,6 +14,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from helpers import make_worker, make_workers, raises_sqlstate
+from scrinalia_workers.testkit.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -475,14 +476,14 @@ def test_quick_schedule_bench_checks_its_rows(db_dsn):
 
 
 def wait_until_blocked(db, pid: int, deadline_s: float = 10.0) -> None:
-    import time
-
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if db.execute("SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0]:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"backend {pid} never waited for a lock")
+    wait_for(
+        lambda: db.execute("SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[
+            0
+        ],
+        timeout=deadline_s,
+        interval=0.01,
+        what=f"backend {pid} waiting for a lock",
+    )
 
 
 def test_concurrent_batches_lock_in_worker_order_and_cannot_deadlock(db, db_dsn):
