@@ -97,6 +97,40 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT 200 $$;
 
+-- The largest request (its JSON text, in bytes) a run, a schedule or settings may carry.
+CREATE OR REPLACE FUNCTION scrinalia.max_request_bytes()
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 65536 $$;
+
+-- The longest cron expression accepted (the shim's cron.MAX_LENGTH says the same).
+CREATE OR REPLACE FUNCTION scrinalia.max_cron_length()
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 200 $$;
+
+-- The longest time zone name accepted (IANA's longest is about 30 characters).
+CREATE OR REPLACE FUNCTION scrinalia.max_timezone_length()
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 64 $$;
+
+-- prune_runs keeps at least this much history, and deletes at most this many runs a batch.
+CREATE OR REPLACE FUNCTION scrinalia.min_prune_age()
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT interval '1 day' $$;
+
+CREATE OR REPLACE FUNCTION scrinalia.max_prune_batch()
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 1000000 $$;
+
 -- How many runs one batch call (claim_runs, heartbeat_runs, finish_runs,
 -- release_runs) takes, at most.
 CREATE OR REPLACE FUNCTION scrinalia.max_claim_batch()

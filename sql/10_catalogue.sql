@@ -112,10 +112,10 @@ BEGIN
             MESSAGE = format('invalid request for worker %L: the request must be a JSON object, got %s',
                              p_worker_name, jsonb_typeof(req));
     END IF;
-    IF octet_length(req::text) > 65536 THEN
+    IF octet_length(req::text) > scrinalia.max_request_bytes() THEN
         RAISE EXCEPTION USING ERRCODE = 'SW002',
-            MESSAGE = format('invalid request for worker %L: the request is %s bytes, the limit is 65536',
-                             p_worker_name, octet_length(req::text));
+            MESSAGE = format('invalid request for worker %L: the request is %s bytes, the limit is %s',
+                             p_worker_name, octet_length(req::text), scrinalia.max_request_bytes());
     END IF;
     FOR k IN SELECT jsonb_object_keys(req) LOOP
         IF k NOT IN ('engine', 'preset', 'options', 'engine_options') THEN

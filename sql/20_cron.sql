@@ -40,9 +40,9 @@ BEGIN
     IF expr IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'SW003', MESSAGE = 'invalid cron: expression is missing';
     END IF;
-    IF length(expr) > 200 THEN
+    IF length(expr) > scrinalia.max_cron_length() THEN
         RAISE EXCEPTION USING ERRCODE = 'SW003',
-            MESSAGE = 'invalid cron: expression is longer than 200 characters';
+            MESSAGE = format('invalid cron: expression is longer than %s characters', scrinalia.max_cron_length());
     END IF;
     src := btrim(expr, E' \t');
     IF src = '' THEN

@@ -29,7 +29,7 @@ BEGIN
     SELECT coalesce(pg_catalog.array_agg(z.name ORDER BY z.name), '{}')::text INTO zone_names
       FROM pg_catalog.pg_timezone_names z
      WHERE z.name !~ '^(posix|right)/' AND z.name NOT IN ('localtime', 'posixrules', 'Factory')
-       AND pg_catalog.length(z.name) <= 64;
+       AND pg_catalog.length(z.name) <= scrinalia.max_timezone_length();
     EXECUTE pg_catalog.replace($template$
 CREATE OR REPLACE FUNCTION scrinalia.validate_timezone(p_timezone text)
 RETURNS text
@@ -37,7 +37,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF p_timezone <> '' AND length(p_timezone) <= 64
+    IF p_timezone <> '' AND length(p_timezone) <= scrinalia.max_timezone_length()
        AND p_timezone !~ '^(posix|right)/' AND p_timezone NOT IN ('localtime', 'posixrules', 'Factory') THEN
         IF p_timezone = ANY ({{zone_names}}::text[]) THEN
             BEGIN
@@ -274,7 +274,7 @@ BEGIN
         -- be refused, the distinct crons are validated one by one, in order, for the error.
         cron_ok := false;
         BEGIN
-            IF NOT EXISTS (SELECT FROM unnest(crons) c WHERE c IS NULL OR length(c) > 200) THEN
+            IF NOT EXISTS (SELECT FROM unnest(crons) c WHERE c IS NULL OR length(c) > scrinalia.max_cron_length()) THEN
                 WITH f AS (SELECT regexp_split_to_array(btrim(d.c, E' \t'), E'[ \t]+') AS a
                              FROM (SELECT DISTINCT c FROM unnest(crons) c) d)
                 SELECT count(*) = 0 INTO cron_ok FROM f WHERE cardinality(f.a) <> 5;

@@ -18,16 +18,16 @@ DECLARE
     cutoff timestamptz;
     n bigint;
 BEGIN
-    IF p_older_than IS NULL OR p_older_than < interval '1 day' THEN
+    IF p_older_than IS NULL OR p_older_than < scrinalia.min_prune_age() THEN
         RAISE EXCEPTION USING ERRCODE = 'SW002',
             MESSAGE = format('prune_runs keeps at least one day of history, not %s',
                              coalesce(p_older_than::text, 'NULL')),
             HINT = 'pass an interval of 1 day or more, e.g. interval ''30 days''';
     END IF;
-    IF p_batch IS NULL OR p_batch < 3 OR p_batch > 1000000 THEN
+    IF p_batch IS NULL OR p_batch < scrinalia.max_attempts() OR p_batch > scrinalia.max_prune_batch() THEN
         RAISE EXCEPTION USING ERRCODE = 'SW002',
-            MESSAGE = format('prune_runs takes a batch of 3 to 1000000 runs, not %s',
-                             coalesce(p_batch::text, 'NULL')),
+            MESSAGE = format('prune_runs takes a batch of %s to %s runs, not %s',
+                             scrinalia.max_attempts(), scrinalia.max_prune_batch(), coalesce(p_batch::text, 'NULL')),
             HINT = 'a retry chain has up to 3 runs and is deleted whole';
     END IF;
     cutoff := now() - p_older_than;

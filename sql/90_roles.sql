@@ -24,7 +24,10 @@ GRANT EXECUTE ON FUNCTION
     scrinalia.retry_delay(integer, double precision),
     scrinalia.retry_base_delay(),
     scrinalia.retry_max_delay(),
-    scrinalia.retry_jitter()
+    scrinalia.retry_jitter(),
+    scrinalia.max_cron_length(),
+    scrinalia.max_timezone_length(),
+    scrinalia.max_request_bytes()
    TO scrinalia_reader, scrinalia_operator, scrinalia_runner, scrinalia_scheduler;
 
 GRANT SELECT ON scrinalia.worker_agenda, scrinalia.worker_run_history, scrinalia.worker_queue_counters

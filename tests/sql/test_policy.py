@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from helpers import make_workers, raises_sqlstate, run_row
+from helpers import make_worker, make_workers, raises_sqlstate, run_row
 
 
 def _one(db, sql, *args):
@@ -117,3 +117,31 @@ def test_a_reaped_lease_is_alerted_for_reaped_alert_window(db):
     alerted = db.execute("SELECT run_ids FROM scrinalia.current_alerts() WHERE kind = 'LEASE_REAPED'").fetchall()
     assert alerted == [([ids[0]],)]
     assert _one(db, "SELECT leases_reaped_last_hour FROM scrinalia.scheduler_metrics()") == 1
+
+
+def test_the_limits_of_the_catalogue_the_cron_and_retention_are_their_policy_numbers(db):
+    """Each limit acts exactly at its number in 05_policy.sql, and the shim's cron
+    length agrees with SQL's."""
+    from scrinalia_workers.cron import MAX_LENGTH
+
+    most_cron, most_zone, most_bytes, youngest, biggest, fewest = db.execute(
+        "SELECT scrinalia.max_cron_length(), scrinalia.max_timezone_length(), scrinalia.max_request_bytes(),"
+        " scrinalia.min_prune_age(), scrinalia.max_prune_batch(), scrinalia.max_attempts()"
+    ).fetchone()
+    assert MAX_LENGTH == most_cron
+    db.execute("SELECT scrinalia.validate_cron(%s)", ("*  " + " " * (most_cron - 11) + "* * * *",))
+    with raises_sqlstate("SW003", f"longer than {most_cron} characters"):
+        db.execute("SELECT scrinalia.validate_cron(%s)", ("* " * (most_cron // 2) + "* * * *",))
+    with raises_sqlstate("SW004"):
+        db.execute("SELECT scrinalia.validate_timezone(%s)", ("X" * (most_zone + 1),))
+    make_worker(db)
+    with raises_sqlstate("SW002", f"the limit is {most_bytes}"):
+        db.execute(
+            "SELECT scrinalia.enqueue('ocr', jsonb_build_object('options', jsonb_build_object("
+            "'lang', repeat('x', %s))))",
+            (most_bytes,),
+        )
+    with raises_sqlstate("SW002"):
+        db.execute("SELECT scrinalia.prune_runs(%s - interval '1 second')", (youngest,))
+    with raises_sqlstate("SW002", f"a batch of {fewest} to {biggest} runs"):
+        db.execute("SELECT scrinalia.prune_runs(interval '30 days', %s)", (biggest + 1,))
