@@ -47,3 +47,15 @@ def seconds(lo: float, hi: float, *, above: bool = False):
 
     parse.__name__ = "seconds"
     return parse
+
+
+def add_wait_for_database(p: argparse.ArgumentParser, most: float) -> None:
+    """The daemons' --wait-for-database: how long start-up waits for a database that is
+    not reachable yet (None: as long as it takes; 0: exit 2 at once)."""
+    p.add_argument(
+        "--wait-for-database",
+        type=seconds(0, most),
+        default=None,
+        metavar="SECONDS",
+        help="at start-up, how long to wait for a database not reachable yet (default: as long as it takes; 0: exit 2)",
+    )

@@ -76,13 +76,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="N",
         help=f"claim up to N runs at once while handlers are quick (default {DEFAULT_BATCH}; 1: one run at a time)",
     )
-    p.add_argument(
-        "--wait-for-database",
-        type=argtypes.seconds(0, STARTUP_WAIT_MAX),
-        default=None,
-        metavar="SECONDS",
-        help="at start-up, how long to wait for a database not reachable yet (default: as long as it takes; 0: exit 2)",
-    )
+    argtypes.add_wait_for_database(p, STARTUP_WAIT_MAX)
     p.add_argument("--json", action="store_true", help="log JSON lines")
     args = p.parse_args(argv)
     if not args.handlers:

@@ -44,13 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="NOTIFY wake-ups closer than this to the last pass are coalesced (default 0.2)",
     )
-    p.add_argument(
-        "--wait-for-database",
-        type=argtypes.seconds(0, STARTUP_WAIT_MAX),
-        default=None,
-        metavar="SECONDS",
-        help="at start-up, how long to wait for a database not reachable yet (default: as long as it takes; 0: exit 2)",
-    )
+    argtypes.add_wait_for_database(p, STARTUP_WAIT_MAX)
     p.add_argument("--name", type=_name, help="recorded as the ticker (default host:pid)")
     p.add_argument("--json", action="store_true", help="JSON log lines")
     p.add_argument(
