@@ -105,6 +105,7 @@ BEGIN
         GRANT USAGE ON SCHEMA scrinalia TO scrinalia_monitor;
         GRANT EXECUTE ON FUNCTION
             scrinalia.schema_head(),
+            scrinalia.installed_release(),
             scrinalia.scheduler_health(interval),
             scrinalia.scheduler_metrics(),
             scrinalia.worker_metrics(),

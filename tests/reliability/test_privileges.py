@@ -33,6 +33,7 @@ SHARED = {
     "max_timezone_length",
     "max_request_bytes",
     "max_attempts",
+    "installed_release",
     "active_statuses",
     "terminal_statuses",
     "public_can_connect",
@@ -100,7 +101,7 @@ RUNNER = SHARED | {
     "unregistered_workers",
 }
 # what monitoring/queries.yaml calls, and the schema head: no shared helper, no view
-MONITOR = {"schema_head", "scheduler_health", "scheduler_metrics", "worker_metrics", "run_counts"}
+MONITOR = {"schema_head", "installed_release", "scheduler_health", "scheduler_metrics", "worker_metrics", "run_counts"}
 # ADR 0015: the API's (operator) login and a runner login may run the scheduler too
 ALLOWED = {
     "reader": READER,
@@ -114,11 +115,18 @@ VIEWS = {"worker_agenda", "worker_run_history", "worker_queue_counters", "worker
 
 
 def _functions(conn) -> list[tuple[str, str]]:
-    """(name, oid, a call with every argument NULL of its type) of each scrinalia function."""
+    """(name, oid, a call with every argument NULL of its type) of each scrinalia function.
+
+    A STRICT immutable function called with NULL arguments is folded to NULL by the
+    planner before any privilege is checked: its call is given one real text argument
+    per text parameter instead, so that the executor does run it (and checks)."""
     return conn.execute("""
         SELECT p.proname, p.oid::int,
                format('SELECT * FROM scrinalia.%I(%s)', p.proname,
-                      coalesce((SELECT string_agg(format('NULL::%s', format_type(t, NULL)), ', ' ORDER BY i)
+                      coalesce((SELECT string_agg(CASE WHEN p.proisstrict AND p.provolatile = 'i'
+                                                       THEN format('(''x'' || random())::%s', format_type(t, NULL))
+                                                       ELSE format('NULL::%s', format_type(t, NULL)) END,
+                                                  ', ' ORDER BY i)
                                   FROM unnest(p.proargtypes::oid[]) WITH ORDINALITY AS a(t, i)), ''))
           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE n.nspname = 'scrinalia' AND p.prokind = 'f'

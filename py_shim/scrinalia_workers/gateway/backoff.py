@@ -70,6 +70,7 @@ _PERMANENT_CONNECT_FAILURES = (
     "invalid sslmode",
     "invalid port",
     "invalid integer value",
+    "unsupported startup parameter",  # a pooler (PgBouncer) refusing the keepalive options
 )
 
 

@@ -16,7 +16,7 @@ from psycopg.rows import dict_row
 
 from scrinalia_workers.errors import NOT_THE_SCHEDULER, LockLost, UnsafeConnection
 from scrinalia_workers.gateway import connection as db
-from scrinalia_workers.gateway.checks import check_schema
+from scrinalia_workers.gateway.checks import check_schema, schema_moved
 from scrinalia_workers.gateway.statements import scheduler as sql
 
 TRANSACTION_POOLER = (
@@ -32,6 +32,19 @@ def one_row(cur: psycopg.Cursor[dict[str, Any]]) -> dict[str, Any]:
     if row is None:
         raise psycopg.ProgrammingError("a statement that returns one row returned none")
     return row
+
+
+def _call(conn: psycopg.Connection, statement: str, params: tuple = ()) -> dict[str, Any]:
+    """The one row of a call on the lock session. A call the database no longer knows (the
+    code rolled back, or another release's migrate under us) is this release's end: the
+    schema check's one line and exit 2, never a standby that retries it for ever."""
+    try:
+        return one_row(conn.cursor(row_factory=dict_row).execute(statement, params))
+    except psycopg.Error as e:
+        moved = schema_moved(conn, e) if not conn.broken else None
+        if moved is not None:
+            raise moved from None
+        raise
 
 
 def _server_pid(conn: psycopg.Connection) -> int:
@@ -92,7 +105,7 @@ class Sessions:
         # two client connections share a server session only behind a transaction pooler
         if work_pid == self.lock_pid:
             raise UnsafeConnection(TRANSACTION_POOLER)
-        got = one_row(conn.cursor(row_factory=dict_row).execute(sql.TAKE_LOCK, (self.name, wait, work_pid)))["got"]
+        got = _call(conn, sql.TAKE_LOCK, (self.name, wait, work_pid))["got"]
         if not got:
             return False
         self.work_conn, self.work_pid, self._next_work = work, work_pid, None
@@ -107,7 +120,7 @@ class Sessions:
         """True while our lock session holds the lock; records the heartbeat, which
         vouches for the work session (only then may it tick)."""
         try:
-            row = one_row(self.lock.cursor(row_factory=dict_row).execute(sql.HEARTBEAT, (self.name, self.work_pid)))
+            row = _call(self.lock, sql.HEARTBEAT, (self.name, self.work_pid))
         except psycopg.Error as e:
             if e.sqlstate != NOT_THE_SCHEDULER:
                 raise
@@ -120,11 +133,11 @@ class Sessions:
     def evict_stale(self, seen_pid: int | None = None) -> dict[str, Any]:
         """scrinalia.evict_lock_holder(): ends a holder that is not a scheduler (`seen_pid`:
         the one seen holding it last time) or whose heartbeat is stale."""
-        return one_row(self.lock.cursor(row_factory=dict_row).execute(sql.EVICT_LOCK_HOLDER, (seen_pid,)))
+        return _call(self.lock, sql.EVICT_LOCK_HOLDER, (seen_pid,))
 
     def holder(self) -> dict[str, Any]:
         """Who holds the lock (scrinalia.scheduler_status())."""
-        return one_row(self.lock.cursor(row_factory=dict_row).execute(sql.LOCK_HOLDER_HEARTBEAT))
+        return _call(self.lock, sql.LOCK_HOLDER_HEARTBEAT)
 
     def notified(self, timeout: float) -> bool:
         """Waits up to `timeout` seconds for a NOTIFY on the lock session; True when one came."""
