@@ -144,19 +144,7 @@ def test_ctrl_c_stops_the_demo_and_pauses_its_schedules(empty_db_dsn, how, procs
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         assert conn.execute("SELECT worker_name FROM scrinalia.archive_worker_schedules WHERE enabled").fetchall() == []
         # its scheduler and runners are gone with it
-        wait_for(
-            lambda: (
-                one(
-                    conn,
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND application_name ~ '^scrinalia-(scheduler|runner)'",
-                )[0]
-                == 0
-            ),
-            timeout=5,
-            interval=0.1,
-            what="the demo's daemons gone",
-        )
+        _await_no_daemons(conn, timeout=5, what="the demo's daemons gone")
         assert (
             one(
                 conn,
@@ -323,25 +311,30 @@ def test_a_silence_says_what_the_demo_waits_for(db, db_dsn):
 
 
 @pytest.mark.slow
+def _await_no_daemons(conn, timeout: float, what: str) -> None:
+    """No session of the demo's scheduler or runners is left in its database."""
+    wait_for(
+        lambda: (
+            one(
+                conn,
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND application_name ~ '^scrinalia-(scheduler|runner)'",
+            )[0]
+            == 0
+        ),
+        timeout=timeout,
+        interval=0.1,
+        what=what,
+    )
+
+
 def test_the_demos_daemons_die_with_it(empty_db_dsn, procs):
     p = start_demo(procs, empty_db_dsn)
     _await_runners(p)
     p.kill()  # no chance to tidy up: its children must not outlive it all the same
     p.popen.wait()
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-        wait_for(
-            lambda: (
-                one(
-                    conn,
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND application_name ~ '^scrinalia-(scheduler|runner)'",
-                )[0]
-                == 0
-            ),
-            timeout=15,
-            interval=0.1,
-            what="the orphaned daemons gone",
-        )
+        _await_no_daemons(conn, timeout=15, what="the orphaned daemons gone")
 
 
 def test_the_load_handler_takes_every_worker(db, db_dsn):
