@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import subprocess
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -199,3 +201,32 @@ def assert_one_line_error(r: Result, code: int, *fragments: str) -> None:
     assert lines[0].startswith("scrinalia-workers: error: "), lines[0]
     for f in fragments:
         assert f in lines[0], (f, lines[0])
+
+
+# --- the code migrate installs, for the rolling-deploy tests ---
+
+
+def sql_variant(tmp_path: Path) -> Path:
+    """This release's migrations and SQL, each ledger function with another body: a
+    migrate from it, then from the release's own, changes the code clients call."""
+    from scrinalia_workers import sqlfiles
+
+    root = sqlfiles.project_root()
+    variant = tmp_path / "variant"
+    shutil.copytree(root / "migrations", variant / "migrations")
+    shutil.copytree(root / "sql", variant / "sql")
+    ledger = variant / "sql" / "30_ledger.sql"
+    text = ledger.read_text()
+    assert text.count("\nBEGIN\n") >= 5
+    ledger.write_text(text.replace("\nBEGIN\n", "\nBEGIN\n    -- the variant's body\n"))
+    return variant
+
+
+def code_digest(conn) -> str:
+    """A digest of every scrinalia function, by name, arguments and body: it changes when
+    migrate changes the code (ordered by name, so a dropped and re-created one counts the same)."""
+    return conn.execute(
+        "SELECT md5(string_agg(p.proname || pg_get_function_identity_arguments(p.oid) || p.prosrc, ';'"
+        " ORDER BY p.proname, pg_get_function_identity_arguments(p.oid)))"
+        " FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'scrinalia'"
+    ).fetchone()[0]

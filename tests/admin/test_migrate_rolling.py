@@ -10,15 +10,13 @@ tests/reliability/test_rolling_upgrade.py.)"""
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
-from pathlib import Path
 
 import psycopg
 import pytest
 
-from helpers import make_worker
+from helpers import code_digest, make_worker, sql_variant
 from scrinalia_workers import sqlfiles
 from scrinalia_workers.admin import migrate as m
 from scrinalia_workers.testkit.waiting import wait_for
@@ -91,26 +89,6 @@ def _reader(dsn_for, calls: Calls, stop: threading.Event):
             )
 
 
-def _variant(tmp_path: Path) -> Path:
-    """This release's migrations and SQL, each ledger function with another body."""
-    root = sqlfiles.project_root()
-    variant = tmp_path / "variant"
-    shutil.copytree(root / "migrations", variant / "migrations")
-    shutil.copytree(root / "sql", variant / "sql")
-    ledger = variant / "sql" / "30_ledger.sql"
-    text = ledger.read_text()
-    assert text.count("\nBEGIN\n") >= 5
-    ledger.write_text(text.replace("\nBEGIN\n", "\nBEGIN\n    -- the variant's body\n"))
-    return variant
-
-
-def _code_digest(conn) -> str:
-    return conn.execute(
-        "SELECT md5(string_agg(p.prosrc, ';' ORDER BY p.oid)) FROM pg_proc p"
-        " JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'scrinalia'"
-    ).fetchone()[0]
-
-
 def test_clients_see_no_error_while_migrate_reinstalls_the_code(db, db_dsn, role_logins, tmp_path, monkeypatch):
     workers = [make_worker(db, f"roll{i}") for i in range(CLIENTS)]
 
@@ -123,19 +101,19 @@ def test_clients_see_no_error_while_migrate_reinstalls_the_code(db, db_dsn, role
     for t in threads:
         t.start()
     windows = []
-    roots = [str(_variant(tmp_path)), str(sqlfiles.project_root())]
+    roots = [str(sql_variant(tmp_path)), str(sqlfiles.project_root())]
     digests = set()
     try:
         wait_for(lambda: calls.count() > 50, timeout=20, interval=0.02, what="the clients to get going")
         for k in range(MIGRATES):
             before = calls.count()
             monkeypatch.setenv("SCRINALIA_ROOT", roots[k % 2])
-            code_before = _code_digest(db)
+            code_before = code_digest(db)
             t0 = time.monotonic()
             assert m.migrate(db_dsn) == []
             windows.append((t0, time.monotonic()))
-            assert _code_digest(db) != code_before, "each migrate must change the code the clients call"
-            digests.add(_code_digest(db))
+            assert code_digest(db) != code_before, "each migrate must change the code the clients call"
+            digests.add(code_digest(db))
             wait_for(lambda: calls.count() > before + 20, timeout=20, interval=0.02, what="calls after the migrate")
     finally:
         stop.set()

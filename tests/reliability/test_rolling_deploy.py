@@ -7,16 +7,15 @@ enqueued twice, no owed retry lost; the time clients wait during a migrate is pr
 
 from __future__ import annotations
 
-import shutil
 import statistics
 import threading
 import time
-from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from helpers import code_digest, sql_variant
 from invariants import check_all
 from scrinalia_workers import sqlfiles
 from scrinalia_workers.admin import migrate as m
@@ -39,24 +38,6 @@ TROUBLE = {
     "report abandoned",
     "lease lost",
 }
-
-
-def _variant(tmp_path: Path) -> Path:
-    """This release's migrations and SQL, each ledger function with another body."""
-    root = sqlfiles.project_root()
-    variant = tmp_path / "variant"
-    shutil.copytree(root / "migrations", variant / "migrations")
-    shutil.copytree(root / "sql", variant / "sql")
-    ledger = variant / "sql" / "30_ledger.sql"
-    ledger.write_text(ledger.read_text().replace("\nBEGIN\n", "\nBEGIN\n    -- the variant's body\n"))
-    return variant
-
-
-def _code_digest(conn) -> str:
-    return conn.execute(
-        "SELECT md5(string_agg(p.prosrc, ';' ORDER BY p.oid)) FROM pg_proc p"
-        " JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'scrinalia'"
-    ).fetchone()[0]
 
 
 def test_migrate_while_the_daemons_and_clients_work(db, db_dsn, role_logins, procs, tmp_path, monkeypatch):
@@ -133,14 +114,14 @@ def test_migrate_while_the_daemons_and_clients_work(db, db_dsn, role_logins, pro
             timeout=30,
             what="scheduled runs flowing",
         )
-        roots = [str(_variant(tmp_path)), str(sqlfiles.project_root())]
+        roots = [str(sql_variant(tmp_path)), str(sqlfiles.project_root())]
         for k in range(MIGRATES):
             monkeypatch.setenv("SCRINALIA_ROOT", roots[k % 2])
-            code_before = _code_digest(db)
+            code_before = code_digest(db)
             t0 = time.monotonic()
             assert m.migrate(db_dsn) == []
             migrating.append((t0, time.monotonic()))
-            assert _code_digest(db) != code_before, "each migrate must change the code the daemons call"
+            assert code_digest(db) != code_before, "each migrate must change the code the daemons call"
             time.sleep(0.3)
         stop.set()
         for t in threads:

@@ -28,6 +28,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from helpers import code_digest
 from invariants import check_all, owed_retries
 from scrinalia_workers.admin import migrate as m
 from scrinalia_workers.testkit.waiting import wait_for
@@ -82,14 +83,6 @@ def previous(tmp_path_factory) -> Path:
 
 def _env(root: Path, handlers_dir: Path) -> dict[str, str]:
     return {"PYTHONPATH": f"{root / 'py_shim'}{os.pathsep}{handlers_dir}", "SCRINALIA_ROOT": str(root)}
-
-
-def _code_digest(conn) -> str:
-    return conn.execute(
-        "SELECT md5(string_agg(p.proname || pg_get_function_identity_arguments(p.oid) || p.prosrc, ';'"
-        " ORDER BY p.proname, pg_get_function_identity_arguments(p.oid)))"
-        " FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'scrinalia'"
-    ).fetchone()[0]
 
 
 def _a_release_with_a_new_column(tmp_path: Path) -> Path:
@@ -207,13 +200,13 @@ def test_the_previous_releases_daemons_through_this_releases_migrate(previous, e
     old = _env(previous, handlers_env)
     _migrate_cli(dsn, old)  # the previous release's own migrate
     with psycopg.connect(dsn, autocommit=True) as db:
-        before = _code_digest(db)
+        before = code_digest(db)
         first, last = _seed(db)
         daemons = _daemons(procs, dsn, old)
         wait_for(lambda: _succeeded(db) >= 4, timeout=FIRST_AT + 20, what="the old daemons running periods")
         # this release's migrate, in place, under the previous release's daemons
         assert m.migrate(dsn), "this release has migrations the previous one lacks"
-        assert _code_digest(db) != before, "the migrate must change the code the old daemons call"
+        assert code_digest(db) != before, "the migrate must change the code the old daemons call"
         changed_at = db.execute("SELECT now()").fetchone()[0]
         _settle_and_check(db, procs, daemons, first, last, changed_at)
 
