@@ -229,3 +229,16 @@ def lost_periods(
             continue
         out.append(f"period {worker} @ {p.isoformat()} has neither a run nor a skip")
     return out
+
+
+def settled_after(conn, last) -> bool:
+    """Every period armed up to `last` has passed and been ticked, and the runners have
+    drained what was claimable: a scenario's daemons are done with its periods."""
+    now = conn.execute("SELECT now()").fetchone()[0]
+    pending = conn.execute(
+        "SELECT (SELECT count(*) FROM scrinalia.archive_worker_schedules WHERE next_run_at <= %s)"
+        " + (SELECT count(*) FROM scrinalia.archive_worker_runs WHERE status IN ('QUEUED', 'RUNNING')"
+        "    AND (not_before IS NULL OR not_before <= now()))",
+        (last,),
+    ).fetchone()[0]
+    return now > last + timedelta(seconds=1) and pending == 0

@@ -32,7 +32,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from infra import multi_host_dsn, require_server_binaries
-from invariants import check_all
+from invariants import check_all, settled_after
 from scrinalia_workers.admin.migrate import migrate
 from scrinalia_workers.testkit.cluster import LocalCluster, free_port
 from scrinalia_workers.testkit.waiting import wait_for
@@ -211,17 +211,12 @@ def test_failover_under_the_real_daemons(pair, handlers_module, replication, pro
     assert 0 <= takeover < TAKEOVER_BOUND, f"the takeover took {takeover:.2f} s after the promotion began"
 
     # run on until every armed period has passed and been ticked, and the runners drained
-    def settled():
-        now = new_conn.execute("SELECT now()").fetchone()[0]
-        pending = new_conn.execute(
-            "SELECT (SELECT count(*) FROM scrinalia.archive_worker_schedules WHERE next_run_at <= %s)"
-            " + (SELECT count(*) FROM scrinalia.archive_worker_runs WHERE status IN ('QUEUED', 'RUNNING')"
-            "    AND (not_before IS NULL OR not_before <= now()))",
-            (last,),
-        ).fetchone()[0]
-        return now > last + timedelta(seconds=1) and pending == 0
-
-    wait_for(settled, timeout=PERIODS + FIRST_AT + 20, interval=0.2, what="all periods ticked and run")
+    wait_for(
+        lambda: settled_after(new_conn, last),
+        timeout=PERIODS + FIRST_AT + 20,
+        interval=0.2,
+        what="all periods ticked and run",
+    )
 
     # the daemons alone reap and retry: the holder heartbeats before each pass (reap,
     # retries, tick), so a pass that began after the last run ended has run its

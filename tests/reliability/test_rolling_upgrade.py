@@ -29,7 +29,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from helpers import code_digest
-from invariants import check_all, owed_retries
+from invariants import check_all, owed_retries, settled_after
 from scrinalia_workers.admin import migrate as m
 from scrinalia_workers.testkit.waiting import wait_for
 
@@ -132,19 +132,13 @@ def _daemons(procs, dsn: str, env: dict[str, str]) -> list:
 
 def _settle_and_check(db, procs, daemons: list, first, last, changed_at) -> None:
     """Every period run once, the owed retries made by the daemons alone, no error logged."""
-
-    def settled():
-        now = db.execute("SELECT now()").fetchone()[0]
-        pending = db.execute(
-            "SELECT (SELECT count(*) FROM scrinalia.archive_worker_schedules WHERE next_run_at <= %s)"
-            " + (SELECT count(*) FROM scrinalia.archive_worker_runs WHERE status IN ('QUEUED', 'RUNNING')"
-            "    AND (not_before IS NULL OR not_before <= now()))",
-            (last,),
-        ).fetchone()[0]
-        return now > last + timedelta(seconds=1) and pending == 0
-
     try:
-        wait_for(settled, timeout=PERIODS + FIRST_AT + 30, interval=0.2, what="every period ticked and run")
+        wait_for(
+            lambda: settled_after(db, last),
+            timeout=PERIODS + FIRST_AT + 30,
+            interval=0.2,
+            what="every period ticked and run",
+        )
     except AssertionError as e:
         raise AssertionError(f"{e}: " + " | ".join(p.tail(8) for p in daemons)) from None
     # the scheduler alone creates the retries owed (a pass every --max-sleep)
