@@ -1,32 +1,33 @@
-"""Benchmark 5: side by side with procrastinate and pgqueuer on the same PostgreSQL.
+"""Benchmark 5: side by side with graphile-worker, pgqueuer and procrastinate on the
+same PostgreSQL, each at its documented best configuration and at its defaults.
 
 Each system gets a database of its own in the same cluster and is driven through
 its own public API with an empty task:
 
-- enqueue: N jobs one call at a time from one connection (the API's ordinary path),
-  and N jobs in batches where the system has a batch API;
-- claim-run-finish: bench/drain_bench.py (the real runner, the bare statements,
-  pgqueuer in continuous and drain mode, procrastinate), interleaved rounds.
+- claim-run-finish: bench/drain_bench.py (ours, the bare statements) and
+  bench/peers_drain.py (the peers): 4 worker processes per system started and idle,
+  N jobs made visible by one call of the system's enqueue API (timed too), the time
+  until the database says all are done; interleaved rounds, the order rotated;
+- the same rounds on a durable cluster (fsync on) for ours, pgqueuer on asyncpg and
+  graphile-worker tuned, with pgbench's one-row INSERT as the reference
+  (bench/peers_durable.py; our own throwaway cluster only);
+- enqueue: N/2 jobs one call at a time from one connection (the API's ordinary path).
 
-procrastinate: App(PsycopgConnector), @app.task, defer_async / batch_defer_async.
-pgqueuer: Queries over a PsycopgDriver (psycopg 3 for all three systems), enqueue
-with scalars / lists. The peers' set-up is bench/peers.py.
+The peers' set-up: bench/peers.py (Python), bench/peers_graphile.py (Node).
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from . import drain_bench, seed
+from . import drain_bench, peers_durable, peers_graphile, seed
 from .common import Result, check, conn, median, now, vacuum_analyze
-from .peers import BATCH, pgqueuer_queries, procrastinate_app, versions
+from .peers import PGQUEUER, PROCRASTINATE_SETTINGS, pgqueuer_queries, pgqueuer_settings, procrastinate_app, versions
 
-# --- ours ---------------------------------------------------------------------
-
-ENQUEUE_SQL = "SELECT run_id FROM scrinalia.enqueue(%s, '{}'::jsonb, 'MANUAL', 'bench')"
+# --- one call at a time ---------------------------------------------------------
 
 
-def ours_enqueue(dsn: str, n: int) -> dict:
+def ours_enqueue(dsn: str, n: int) -> float:
     with conn(dsn) as c:
         seed.reset(c)
         seed.workers(c, n)
@@ -35,44 +36,26 @@ def ours_enqueue(dsn: str, n: int) -> dict:
     with conn(dsn) as c:
         c.execute("SELECT 1")
         t0 = now()
-        for w in names[: n // 2]:
-            c.execute(ENQUEUE_SQL, (w,)).fetchone()
+        for w in names:
+            c.execute(drain_bench.ENQUEUE, (w,)).fetchone()
         single = now() - t0
-        # the same calls, pipelined (psycopg pipeline mode, one sync per BATCH): we have
-        # no batch enqueue, since the queue is one slot per worker
-        t0 = now()
-        rest = names[n // 2 :]
-        for i in range(0, len(rest), BATCH):
-            with c.pipeline():
-                for w in rest[i : i + BATCH]:
-                    c.execute(ENQUEUE_SQL, (w,))
-        batched = now() - t0
         count = c.execute("SELECT count(*) FROM scrinalia.archive_worker_runs WHERE status = 'QUEUED'").fetchone()[0]
     check(count == n, f"ours: {count} runs enqueued, expected {n}")
-    return {"single": (n // 2) / single, "batch": len(rest) / batched}
+    return n / single
 
 
-# --- procrastinate --------------------------------------------------------------
-
-
-async def _procrastinate_enqueue(dsn: str, n: int) -> dict:
+async def _procrastinate_enqueue(dsn: str, n: int) -> float:
     app, noop = procrastinate_app(dsn)
     async with app.open_async():
         await app.schema_manager.apply_schema_async()
         await noop.defer_async()  # warm the pool
         t0 = now()
-        for _ in range(n // 2):
+        for _ in range(n):
             await noop.defer_async()
-        single = now() - t0
-        t0 = now()
-        rest = n - n // 2
-        for i in range(0, rest, BATCH):
-            await noop.batch_defer_async(*({} for _ in range(min(BATCH, rest - i))))
-        batched = now() - t0
-    return {"single": (n // 2) / single, "batch": rest / batched}
+        return n / (now() - t0)
 
 
-def procrastinate_enqueue(dsn: str, n: int) -> dict:
+def procrastinate_enqueue(dsn: str, n: int) -> float:
     r = asyncio.run(_procrastinate_enqueue(dsn, n))
     with conn(dsn) as c:
         count = c.execute("SELECT count(*) FROM procrastinate_jobs").fetchone()[0]
@@ -80,163 +63,232 @@ def procrastinate_enqueue(dsn: str, n: int) -> dict:
     return r
 
 
-# --- pgqueuer -------------------------------------------------------------------
-
-
-async def _pgqueuer_enqueue(dsn: str, n: int) -> dict:
-    aconn, q = await pgqueuer_queries(dsn)
-    async with aconn:
+async def _pgqueuer_enqueue(dsn: str, n: int) -> float:
+    aconn, q = await pgqueuer_queries(dsn, driver=PGQUEUER["asyncpg"][0])
+    try:
         if not await q.schema_is_installed():
             await q.install()
         await q.enqueue("noop", None)  # warm
         t0 = now()
-        for _ in range(n // 2):
+        for _ in range(n):
             await q.enqueue("noop", None)
-        single = now() - t0
-        t0 = now()
-        rest = n - n // 2
-        for i in range(0, rest, BATCH):
-            m = min(BATCH, rest - i)
-            await q.enqueue(["noop"] * m, [None] * m, [0] * m)
-        batched = now() - t0
-    return {"single": (n // 2) / single, "batch": rest / batched}
+        return n / (now() - t0)
+    finally:
+        await aconn.close()
 
 
-def pgqueuer_enqueue(dsn: str, n: int) -> dict:
+def pgqueuer_enqueue(dsn: str, n: int) -> float:
     r = asyncio.run(_pgqueuer_enqueue(dsn, n))
     with conn(dsn) as c:
         count = c.execute("SELECT count(*) FROM pgqueuer").fetchone()[0]
+        c.execute("TRUNCATE pgqueuer")
     check(count == n + 1, f"pgqueuer: {count} jobs enqueued, expected {n + 1}")
     return r
 
 
-def run(dsn_for, quick: bool = False) -> Result:
-    """dsn_for(name) -> the DSN of a fresh database of that name (ours migrated)."""
-    n = 2_000 if quick else 10_000
+def graphile_enqueue(dsn: str, n: int) -> float:
+    peers_graphile.install(dsn)
+    with conn(dsn) as c:
+        t0 = now()
+        for _ in range(n):
+            c.execute("SELECT (graphile_worker.add_job('noop')).id").fetchone()
+        r = n / (now() - t0)
+        c.execute("TRUNCATE graphile_worker._private_jobs")
+    return r
+
+
+def _ratios(drains: dict, a: str, b: str) -> list[float]:
+    return [x / y for x, y in zip(drains[a]["rates"], drains[b]["rates"])]
+
+
+def _fmt(rs: list[float]) -> str:
+    return f"{median(rs):.2f}x" + (f" ({min(rs):.2f}-{max(rs):.2f})" if len(rs) > 1 else "")
+
+
+def _labels(v: dict, history: int) -> dict[str, tuple[str, str]]:
+    """system -> (its label, its settings)."""
+    args = " ".join(drain_bench.RUNNER_ARGS) or "defaults"
+    out = {
+        "ours": (f"scrinalia-runner {v['scrinalia']}", args),
+        drain_bench.history_system(history): ("the same", f"{history:,} finished runs in the ledger"),
+        drain_bench.history_system(history, "dense"): ("the same", f"{history:,} finished runs packed (a restore)"),
+        "ours --batch 1": ("scrinalia-runner", f"{args}, --batch 1"),
+        "bare statements": ("the claim and finish statements, bare", "one run a claim"),
+        "bare statements, batched": ("the same, bare", "32 runs a claim"),
+        "graphile-worker, tuned": (f"graphile-worker {v['graphile-worker']}", peers_graphile.TUNED_SETTINGS),
+        "graphile-worker, defaults": (f"graphile-worker {v['graphile-worker']}", peers_graphile.DEFAULT_SETTINGS),
+    }
+    for config in PGQUEUER:
+        out[f"pgqueuer, {config}"] = (f"pgqueuer {v['pgqueuer']}", pgqueuer_settings(config, v))
+    for config, text in PROCRASTINATE_SETTINGS.items():
+        out[f"procrastinate, {config}"] = (f"procrastinate {v['procrastinate']}", text)
+    return out
+
+
+def _rows(drains: dict, labels: dict, n: int, single: dict, prefix: str = "") -> list[list[str]]:
+    rows = []
+    for name, f in drains.items():
+        label, settings = labels[name]
+        family = name.split(",")[0]
+        first = name in ("ours", "graphile-worker, tuned", "pgqueuer, asyncpg", "procrastinate, tuned")
+        rows.append(
+            [
+                prefix + label,
+                settings,
+                f"{f['median']:,.0f}",
+                f"{f['min']:,.0f}-{f['max']:,.0f}",
+                "1.00x" if name == "ours" else _fmt(_ratios(drains, "ours", name)),
+                f"{n / median(f['enqueue']):,.0f}" if f.get("enqueue") else "-",
+                f"{single[family]:,.0f}" if first and family in single else "-",
+                f"{median(f['pages']):,.0f}" if f.get("pages") else "-",
+            ]
+        )
+    return rows
+
+
+def _targets(drains: dict, history: int, prefix: str = "") -> list[tuple[str, bool, str]]:
+    checks = []
+    for peer, want in (("graphile-worker, tuned", 1.0), ("pgqueuer, asyncpg", 1.5)):
+        if peer in drains:
+            rs = _ratios(drains, "ours", peer)
+            checks.append((f"{prefix}ours >= {want:.1f}x {peer}", median(rs) >= want, _fmt(rs)))
+    for bare in ("bare statements", "bare statements, batched"):
+        if bare in drains:
+            rs = _ratios(drains, "ours", bare)
+            checks.append((f"ours >= half the {bare}", median(rs) >= 0.5, _fmt(rs)))
+    if history:
+        rs = _ratios(drains, drain_bench.history_system(history), "ours")
+        checks.append((f"ours with {history:,} finished runs >= 0.95x the empty ledger", median(rs) >= 0.95, _fmt(rs)))
+    return checks
+
+
+def run(dsn_for, quick: bool = False, admin_dsn: str | None = None, durable: bool = False) -> Result:
+    """dsn_for(name, migrate) -> the DSN of a fresh database of that name (ours migrated
+    when migrate); admin_dsn and durable: the durable rounds (our own cluster only)."""
+    from importlib.metadata import version
+
+    n = 1_000 if quick else 10_000
     rounds = 1 if quick else 3
-    v = versions()
+    v = {**versions(), "scrinalia": version("scrinalia-workers")}
     notes = []
+    v["graphile-worker"], why = peers_graphile.ensure_installed()
+    if why:
+        notes.append(why)
     dsns = {"ours": dsn_for("bench_cmp_ours", migrate=True)}
-    enqueue = {"ours": ours_enqueue(dsns["ours"], n)}
-    for name, enq in (("procrastinate", procrastinate_enqueue), ("pgqueuer", pgqueuer_enqueue)):
+    single = {"ours": ours_enqueue(dsns["ours"], n // 2)}
+    for name, enq in (
+        ("graphile-worker", graphile_enqueue),
+        ("procrastinate", procrastinate_enqueue),
+        ("pgqueuer", pgqueuer_enqueue),
+    ):
         if v[name] is None:
-            notes.append(f"{name} is not installed (pip install -e '.[bench]'): skipped.")
+            if name != "graphile-worker":
+                notes.append(f"{name} is not installed (pip install -e '.[bench]'): skipped.")
             continue
-        dsns[name] = dsn_for(f"bench_cmp_{name}", migrate=False)
-        enqueue[name] = enq(dsns[name], n)  # installs its schema
+        dsns[name] = dsn_for(f"bench_cmp_{name.replace('-', '_')}", migrate=False)
+        single[name] = enq(dsns[name], n // 2)  # installs its schema
+    if v["pgqueuer"] and not v["asyncpg"]:
+        notes.append("asyncpg is not installed (pip install -e '.[bench]'): pgqueuer runs on psycopg only.")
     history = 20_000 if quick else 1_000_000
     dsns["history"] = dsn_for("bench_cmp_history", migrate=True)
     dsns["history dense"] = dsn_for("bench_cmp_history_dense", migrate=True)
     drains = drain_bench.run(dsns, n, rounds, v, history=history)
-    hist_key = drain_bench.history_system(history)
-    dense_key = drain_bench.history_system(history, "dense")
-
-    def ratios(a: str, b: str) -> list[float]:
-        return [x / y for x, y in zip(drains[a]["rates"], drains[b]["rates"])]
-
-    def fmt_ratio(rs: list[float]) -> str:
-        return f"{median(rs):.2f}x" + (f" ({min(rs):.2f}-{max(rs):.2f})" if len(rs) > 1 else "")
-
-    labels = {
-        "ours": "scrinalia-runner (ours, --batch 32)",
-        hist_key: f"the same, {history:,} finished runs in the ledger",
-        dense_key: f"the same, {history:,} finished runs packed (as after a restore)",
-        "ours --batch 1": "scrinalia-runner --batch 1",
-        "bare statements": "the claim and finish statements, bare",
-        "bare statements, batched": "the same, bare, 32 runs a claim",
-        "pgqueuer": f"pgqueuer {v['pgqueuer']}",
-        "pgqueuer, drain mode": f"pgqueuer {v['pgqueuer']}, drain mode",
-        "procrastinate": f"procrastinate {v['procrastinate']}",
-    }
-    rows = []
-    for name, f in drains.items():
-        enq = enqueue.get(name.split(",")[0]) if name in ("ours", "pgqueuer", "procrastinate") else None
-        rows.append(
-            [
-                labels[name],
-                f"{f['median']:,.0f}",
-                f"{f['min']:,.0f}-{f['max']:,.0f}",
-                "1.00x" if name == "ours" else fmt_ratio(ratios("ours", name)),
-                f"{enq['single']:,.0f}" if enq else "-",
-                f"{enq['batch']:,.0f}" if enq else "-",
-                f"{median(f['pages']):,.0f}" if f.get("pages") else "-",
-            ]
-        )
-    checks = []
-    peers = [k for k in ("pgqueuer", "pgqueuer, drain mode") if k in drains]
-    if peers:
-        best = max(peers, key=lambda k: drains[k]["median"])
-        r = median(ratios("ours", best))
-        checks.append((f"ours >= pgqueuer (its best figure, {best})", r >= 1.0, fmt_ratio(ratios("ours", best))))
-    for bare in ("bare statements", "bare statements, batched"):
-        r_bare = median(ratios("ours", bare))
-        checks.append((f"ours >= half the {bare}", r_bare >= 0.5, fmt_ratio(ratios("ours", bare))))
-    hist = ratios(hist_key, "ours")
-    checks.append(
-        (f"ours with {history:,} finished runs >= 0.95x the empty ledger", median(hist) >= 0.95, fmt_ratio(hist))
+    labels = _labels(v, history)
+    rows = _rows(drains, labels, n, single)
+    checks = _targets(drains, history)
+    dur = None
+    if durable and admin_dsn:
+        dur = peers_durable.run(admin_dsn, dsns, n, rounds, v, 2 if quick else 10)
+        rows += _rows(dur["drains"], labels, n, {}, prefix="durable: ")
+        checks += _targets(dur["drains"], 0, prefix="durable: ")
+        if dur["pgbench"] is not None:
+            tps = f"{dur['pgbench']:,.0f}"
+            rows.append(
+                [f"durable: pgbench, {peers_durable.PGBENCH_CLIENTS} clients", "one-row INSERT", tps] + ["-"] * 5
+            )
+    met = all(ok for name, ok, _ in checks if not name.startswith("durable"))
+    ours_way = (
+        "scrinalia.enqueue_runs() (one call)"
+        if _has_enqueue_runs(dsns["ours"])
+        else ("scrinalia.enqueue() for each run, pipelined in one transaction (enqueue_runs() is not in this schema)")
     )
-    met = all(ok for _, ok, _ in checks)
-    dense = fmt_ratio(ratios(dense_key, "ours"))
     notes += [
-        "Claim-run-finish/s = N / the time from the commit that makes the N jobs visible until the database "
-        "says all N are done, with every system's 4 worker processes started, connected "
-        "and idle beforehand. Every 10 ms the timer asks whether a job is still waiting or running, through the "
-        "system's own index of live jobs (a cost that does not grow with the history), and counts the N done "
-        "once none is; except 'pgqueuer, drain mode', pgqueuer's best case: the jobs are queued first and "
-        "its drain-mode workers are timed from their start barrier (start-up counted against it, no notification "
-        "to wait for). Rounds are interleaved: each round runs every system once, starting at a different one "
-        "each round; ratios are per round, median (range).",
+        f"Claim-run-finish/s = N / the time from the commit that makes the N jobs visible until the database "
+        "says all N are done, with every system's 4 worker processes started, connected and idle beforehand, "
+        "the jobs created through the system's own public enqueue API: ours "
+        f"{ours_way}; graphile-worker graphile_worker.add_jobs() (one call); pgqueuer Queries.enqueue() with "
+        "lists (one call, on the row's driver); procrastinate batch_defer_async() (one call). The column "
+        "'enqueue/s (N in one call)' is that call's own time. Every 10 ms the timer asks whether a job is still "
+        "waiting or running, through the system's own index or table of live jobs, and counts the N done once "
+        "none is. Rounds are interleaved: each round runs every system once, starting at a different one each "
+        "round; ratios are per round, median (range).",
+        "Configurations. graphile-worker 'tuned' is its Performance page (worker.graphile.org/docs/performance): "
+        f"{peers_graphile.TUNED_SETTINGS}; 'defaults' sets none of them ({peers_graphile.DEFAULT_SETTINGS}); "
+        "Node workers from bench/node (package-lock.json, `npm ci`), its default console log to a file, as our "
+        "runners log to a file. pgqueuer: its README's quick start and its benchmark tool (tools/benchmark.py) "
+        "connect with asyncpg (AsyncpgDriver over asyncpg.connect()); the tool runs under uvloop with "
+        "run(batch_size=10), run()'s default batch; 'asyncpg, defaults' is the plain asyncio loop, 'psycopg' the "
+        "tool's settings on PsycopgDriver. procrastinate: async task; 'tuned' runs concurrency=10 jobs in each "
+        "worker (its howto/production/concurrency), 'defaults' concurrency 1; listen_notify on (its default). "
+        f"Ours: the real `scrinalia-runner` processes with {' '.join(drain_bench.RUNNER_ARGS) or 'their defaults'} "
+        "(bench/drain_bench.py RUNNER_ARGS), JSON log lines to a file, heartbeats, the start-up checks, an empty "
+        "'*' handler (bench/any_handlers.py).",
         f"History: the same runner drain on a second database whose ledger holds {history:,} finished runs "
-        "(bench.seed.history: scheduled chains, retries, manual runs, cancellations over the same workers), "
-        "the drained runs deleted between rounds; its ratio is to the empty ledger's drain of the same round. "
-        "The history is laid out as use leaves it: written in chunks of "
-        f"{seed.HISTORY_CHUNK:,} runs, each run's row written three times (the enqueue's row, the claim's and "
-        "the finish's new versions) and the table vacuumed after each chunk.",
-        f"The same history packed full (written once, as a restore with COPY or a VACUUM FULL leaves it) is "
-        f"measured too, with no target: {dense} of the empty ledger. Each packed page keeps a little free space, "
-        "about one run's row; vacuum records it, and PostgreSQL's free-space map then hands those pages out, so "
-        "the drain's new rows and their claim and finish versions land one per page across the whole history "
-        "(column 'heap pages': the pages the drained runs end on) instead of a few hundred pages. A ledger that "
-        "was used rather than restored has the space of its dead versions to fill, and the drained runs stay "
-        "together.",
-        "Ours: the jobs are one INSERT of N QUEUED runs plus the N NOTIFYs N enqueue() calls would send, in one "
-        "commit; the runners are the real `scrinalia-runner` processes (JSON log lines to a file, heartbeats, "
-        "the start-up checks) with an empty '*' handler (bench/any_handlers.py). The bare statements are "
-        "claim_runs' and finish_runs' UPDATEs written out for one run at a time (bench/drain_bench.py), prepared, "
-        "without the PL/pgSQL around them: the floor issue 12 measures the runner against.",
-        "pgqueuer in continuous mode gets one notification per inserted job; it starts working about a second "
-        "after a 10,000-job commit, which its drain-mode figure does not pay.",
-        "Ours does more per job than either: request validation against the catalogue, config resolution, the "
-        "one-slot check, a leased and fenced claim, a ledger row kept for ever. procrastinate keeps its job rows "
-        "(status succeeded) plus an events table; pgqueuer deletes a finished job and logs it in pgqueuer_log.",
-        "Enqueue/s: half of the N jobs one call at a time from one connection, half in batches of "
-        f"{BATCH}: ours has no batch enqueue (a worker's queue is one slot), so its batch column is the same "
-        "scrinalia.enqueue() call pipelined (psycopg pipeline mode); theirs is procrastinate's batch_defer_async() "
-        "/ pgqueuer's list enqueue.",
+        "(bench.seed.history), laid out as use leaves it (written in chunks, each row written three times, "
+        "vacuumed after each chunk) and packed (as a restore leaves it; no target: the free-space map hands the "
+        "drain one new row a page, column 'heap pages'); the drained runs deleted between rounds; its ratio is "
+        "to the empty ledger's drain of the same round.",
+        "The bare statements are claim_runs' and finish_runs' UPDATEs written out (bench/drain_bench.py), "
+        "prepared, without the PL/pgSQL around them; their runs are inserted directly, not enqueued.",
+        "Ours does more per job than the peers: request validation against the catalogue, config resolution, "
+        "the one-slot check, a leased and fenced claim, a ledger row kept for ever. procrastinate keeps its job "
+        "rows plus an events table; pgqueuer deletes a finished job and logs it in pgqueuer_log; graphile-worker "
+        "deletes a finished job.",
+        f"enqueue/s (one call at a time): {n // 2:,} jobs from one connection, one API call each: ours "
+        "scrinalia.enqueue(), graphile-worker graphile_worker.add_job(), pgqueuer enqueue() on asyncpg, "
+        "procrastinate defer_async().",
     ]
+    if dur:
+        s = dur["settings"]
+        notes.append(
+            "Durable rows: the same rounds with "
+            + ", ".join(f"{k}={x}" for k, x in s.items())
+            + " (ALTER SYSTEM, reload), for ours, pgqueuer on asyncpg and graphile-worker tuned; pgbench: "
+            f"{peers_durable.PGBENCH_CLIENTS} clients, one `INSERT` of one row a transaction, "
+            f"{2 if quick else 10} s, transactions per second in the claim-run-finish column."
+            + ("" if dur["pgbench"] is not None else " pgbench was not found: no reference line.")
+        )
     return Result(
         key="compare",
-        title="5. Claim-run-finish side by side: the real runner, the bare statements, pgqueuer, procrastinate",
+        title="5. Claim-run-finish side by side: the real runner, graphile-worker, pgqueuer, procrastinate",
         setup=[
-            f"Same cluster, one database per system; {n:,} jobs; an empty task; psycopg {v['psycopg']} everywhere; "
-            f"4 worker processes per system; {rounds} interleaved rounds.",
+            f"Same cluster, one database per system; {n:,} no-op jobs; 4 worker processes per system; "
+            f"{rounds} interleaved rounds; psycopg {v['psycopg']}, asyncpg {v['asyncpg']}, uvloop {v['uvloop']}, "
+            f"graphile-worker {v['graphile-worker'] or '(not run)'} on Node.",
         ]
         + [f"Target: {name}: {'met' if ok else 'NOT met'} ({ratio})." for name, ok, ratio in checks],
         headers=[
             "system",
+            "settings",
             "claim-run-finish/s (median)",
             "range",
             "ours/theirs (per round)",
-            "enqueue/s (single)",
-            "enqueue/s (batch)",
+            "enqueue/s (N in one call)",
+            "enqueue/s (one call at a time)",
             "heap pages of the drained runs",
         ],
         rows=rows,
-        target="real runner >= pgqueuer in the same run, >= half the bare statements, and with 1,000,000 "
-        "finished runs in the ledger >= 0.95x its rate on an empty one",
+        target="real runner >= 1.0x graphile-worker tuned and >= 1.5x pgqueuer on asyncpg in the same rounds, "
+        ">= half the bare statements, and with 1,000,000 finished runs in the ledger >= 0.95x its rate on an "
+        "empty one",
         met=met,
         headline=f"ours {drains['ours']['median']:,.0f} runs/s; "
-        + ", ".join(f"{name} {ratio}" for name, _, ratio in checks),
+        + ", ".join(f"{name} {ratio}" for name, _, ratio in checks[:2]),
         notes=notes,
-        data={"drains": drains, "enqueue": enqueue, "versions": v, "n": n},
+        data={"drains": drains, "durable": dur, "enqueue": single, "versions": v, "n": n},
     )
+
+
+def _has_enqueue_runs(dsn: str) -> bool:
+    with conn(dsn) as c:
+        return drain_bench.has_enqueue_runs(c)

@@ -21,10 +21,8 @@ Systems:
 
 from __future__ import annotations
 
-import asyncio
 import multiprocessing
 import tempfile
-import time
 from pathlib import Path
 
 import psycopg
@@ -32,7 +30,7 @@ import psycopg
 from scrinalia_workers.testkit.procs import Proc, Procs
 from scrinalia_workers.testkit.waiting import wait_for
 
-from . import peers, seed
+from . import peers, peers_graphile, seed
 from .common import check, child_env, conn, median, now, vacuum_analyze
 from .peers import N_WORKERS
 
@@ -40,8 +38,6 @@ POLL = 0.01
 # Is a job still waiting or running? Each reads its system's live jobs only: our and
 # procrastinate's partial indexes, pgqueuer's table (it deletes a finished job).
 OURS_LIVE = "SELECT EXISTS (SELECT FROM scrinalia.archive_worker_runs WHERE status IN ('QUEUED', 'RUNNING'))"
-PROCRASTINATE_LIVE = "SELECT EXISTS (SELECT FROM procrastinate_jobs WHERE status IN ('todo', 'doing'))"
-PGQUEUER_LIVE = "SELECT EXISTS (SELECT FROM pgqueuer)"
 
 # The statements of claim_runs() and finish_runs() for SUCCEEDED runs, without the
 # functions around them (no runner check, no array checks, no lost-lease answer).
@@ -67,12 +63,14 @@ UPDATE scrinalia.archive_worker_runs r
 RETURNING r.run_id"""
 
 
-def _timed_drain(dsn: str, make_visible, live_sql: str, done_sql: str, workers_alive) -> float:
-    """Runs make_visible(conn) (one commit that makes the N jobs visible) and times
-    from its return until done_sql is true. While live_sql (does a job still wait or
-    run?) is true, only it is polled: it reads the system's index of live jobs, so the
-    poll costs the same however much history the table holds; done_sql (the count of
-    the N done) is read once nothing is live. Each system is polled this way."""
+def timed_drain(dsn: str, make_visible, live_sql: str, done_sql: str, workers_alive) -> tuple[float, float]:
+    """Runs make_visible(conn) (the system's enqueue API: one commit that makes the N
+    jobs visible) and times from its return until done_sql is true. While live_sql
+    (does a job still wait or run?) is true, only it is polled: it reads the system's
+    index of live jobs, so the poll costs the same however much history the table
+    holds; done_sql (the count of the N done) is read once nothing is live. Each system
+    is polled this way. Returns (the drain's seconds, the enqueue's): make_visible may
+    return its own call's seconds (without its connecting), else its whole call counts."""
     with conn(dsn) as c:
 
         def finished() -> bool:
@@ -81,13 +79,14 @@ def _timed_drain(dsn: str, make_visible, live_sql: str, done_sql: str, workers_a
                 check(workers_alive(), "a worker process exited before the jobs were done")
             return done
 
-        make_visible(c)
         t0 = now()
+        took = make_visible(c)
+        t1 = now()
         wait_for(finished, timeout=600, interval=POLL, what="the jobs done")
-        return now() - t0
+        return now() - t1, (took if isinstance(took, float) else t1 - t0)
 
 
-def _await_sessions(dsn: str, sql: str, k: int, what: str, watch: list[Proc] | None = None) -> None:
+def await_sessions(dsn: str, sql: str, k: int, what: str, watch: list[Proc] | None = None) -> None:
     """Waits until k sessions match sql (pg_stat_activity): the workers are connected
     and idle, waiting for work."""
     with conn(dsn) as c:
@@ -102,15 +101,38 @@ def _await_sessions(dsn: str, sql: str, k: int, what: str, watch: list[Proc] | N
 # --- ours: the real runner processes ----------------------------------------------
 
 
+# The runner's arguments in every drain of ours (its throughput settings go here).
+RUNNER_ARGS: list[str] = []
+ENQUEUE = "SELECT run_id FROM scrinalia.enqueue(%s, '{}'::jsonb, 'MANUAL', 'bench')"
+ENQUEUE_RUNS = "SELECT count(*) FROM scrinalia.enqueue_runs(%s::text[], NULL, 'MANUAL', 'bench')"
+
+
+def has_enqueue_runs(c: psycopg.Connection) -> bool:
+    return c.execute("SELECT to_regproc('scrinalia.enqueue_runs') IS NOT NULL").fetchone()[0]
+
+
+def ours_enqueue(c: psycopg.Connection, names: list[str]) -> None:
+    """One run for each worker through our public API, in one transaction:
+    scrinalia.enqueue_runs() where the schema has it, else enqueue() for each
+    (pipelined); each sends its NOTIFY at the commit."""
+    with c.transaction():
+        if has_enqueue_runs(c):
+            c.execute(ENQUEUE_RUNS, (names,))
+        else:
+            with c.pipeline():
+                for w in names:
+                    c.execute(ENQUEUE, (w,))
+
+
 def _ours_fill(n: int):
+    names = [seed.worker_name(i) for i in range(n)]
+    return lambda c: ours_enqueue(c, names)
+
+
+def _bare_fill(n: int):
     def fill(c: psycopg.Connection) -> None:
         with c.transaction():
             seed.queued_runs(c, n)
-            # what n enqueue() calls send: a NOTIFY each, the worker's name as payload
-            c.execute(
-                "SELECT count(pg_notify('scrinalia_runs', worker_name)) FROM scrinalia.archive_worker_runs"
-                " WHERE status = 'QUEUED'"
-            )
 
     return fill
 
@@ -168,7 +190,7 @@ def runner_drain(dsn: str, n: int, batch: int | None, logdir: Path, history_upto
     history_upto, on a ledger that keeps its history (history_prepare)."""
     _ours_prepare(dsn, n, history_upto)
     since = history_upto or 0
-    extra = [] if batch is None else ["--batch", str(batch)]
+    extra = RUNNER_ARGS + ([] if batch is None else ["--batch", str(batch)])
     with Procs() as procs:
         for i in range(N_WORKERS):
             procs.runner(
@@ -181,7 +203,7 @@ def runner_drain(dsn: str, n: int, batch: int | None, logdir: Path, history_upto
                 env=child_env(),
                 new_session=True,
             )
-        _await_sessions(
+        await_sessions(
             dsn,
             "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'scrinalia-runner bench-%' "
             "AND state = 'idle' AND query LIKE '%next_claimable_at%'",
@@ -189,7 +211,7 @@ def runner_drain(dsn: str, n: int, batch: int | None, logdir: Path, history_upto
             "ours",
             watch=procs.started,
         )
-        elapsed = _timed_drain(
+        elapsed, enq = timed_drain(
             dsn,
             _ours_fill(n),
             OURS_LIVE,
@@ -199,7 +221,7 @@ def runner_drain(dsn: str, n: int, batch: int | None, logdir: Path, history_upto
         )
         codes = procs.stop_all(timeout=30)
     check(all(c == 0 for c in codes), f"ours: runner exit codes {codes}")
-    return {"rate": n / elapsed, "elapsed": elapsed, **_ours_check(dsn, n, history_upto)}
+    return {"rate": n / elapsed, "elapsed": elapsed, "enqueue": enq, **_ours_check(dsn, n, history_upto)}
 
 
 def _bare_worker(dsn: str, i: int, ready, go, batch: int) -> None:
@@ -231,10 +253,10 @@ def bare_drain(dsn: str, n: int, batch: int = 1) -> dict:
         check(r.wait(60), "bare: a worker did not connect")
 
     def fill(c):
-        _ours_fill(n)(c)
+        _bare_fill(n)(c)
         go.set()
 
-    elapsed = _timed_drain(
+    elapsed, _ = timed_drain(
         dsn,
         fill,
         OURS_LIVE,
@@ -247,134 +269,70 @@ def bare_drain(dsn: str, n: int, batch: int = 1) -> dict:
     return {"rate": n / elapsed, "elapsed": elapsed, **_ours_check(dsn, n)}
 
 
-# --- pgqueuer ---------------------------------------------------------------------
-
-
-def pgqueuer_drain(dsn: str, n: int) -> dict:
-    with conn(dsn) as c:
-        c.execute("TRUNCATE pgqueuer, pgqueuer_log RESTART IDENTITY")
-    vacuum_analyze(dsn, "pgqueuer", "pgqueuer_log")
-    done_sql = f"SELECT count(*) = {int(n)} FROM pgqueuer_log WHERE status = 'successful'"
-    elapsed = _with_processes(
-        peers.pgqueuer_worker,
-        dsn,
-        "pgqueuer",
-        "bench-pgq-%",
-        lambda alive: _timed_drain(dsn, lambda c: peers.pgqueuer_fill(dsn, n), PGQUEUER_LIVE, done_sql, alive),
-    )
-    with conn(dsn) as c:
-        done, distinct = c.execute(
-            "SELECT count(*), count(DISTINCT job_id) FROM pgqueuer_log WHERE status = 'successful'"
-        ).fetchone()
-    check(done == n == distinct, f"pgqueuer: {done} successes for {distinct} jobs, expected {n}")
-    return {"rate": n / elapsed, "elapsed": elapsed}
-
-
-# --- procrastinate ----------------------------------------------------------------
-
-
-def procrastinate_drain(dsn: str, n: int) -> dict:
-    app, noop = peers.procrastinate_app(dsn, "bench-procrastinate")
-
-    def fill(c):
-        async def go():
-            async with app.open_async():
-                await noop.batch_defer_async(*({} for _ in range(n)))  # one call
-
-        asyncio.run(go())
-
-    with conn(dsn) as c:
-        c.execute("TRUNCATE procrastinate_jobs, procrastinate_events RESTART IDENTITY CASCADE")
-    vacuum_analyze(dsn, "procrastinate_jobs", "procrastinate_events")
-    done_sql = f"SELECT count(*) = {int(n)} FROM procrastinate_jobs WHERE status = 'succeeded'"
-    elapsed = _with_processes(
-        peers.procrastinate_worker,
-        dsn,
-        "procrastinate",
-        "bench-procrastinate",
-        lambda alive: _timed_drain(dsn, fill, PROCRASTINATE_LIVE, done_sql, alive),
-    )
-    with conn(dsn) as c:
-        twice = c.execute(
-            "SELECT count(*) FROM (SELECT job_id FROM procrastinate_events WHERE type = 'started' "
-            "GROUP BY job_id HAVING count(*) > 1) x"
-        ).fetchone()[0]
-    check(twice == 0, f"procrastinate: {twice} jobs started twice")
-    return {"rate": n / elapsed, "elapsed": elapsed}
-
-
-def _with_processes(target, dsn: str, what: str, app_name: str, body):
-    """Starts N_WORKERS processes of target(dsn, i, ready), waits until each is ready
-    and the system's sessions (application_name LIKE app_name) are connected and idle,
-    runs body(alive) and stops them."""
-    ctx = multiprocessing.get_context("fork")
-    readies = [ctx.Event() for _ in range(N_WORKERS)]
-    procs = [ctx.Process(target=target, args=(dsn, i, readies[i]), daemon=True) for i in range(N_WORKERS)]
-    for p in procs:
-        p.start()
-    try:
-        for r in readies:
-            check(r.wait(60), f"{what}: a worker did not start")
-        _await_sessions(
-            dsn,
-            f"SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE '{app_name}' AND state = 'idle'",
-            N_WORKERS,
-            what,
-        )
-        time.sleep(0.5)  # their first (empty) dequeue done, they wait for a notification
-        return body(lambda: all(p.is_alive() for p in procs))
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-            p.join(timeout=30)
-
-
 # --- the rounds -------------------------------------------------------------------
 
 
-def run(dsns: dict[str, str], n: int, rounds: int, versions: dict, history: int = 0) -> dict:
-    """dsns: ours, pgqueuer, procrastinate (a database each), and when history > 0
-    "history" and "history dense": ours again on a ledger that holds that many finished
-    runs, laid out as use leaves them and packed (bench.seed.history). Returns
-    {system: {"rates": [...], "median": .., "min": .., "max": .., "pages": [...]}}
-    (pages: ours only, the heap pages of the drained runs, per round)."""
-    systems = {"ours": lambda: runner_drain(dsns["ours"], n, None, logdir)}
+def systems(dsns: dict[str, str], n: int, versions: dict, history: int, logdir) -> dict:
+    """name -> a drain (a callable returning its figures) for every system this machine
+    can run; logdir() is the rounds' temporary folder."""
+    from . import peers_drain
+
+    out = {"ours": lambda: runner_drain(dsns["ours"], n, None, logdir())}
     if history:  # next to the empty ledger's drain in every round
         for layout, key in (("use", "history"), ("dense", "history dense")):
             upto = history_prepare(dsns[key], n, history, layout)
-            systems[history_system(history, layout)] = lambda key=key, upto=upto: runner_drain(
-                dsns[key], n, None, logdir, history_upto=upto
+            out[history_system(history, layout)] = lambda key=key, upto=upto: runner_drain(
+                dsns[key], n, None, logdir(), history_upto=upto
             )
-    systems.update(
+    out.update(
         {
-            "ours --batch 1": lambda: runner_drain(dsns["ours"], n, 1, logdir),
+            "ours --batch 1": lambda: runner_drain(dsns["ours"], n, 1, logdir()),
             "bare statements": lambda: bare_drain(dsns["ours"], n),
             "bare statements, batched": lambda: bare_drain(dsns["ours"], n, batch=32),
         }
     )
-    if versions.get("pgqueuer"):
+    if versions.get("graphile-worker") and "graphile-worker" in dsns:
+        peers_graphile.install(dsns["graphile-worker"])
+        for config in peers_graphile.CONFIGS:
+            out[f"graphile-worker, {config}"] = lambda config=config: peers_drain.graphile_drain(
+                dsns["graphile-worker"], n, config, logdir()
+            )
+    if peers.pgqueuer_configs(versions):
         peers.pgqueuer_install(dsns["pgqueuer"])
-        systems["pgqueuer"] = lambda: pgqueuer_drain(dsns["pgqueuer"], n)
-        # its best figure: the jobs there before its workers start (drain mode), timed
-        # from the workers' start barrier, start-up included
-        systems["pgqueuer, drain mode"] = lambda: peers.pgqueuer_drain_mode(dsns["pgqueuer"], n)
+        for config in peers.pgqueuer_configs(versions):
+            out[f"pgqueuer, {config}"] = lambda config=config: peers_drain.pgqueuer_drain(dsns["pgqueuer"], n, config)
     if versions.get("procrastinate"):
         peers.procrastinate_install(dsns["procrastinate"])
-        systems["procrastinate"] = lambda: procrastinate_drain(dsns["procrastinate"], n)
-    out: dict = {name: {"rates": [], "pages": []} for name in systems}
+        for config in peers.PROCRASTINATE:
+            out[f"procrastinate, {config}"] = lambda config=config: peers_drain.procrastinate_drain(
+                dsns["procrastinate"], n, config
+            )
+    return out
+
+
+def run(
+    dsns: dict[str, str], n: int, rounds: int, versions: dict, history: int = 0, only: list[str] | None = None
+) -> dict:
+    """dsns: ours, graphile-worker, pgqueuer, procrastinate (a database each), and when
+    history > 0 "history" and "history dense": ours again on a ledger that holds that
+    many finished runs, laid out as use leaves them and packed (bench.seed.history).
+    only: these systems alone. Returns {system: {"rates": [...], "median": .., "min":
+    .., "max": .., "enqueue": [seconds, ...], "pages": [...]}} (pages: ours only, the
+    heap pages of the drained runs, per round)."""
     with tempfile.TemporaryDirectory(prefix="scrinalia-drain-") as tmp:
-        logdir = Path(tmp)
-        names = list(systems)
+        drains = systems(dsns, n, versions, history if only is None else 0, lambda: Path(tmp))
+        names = [k for k in drains if only is None or k in only]
+        out: dict = {name: {"rates": [], "pages": [], "enqueue": []} for name in names}
         for r in range(rounds):
             # each round starts at a different system: whatever the one before leaves
             # (autovacuum, a checkpoint, cold caches) does not always fall on the same one
             k = r * len(names) // rounds
             for name in names[k:] + names[:k]:
-                got = systems[name]()
+                got = drains[name]()
                 out[name]["rates"].append(got["rate"])
-                if "pages" in got:
-                    out[name]["pages"].append(got["pages"])
+                for key in ("pages", "enqueue"):
+                    if key in got:
+                        out[name][key].append(got[key])
     for f in out.values():
         f.update(median=median(f["rates"]), min=min(f["rates"]), max=max(f["rates"]))
     return out

@@ -1,35 +1,48 @@
-"""The systems we compare with, procrastinate and pgqueuer, driven through their own
-public APIs over psycopg 3: their versions, schema set-up, apps and worker processes,
-written once for the enqueue figures (compare_bench) and the drains (drain_bench).
+"""The Python peers of benchmark 5, procrastinate and pgqueuer, driven through their
+own public APIs: their versions, schema set-up, apps and worker processes, written
+once for the enqueue figures (compare_bench) and the drains (peers_drain).
+graphile-worker, the Node peer, is bench/peers_graphile.py.
 
-procrastinate: App(PsycopgConnector), @app.task, defer_async / batch_defer_async,
-run_worker_async. pgqueuer: Queries over a PsycopgDriver, enqueue with scalars /
-lists, QueueManager.run() in continuous or drain mode.
-
-Also here: pgqueuer's drain-mode harness (the jobs queued before its workers start,
-timed from their start barrier), its best figure, which needs no timer of ours.
+procrastinate: App(PsycopgConnector), an async @app.task, defer_async /
+batch_defer_async, run_worker_async() with PROCRASTINATE[config]'s options.
+pgqueuer: Queries over the driver PGQUEUER[config] names (asyncpg, as its README's
+quick start and its benchmark tool, tools/benchmark.py, connect; or psycopg 3),
+enqueue with scalars / lists, QueueManager.run() in continuous mode.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 
 import psycopg
 
-from .common import check, conn, now, vacuum_analyze
+from .common import conn
 
 N_WORKERS = 4  # worker processes per system in the drains
 BATCH = 1_000  # jobs per batch enqueue
 
+# name -> run_worker_async() options. procrastinate's "tuned": async tasks run
+# concurrently in one worker (its howto/production/concurrency), the rest default.
+PROCRASTINATE = {"tuned": {"concurrency": 10}, "defaults": {}}
+PROCRASTINATE_SETTINGS = {"tuned": "async task, concurrency 10", "defaults": "async task, concurrency 1"}
+
+# name -> (driver, event loop, QueueManager.run() options). Its benchmark tool runs
+# AsyncpgDriver over asyncpg.connect() under uvloop with run(batch_size=10), which is
+# also run()'s default batch.
+PGQUEUER = {
+    "asyncpg": ("asyncpg", "uvloop", {"batch_size": 10}),
+    "asyncpg, defaults": ("asyncpg", "asyncio", {}),
+    "psycopg": ("psycopg", "uvloop", {"batch_size": 10}),
+}
+
 
 def versions() -> dict[str, str | None]:
-    """The installed version of each peer (and psycopg); None where one is missing."""
+    """The installed version of each peer (and its drivers); None where one is missing."""
     from importlib.metadata import PackageNotFoundError, version
 
     out: dict[str, str | None] = {}
-    for name in ("procrastinate", "pgqueuer", "psycopg"):
+    for name in ("procrastinate", "pgqueuer", "psycopg", "asyncpg", "uvloop"):
         try:
             out[name] = version(name)
         except PackageNotFoundError:
@@ -37,11 +50,37 @@ def versions() -> dict[str, str | None]:
     return out
 
 
+def pgqueuer_settings(config: str, v: dict) -> str:
+    driver, loop, opts = PGQUEUER[config]
+    loop = loop if v.get(loop) or loop == "asyncio" else "asyncio (uvloop is not installed)"
+    return f"{driver} {v.get(driver)}, {loop}, run({', '.join(f'{k}={x}' for k, x in opts.items()) or 'defaults'})"
+
+
+def pgqueuer_configs(v: dict) -> list[str]:
+    """The pgqueuer configurations this machine can run (asyncpg's need asyncpg)."""
+    if not v.get("pgqueuer"):
+        return []
+    return [k for k, (driver, _, _) in PGQUEUER.items() if v.get(driver)]
+
+
+def run_loop(main, loop: str = "asyncio") -> None:
+    """asyncio.run(main()), or uvloop.run() where asked and installed."""
+    if loop == "uvloop":
+        try:
+            import uvloop
+
+            uvloop.run(main())
+            return
+        except ImportError:
+            pass
+    asyncio.run(main())
+
+
 # --- procrastinate --------------------------------------------------------------
 
 
 def procrastinate_app(dsn: str, name: str | None = None):
-    """An App with one empty task, "noop"; name: its sessions' application_name."""
+    """An App with one empty async task, "noop"; name: its sessions' application_name."""
     import procrastinate
 
     conninfo = dsn if name is None else psycopg.conninfo.make_conninfo(dsn, application_name=name)
@@ -67,7 +106,7 @@ def procrastinate_install(dsn: str) -> None:
     asyncio.run(install())
 
 
-def procrastinate_worker(dsn: str, i: int, ready) -> None:
+def procrastinate_worker(dsn: str, i: int, ready, config: str = "defaults") -> None:
     """A worker process (multiprocessing target): ready is set once it is connected."""
     logging.disable(logging.CRITICAL)
     app, _ = procrastinate_app(dsn, "bench-procrastinate")
@@ -75,7 +114,7 @@ def procrastinate_worker(dsn: str, i: int, ready) -> None:
     async def main():
         async with app.open_async():
             ready.set()
-            await app.run_worker_async(concurrency=1, name=f"bench-{i}", install_signal_handlers=False)
+            await app.run_worker_async(name=f"bench-{i}", install_signal_handlers=False, **PROCRASTINATE[config])
 
     asyncio.run(main())
 
@@ -83,108 +122,88 @@ def procrastinate_worker(dsn: str, i: int, ready) -> None:
 # --- pgqueuer -------------------------------------------------------------------
 
 
-async def pgqueuer_queries(dsn: str, name: str | None = None):
-    """(an autocommit async connection, pgqueuer's Queries over it); name: its application_name."""
-    from pgqueuer import PsycopgDriver, Queries
+async def pgqueuer_queries(dsn: str, name: str | None = None, driver: str = "psycopg"):
+    """(an autocommit connection, pgqueuer's Queries over it) on that driver; name:
+    its application_name. The connection is closed with `await close(it)`."""
+    from pgqueuer import Queries
+
+    if driver == "asyncpg":
+        import asyncpg
+        from pgqueuer import AsyncpgDriver
+
+        p = psycopg.conninfo.conninfo_to_dict(dsn)
+        aconn = await asyncpg.connect(
+            host=p.get("host"),
+            port=int(p["port"]) if p.get("port") else None,
+            user=p.get("user"),
+            password=p.get("password"),
+            database=p.get("dbname"),
+            server_settings={"application_name": name or "bench-pgqueuer"},
+        )
+        return aconn, Queries(AsyncpgDriver(aconn))
+    from pgqueuer import PsycopgDriver
 
     kw = {} if name is None else {"application_name": name}
-    aconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, **kw)
-    return aconn, Queries(PsycopgDriver(aconn))
+    pconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, **kw)
+    return pconn, Queries(PsycopgDriver(pconn))
+
+
+async def close(aconn) -> None:
+    await aconn.close()
 
 
 def pgqueuer_install(dsn: str) -> None:
     async def install():
         aconn, q = await pgqueuer_queries(dsn)
-        async with aconn:
+        try:
             if not await q.schema_is_installed():
                 await q.install()
+        finally:
+            await close(aconn)
 
     asyncio.run(install())
 
 
-def pgqueuer_fill(dsn: str, n: int, batch: int | None = None) -> None:
-    """n "noop" jobs, in one statement (one commit) or in batches of `batch`."""
-    step = batch or n
+def pgqueuer_fill(dsn: str, n: int, driver: str = "psycopg") -> float:
+    """n "noop" jobs in one enqueue() call (one statement, one commit) on that driver;
+    returns the call's seconds."""
+    out = []
 
     async def fill():
-        aconn, q = await pgqueuer_queries(dsn)
-        async with aconn:
-            for i in range(0, n, step):
-                m = min(step, n - i)
-                await q.enqueue(["noop"] * m, [None] * m, [0] * m)
+        from .common import now
+
+        aconn, q = await pgqueuer_queries(dsn, driver=driver)
+        try:
+            t0 = now()
+            await q.enqueue(["noop"] * n, [None] * n, [0] * n)
+            out.append(now() - t0)
+        finally:
+            await close(aconn)
 
     asyncio.run(fill())
+    return out[0]
 
 
-def _pgqueuer_run(dsn: str, name: str | None, before_run, mode=None) -> None:
+def pgqueuer_worker(dsn: str, i: int, ready, config: str = "psycopg") -> None:
+    """A continuous-mode worker process (multiprocessing target) in PGQUEUER[config];
+    ready is set once connected."""
     logging.disable(logging.CRITICAL)
     from pgqueuer import QueueManager
 
+    driver, loop, opts = PGQUEUER[config]
+
     async def main():
-        aconn, q = await pgqueuer_queries(dsn, name)
-        async with aconn:
+        aconn, q = await pgqueuer_queries(dsn, f"bench-pgq-{i}", driver)
+        try:
             qm = QueueManager(q)
 
             @qm.entrypoint("noop")
             async def noop(job) -> None:
                 return None
 
-            before_run()
-            await (qm.run() if mode is None else qm.run(mode=mode))
+            ready.set()
+            await qm.run(**opts)
+        finally:
+            await close(aconn)
 
-    asyncio.run(main())
-
-
-def pgqueuer_worker(dsn: str, i: int, ready) -> None:
-    """A continuous-mode worker process (multiprocessing target); ready is set once connected."""
-    _pgqueuer_run(dsn, f"bench-pgq-{i}", ready.set)
-
-
-def _pgqueuer_drain_worker(dsn: str, i: int, start) -> None:
-    from pgqueuer.domain.types import QueueExecutionMode
-
-    _pgqueuer_run(dsn, None, start.wait, QueueExecutionMode.drain)
-
-
-def pgqueuer_drain_mode(dsn: str, n: int) -> dict:
-    """pgqueuer's best case: n jobs queued first, then N_WORKERS processes of
-    QueueManager.run(mode=drain) released together from a barrier and timed until
-    the database says all n are done (polled every 10 ms), their start-up counted."""
-    with conn(dsn) as c:
-        c.execute("TRUNCATE pgqueuer, pgqueuer_log RESTART IDENTITY")
-    pgqueuer_fill(dsn, n, BATCH)
-    vacuum_analyze(dsn, "pgqueuer", "pgqueuer_log")
-    done_sql = (
-        "SELECT NOT EXISTS (SELECT FROM pgqueuer)"
-        f" AND (SELECT count(*) FROM pgqueuer_log WHERE status = 'successful') = {int(n)}"
-    )
-    ctx = multiprocessing.get_context("fork")
-    start = ctx.Barrier(N_WORKERS + 1)
-    procs = [ctx.Process(target=_pgqueuer_drain_worker, args=(dsn, i, start)) for i in range(N_WORKERS)]
-    for p in procs:
-        p.start()
-    with conn(dsn) as c:
-        c.execute(done_sql)
-        start.wait(timeout=60)
-        t0 = now()
-        deadline = t0 + 600
-        while not c.execute(done_sql).fetchone()[0]:
-            check(now() < deadline, "the jobs were not done within 10 minutes")
-            check(any(p.is_alive() for p in procs), "every worker process exited before the jobs were done")
-            c.execute("SELECT pg_sleep(0.01)")
-        elapsed = now() - t0
-    for p in procs:
-        p.join(timeout=120)
-        if p.is_alive():
-            p.terminate()
-    bad = [p.exitcode for p in procs if p.exitcode != 0]
-    check(not bad, f"worker processes exited with {bad}")
-    with conn(dsn) as c:
-        left = c.execute("SELECT count(*) FROM pgqueuer").fetchone()[0]
-        done, distinct = c.execute(
-            "SELECT count(*), count(DISTINCT job_id) FROM pgqueuer_log WHERE status = 'successful'"
-        ).fetchone()
-        span = c.execute("SELECT extract(epoch FROM max(created) - min(created)) FROM pgqueuer_log").fetchone()[0]
-    check(left == 0, f"pgqueuer: {left} jobs left in the queue")
-    check(done == n == distinct, f"pgqueuer: {done} successes for {distinct} jobs, expected {n}")
-    return {"rate": n / elapsed, "ledger_rate": n / float(span) if span else None}
+    run_loop(main, loop)

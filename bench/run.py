@@ -31,7 +31,7 @@ DESCRIPTIONS = {
     "history": "2. tick and create_retries() with 1,000,000 finished runs",
     "claim": "3. claim/run/finish with 4 runners (processes, threads, durable)",
     "lateness": "4. scheduler lateness against pg_cron, and enqueue-to-claim latency (real processes)",
-    "compare": "5. side by side with procrastinate and pgqueuer",
+    "compare": "5. side by side with graphile-worker, pgqueuer and procrastinate (each tuned and at defaults)",
     "schedules": "6. schedule writes: put_schedule calls/s and put_schedules in bulk",
 }
 
@@ -64,7 +64,7 @@ def parse_args(argv):
     p.add_argument(
         "--no-durable",
         action="store_true",
-        help="skip the claim run with fsync/synchronous_commit on (own cluster only)",
+        help="skip the claim and compare runs with fsync/synchronous_commit on (own cluster only)",
     )
     args = p.parse_args(argv)
 
@@ -140,7 +140,12 @@ def run_one(key: str, dbs: Databases, args, own_cluster: bool) -> Result:
     if key == "compare":
         from bench import compare_bench
 
-        return compare_bench.run(lambda name, migrate=True: dbs.fresh(name, migrate), quick=args.quick)
+        return compare_bench.run(
+            lambda name, migrate=True: dbs.fresh(name, migrate),
+            quick=args.quick,
+            admin_dsn=dbs.admin_dsn,
+            durable=own_cluster and not args.no_durable,
+        )
     if key == "schedules":
         from bench import schedule_bench
 
