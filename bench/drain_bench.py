@@ -1,28 +1,32 @@
-"""Claim-run-finish as a user sees it: N jobs become visible in one commit while four
-workers of each system wait, idle, for work; the figure is N / the time from that
-commit until the database says all N are done (polled every 10 ms). Every system is
-timed the same way, its workers already started and connected, so no start-up is
-counted; rounds are interleaved (each round runs every system once) so that the
-noise of 2 shared cores falls on all of them alike.
+"""Claim-run-finish as a user sees it: N jobs become visible in one commit of the
+system's own enqueue API while four workers of each system wait, idle, for work; the
+figure is N / the time from that commit until the database says all N are done
+(polled every 10 ms). Every system is timed the same way, its workers already started
+and connected, so no start-up is counted; rounds are interleaved (each round runs
+every system once, the order rotated) so that the noise of 2 shared cores falls on
+all of them alike.
 
-Systems:
-- ours: 4 real `scrinalia-runner` processes (its --batch default, heartbeats, JSON
-  log lines to a file), handlers bench.any_handlers (an empty "*" handler);
+Systems (the peers' drains are bench/peers_drain.py):
+- ours: 4 real `scrinalia-runner` processes (RUNNER_ARGS, heartbeats, JSON log lines
+  to a file), handlers bench.any_handlers (an empty "*" handler), the runs enqueued
+  through ours_enqueue();
 - ours, one at a time: the same processes with --batch 1;
 - bare statements: 4 processes looping on the claim and finish statements of
   sql/30_ledger.sql written out without their PL/pgSQL wrappers (one run at a time,
   prepared), the floor issue 12 compares the runner with; and the same statements
   32 runs a claim, as the runner's batches (no handler thread, no log, no heartbeat);
-- pgqueuer: 4 processes of QueueManager.run() (continuous mode, its default batch);
-  and, as its best case, the old harness: the jobs queued before 4 processes of
-  QueueManager.run(mode=drain) start, timed from their start barrier;
-- procrastinate: 4 processes of run_worker_async(concurrency=1).
+- graphile-worker, pgqueuer, procrastinate: each at its documented best and at its
+  defaults (bench/peers.py, bench/peers_graphile.py).
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -310,6 +314,25 @@ def systems(dsns: dict[str, str], n: int, versions: dict, history: int, logdir) 
     return out
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM ends the rounds as Ctrl-C does: the finally blocks around every worker
+    process end them (a worker in a session of its own never sees the terminal's
+    signal), so an interrupted run leaves no process behind."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def run(
     dsns: dict[str, str], n: int, rounds: int, versions: dict, history: int = 0, only: list[str] | None = None
 ) -> dict:
@@ -319,7 +342,7 @@ def run(
     only: these systems alone. Returns {system: {"rates": [...], "median": .., "min":
     .., "max": .., "enqueue": [seconds, ...], "pages": [...]}} (pages: ours only, the
     heap pages of the drained runs, per round)."""
-    with tempfile.TemporaryDirectory(prefix="scrinalia-drain-") as tmp:
+    with sigterm_interrupts(), tempfile.TemporaryDirectory(prefix="scrinalia-drain-") as tmp:
         drains = systems(dsns, n, versions, history if only is None else 0, lambda: Path(tmp))
         names = [k for k in drains if only is None or k in only]
         out: dict = {name: {"rates": [], "pages": [], "enqueue": []} for name in names}

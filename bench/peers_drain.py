@@ -138,6 +138,7 @@ def graphile_drain(dsn: str, n: int, config: str, logdir: Path) -> dict:
             "graphile-worker",
             watch=procs.started,
         )
+        time.sleep(0.5)  # as the Python peers: their first (empty) fetch done
         elapsed, enq = timed_drain(
             dsn,
             lambda c: peers_graphile.fill(c, n),
