@@ -92,6 +92,167 @@ BEGIN
     RETURN run;
 END $$;
 
+-- The set-based enqueue: one run for each (worker, request) pair, all or nothing, each
+-- held to enqueue's rules exactly (the trigger, the catalogue, the request,
+-- requested_by, the slot and the owed retry). p_requests NULL: '{}' for every worker;
+-- else one per worker (a NULL element is '{}', as enqueue's NULL request). Each check
+-- runs once over the whole batch, in enqueue's order after the shape (the arrays, a
+-- worker named twice: which of its requests would be meant?), each non-empty request
+-- once; the first element failing the first failing check is reported with enqueue's
+-- error, prefixed "enqueue #N (worker 'x'): ", N counting from 1; a busy slot's DETAIL
+-- names the batch's other busy workers. The slots are taken as enqueue takes them
+-- (catalogue rows FOR SHARE, schedule rows FOR KEY SHARE), in worker order, and the
+-- runs inserted in worker order, so that two batches sharing workers cannot deadlock;
+-- a batch waits only where an enqueue() of one of its workers would wait. One NOTIFY
+-- per run, as enqueue sends. Returns the new runs in worker order (their run_id order).
+CREATE OR REPLACE FUNCTION scrinalia.enqueue_runs(p_worker_names text[], p_requests jsonb[] DEFAULT NULL,
+                                       p_trigger scrinalia.run_trigger DEFAULT 'MANUAL',
+                                       p_requested_by text DEFAULT NULL)
+RETURNS SETOF scrinalia.archive_worker_runs
+LANGUAGE plpgsql SECURITY DEFINER
+ROWS 1000
+SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
+SET plan_cache_mode = force_custom_plan
+SET work_mem = '64MB'
+AS $$
+DECLARE
+    workers text[];
+    requests jsonb[];
+    at_i integer;      -- the element being checked, named by the error
+    at_worker text;
+    n_busy integer;
+    busy text;
+    r record;
+    st text;
+    msg text;
+    hint text;
+    detail text;
+BEGIN
+    IF p_trigger IS NULL OR p_trigger NOT IN ('MANUAL', 'CLI') THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW002',
+            MESSAGE = format('enqueue_runs takes trigger MANUAL or CLI, not %s', coalesce(p_trigger::text, 'NULL')),
+            HINT = 'SCHEDULE runs are created by the scheduler''s tick';
+    END IF;
+    IF p_worker_names IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW002', MESSAGE = 'enqueue_runs takes an array of worker names, not NULL';
+    END IF;
+    IF p_requests IS NOT NULL THEN
+        PERFORM scrinalia.check_array_lengths('SW002',
+            format('enqueue_runs takes as many requests as worker names (or NULL: ''{}'' for each), not %s for %s',
+                   cardinality(p_requests), cardinality(p_worker_names)),
+            ARRAY[cardinality(p_worker_names), cardinality(p_requests)]);
+    END IF;
+    SELECT coalesce(array_agg(u.w ORDER BY u.i), '{}'), coalesce(array_agg(coalesce(u.q, '{}') ORDER BY u.i), '{}')
+      INTO workers, requests
+      FROM unnest(p_worker_names, p_requests) WITH ORDINALITY AS u(w, q, i);
+
+    BEGIN
+        SELECT d.i, format('worker %s is named twice (enqueues #%s and #%s)',
+                           quote_literal(left(d.w, 100)), d.first_i, d.i)
+          INTO at_i, msg
+          FROM (SELECT s.i, s.w, min(s.i) OVER (PARTITION BY s.w) AS first_i
+                  FROM unnest(workers) WITH ORDINALITY AS s(w, i) WHERE s.w IS NOT NULL) d
+         WHERE d.i > d.first_i
+         ORDER BY d.i
+         LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'SW002', MESSAGE = msg;
+        END IF;
+        -- enqueue's order: the worker, its request, requested_by
+        SELECT s.i, s.w INTO at_i, at_worker
+          FROM unnest(workers) WITH ORDINALITY AS s(w, i)
+         WHERE NOT EXISTS (SELECT FROM scrinalia.archive_workers aw WHERE aw.worker_name = s.w)
+         ORDER BY s.i
+         LIMIT 1;
+        IF FOUND THEN
+            PERFORM scrinalia.require_worker(at_worker);  -- raises its SW001
+        END IF;
+        -- an empty request is valid for every worker (validate_request returns it)
+        FOR r IN SELECT s.w, s.q, s.i::integer AS i
+                   FROM unnest(workers, requests) WITH ORDINALITY AS s(w, q, i)
+                  WHERE s.q <> '{}'
+                  ORDER BY s.i LOOP
+            at_i := r.i;
+            at_worker := r.w;
+            PERFORM scrinalia.validate_request(r.w, r.q);
+        END LOOP;
+        at_i := NULL;
+        PERFORM scrinalia.check_actor('requested_by', p_requested_by);
+    EXCEPTION WHEN SQLSTATE 'SW001' OR SQLSTATE 'SW002' THEN
+        GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
+        IF at_i IS NOT NULL THEN
+            msg := format('enqueue #%s%s: %s', at_i,
+                          CASE WHEN at_worker IS NOT NULL
+                               THEN format(' (worker %s)', quote_literal(left(at_worker, 100))) ELSE '' END,
+                          msg);
+        END IF;
+        IF coalesce(hint, '') = '' THEN
+            RAISE EXCEPTION USING ERRCODE = st, MESSAGE = msg;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = st, MESSAGE = msg, HINT = hint;
+    END;
+    IF cardinality(workers) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- The slots, as enqueue takes them (see its comment), every worker's at once;
+    -- first, so that the check below sees what a tick deciding them committed.
+    PERFORM FROM scrinalia.archive_workers w
+      WHERE w.worker_name = ANY (workers) ORDER BY w.worker_name FOR SHARE;
+    PERFORM FROM scrinalia.archive_worker_schedules s
+      WHERE s.worker_name = ANY (workers) ORDER BY s.worker_name FOR KEY SHARE;
+    SELECT min(b.i), count(*), string_agg(quote_literal(b.w), ', ' ORDER BY b.i) FILTER (WHERE b.n <= 20)
+      INTO at_i, n_busy, busy
+      FROM (SELECT s.w, s.i, row_number() OVER (ORDER BY s.i) AS n
+              FROM unnest(workers) WITH ORDINALITY AS s(w, i)
+             WHERE EXISTS (SELECT FROM scrinalia.archive_worker_runs a
+                            WHERE a.worker_name = s.w AND a.status IN ('QUEUED', 'RUNNING'))
+                OR EXISTS (SELECT FROM scrinalia.archive_worker_runs p
+                            WHERE p.worker_name = s.w AND p.retry_pending)) b;
+    IF at_i IS NULL THEN
+        BEGIN
+            RETURN QUERY
+            INSERT INTO scrinalia.archive_worker_runs AS n
+                   (worker_name, trigger, request, config, config_sources, requested_by)
+            SELECT rc.worker_name, p_trigger, rc.request, rc.config, rc.sources, p_requested_by
+              FROM scrinalia.resolve_configs(workers, requests) rc
+             ORDER BY rc.worker_name
+            RETURNING n.*;
+        EXCEPTION WHEN unique_violation THEN
+            -- a concurrent enqueue or tick took a slot after the check above: the key
+            -- of the conflict names it (a worker name has no parenthesis), or else the
+            -- first of the batch's workers now busy
+            GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL;
+            at_i := array_position(workers, substring(detail FROM '\(worker_name\)=\(([^()]*)\)'));
+            IF at_i IS NULL THEN
+                SELECT s.i INTO at_i FROM unnest(workers) WITH ORDINALITY AS s(w, i)
+                 WHERE scrinalia.describe_slot_holder(s.w) IS NOT NULL ORDER BY s.i LIMIT 1;
+            END IF;
+            IF at_i IS NULL THEN  -- (and finished already)
+                RAISE EXCEPTION USING ERRCODE = 'SW010',
+                    MESSAGE = 'enqueue_runs: a concurrent enqueue or tick took the slot of one of these workers';
+            END IF;
+            n_busy := 1;
+            busy := quote_literal(workers[at_i]);
+        END;
+    END IF;
+    IF at_i IS NOT NULL THEN
+        at_worker := workers[at_i];
+        BEGIN
+            PERFORM scrinalia.raise_slot_busy(at_worker,
+                        coalesce(scrinalia.describe_slot_holder(at_worker), 'a concurrent run'));
+        EXCEPTION WHEN SQLSTATE 'SW010' THEN
+            GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
+            RAISE EXCEPTION USING ERRCODE = 'SW010',
+                MESSAGE = format('enqueue #%s (worker %s): %s', at_i, quote_literal(at_worker), msg), HINT = hint,
+                DETAIL = format('busy: %s of the %s workers (%s%s)', n_busy, cardinality(workers), busy,
+                                CASE WHEN n_busy > 20 THEN ', ...' ELSE '' END);
+        END;
+    END IF;
+    PERFORM pg_notify('scrinalia_runs', w) FROM unnest(workers) AS w;
+END $$;
+
 CREATE OR REPLACE FUNCTION scrinalia.check_runner(p_runner_id text, p_lease interval)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE

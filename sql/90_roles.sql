@@ -58,6 +58,7 @@ GRANT EXECUTE ON FUNCTION
     scrinalia.put_settings(text, jsonb, text, bigint),
     scrinalia.set_default_timezone(text),
     scrinalia.enqueue(text, jsonb, scrinalia.run_trigger, text),
+    scrinalia.enqueue_runs(text[], jsonb[], scrinalia.run_trigger, text),
     scrinalia.cancel_run(bigint, text),
     scrinalia.add_units(text, text[])
    TO scrinalia_operator;

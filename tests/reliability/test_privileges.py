@@ -61,6 +61,7 @@ OPERATOR = READER | {
     "put_settings",
     "set_default_timezone",
     "enqueue",
+    "enqueue_runs",
     "cancel_run",
     "add_units",
     "prune_runs",

@@ -13,6 +13,8 @@ MAX_ATTEMPTS = "SELECT scrinalia.max_attempts() AS max_attempts"  # the retry po
 
 # (worker, request, requested_by)
 ENQUEUE = "SELECT * FROM scrinalia.enqueue(%s, %s, 'CLI', %s)"
+# (workers, requests or None, requested_by): all or nothing, the runs in worker order
+ENQUEUE_RUNS = "SELECT * FROM scrinalia.enqueue_runs(%s::text[], %s::jsonb[], 'CLI', %s)"
 # (run_id, cancelled_by)
 CANCEL_RUN = "SELECT * FROM scrinalia.cancel_run(%s, %s)"
 # (worker, settings, updated_by)
