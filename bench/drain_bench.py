@@ -121,7 +121,8 @@ def ours_enqueue(c: psycopg.Connection, names: list[str]) -> None:
     (pipelined); each sends its NOTIFY at the commit."""
     with c.transaction():
         if has_enqueue_runs(c):
-            c.execute(ENQUEUE_RUNS, (names,))
+            got = c.execute(ENQUEUE_RUNS, (names,)).fetchone()[0]
+            check(got == len(names), f"ours: enqueue_runs() returned {got} runs, expected {len(names)}")
         else:
             with c.pipeline():
                 for w in names:
