@@ -353,6 +353,7 @@ def run(
             k = r * len(names) // rounds
             for name in names[k:] + names[:k]:
                 got = drains[name]()
+                print(f"  round {r + 1}/{rounds}: {name}: {got['rate']:,.0f} jobs/s", flush=True)
                 out[name]["rates"].append(got["rate"])
                 for key in ("pages", "enqueue"):
                     if key in got:
