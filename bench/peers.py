@@ -20,7 +20,6 @@ import psycopg
 from .common import conn
 
 N_WORKERS = 4  # worker processes per system in the drains
-BATCH = 1_000  # jobs per batch enqueue
 
 # name -> run_worker_async() options. procrastinate's "tuned": async tasks run
 # concurrently in one worker (its howto/production/concurrency), the rest default.

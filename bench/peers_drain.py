@@ -16,7 +16,7 @@ from scrinalia_workers.testkit.waiting import wait_for
 
 from . import peers, peers_graphile
 from .common import check, conn, now, vacuum_analyze
-from .drain_bench import await_sessions, timed_drain
+from .drain_timing import await_sessions, timed_drain
 from .peers import N_WORKERS
 
 PROCRASTINATE_LIVE = "SELECT EXISTS (SELECT FROM procrastinate_jobs WHERE status IN ('todo', 'doing'))"

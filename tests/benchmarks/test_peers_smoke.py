@@ -99,8 +99,8 @@ def test_an_interrupted_drain_leaves_no_worker_process(empty_db_dsn, tmp_path, s
         import sys
         from pathlib import Path
         sys.path.insert(0, {str(ROOT)!r})
-        from bench import drain_bench, peers_drain
-        with drain_bench.sigterm_interrupts():
+        from bench import drain_timing, peers_drain
+        with drain_timing.sigterm_interrupts():
             peers_drain.graphile_drain({empty_db_dsn!r}, 50_000, "defaults", Path({str(tmp_path)!r}))
         """
     )
