@@ -97,6 +97,29 @@ def graphile_enqueue(dsn: str, n: int) -> float:
     return r
 
 
+# each system's name under its bar in bench/figures.py's picture
+SHORT = {
+    "ours": "ours",
+    "ours --batch 1": "ours\n--batch 1",
+    "bare statements": "bare\nstatements",
+    "bare statements, batched": "bare, 32\na claim",
+    "graphile-worker, tuned": "graphile\ntuned",
+    "graphile-worker, defaults": "graphile\ndefaults",
+    "pgqueuer, asyncpg": "pgqueuer\nasyncpg",
+    "pgqueuer, asyncpg, defaults": "pgqueuer\nasyncpg,\nasyncio",
+    "pgqueuer, psycopg": "pgqueuer\npsycopg",
+    "procrastinate, tuned": "procras-\ntinate\ntuned",
+    "procrastinate, defaults": "procras-\ntinate\ndefaults",
+}
+
+
+def short_label(name: str) -> str:
+    """The bar's label of a drain (the history drains named by their layout)."""
+    if "ledger" in name:
+        return "ours, big\nledger" + (",\npacked" if name.endswith("dense") else "")
+    return SHORT.get(name, name)
+
+
 def _ratios(drains: dict, a: str, b: str) -> list[float]:
     return [x / y for x, y in zip(drains[a]["rates"], drains[b]["rates"])]
 
@@ -285,7 +308,14 @@ def run(dsn_for, quick: bool = False, admin_dsn: str | None = None, durable: boo
         headline=f"ours {drains['ours']['median']:,.0f} runs/s; "
         + ", ".join(f"{name} {ratio}" for name, _, ratio in checks[:2]),
         notes=notes,
-        data={"drains": drains, "durable": dur, "enqueue": single, "versions": v, "n": n},
+        data={
+            "drains": drains,
+            "durable": dur,
+            "enqueue": single,
+            "versions": v,
+            "n": n,
+            "short": {k: short_label(k) for k in drains},
+        },
     )
 
 
