@@ -101,7 +101,8 @@ def compare(r: Result, plt):
         "pgqueuer, drain mode": "pgqueuer\ndrain mode",
         "procrastinate": "procras-\ntinate",
     }
-    labels = [short.get(n, "ours,\nbig ledger" if "ledger" in n else n) for n in names]
+    given = r.data.get("short") or {}
+    labels = [given.get(n) or short.get(n, "ours,\nbig ledger" if "ledger" in n else n) for n in names]
     med = [drains[n]["median"] for n in names]
     lo = [m - drains[n]["min"] for m, n in zip(med, names)]
     hi = [drains[n]["max"] - m for m, n in zip(med, names)]
