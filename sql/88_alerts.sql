@@ -1,19 +1,61 @@
 -- What an operator's stack reads: the current alerts in words, and the metrics that
 -- prometheus-postgres-exporter exposes (monitoring/queries.yaml). All for the reader
 -- group; labels are worker names, statuses and triggers, never run ids.
+-- Each sets jit = off: the planner costs their per-worker index probes far above what
+-- they do, so with a large ledger every call was JIT-compiled first, and compiling
+-- took many times longer than the query.
 
 -- The latest finished scheduled period of each worker that has one, with every
 -- attempt's run id (a period is finished when no attempt of it is QUEUED/RUNNING and
 -- no retry is owed). Latest by run id: the tick creates a worker's periods in their
--- order, and the worker's finished runs are read newest first (ix_worker_runs_finished).
+-- order. Set-based rather than a walk per worker: one index probe per schedule for its
+-- newest finished attempt 1 (ix_worker_runs_finished), the chains of all of them in one
+-- recursive pass over the retry index; only a worker whose newest such period is still
+-- open (a retry owed or under way) walks further back, below it.
 CREATE OR REPLACE FUNCTION scrinalia.latest_finished_periods()
 RETURNS TABLE (worker_name text, scheduled_for timestamptz, run_ids bigint[], attempts integer,
                last_status scrinalia.run_status, last_error text, finished_at timestamptz)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
 AS $$
-    SELECT s.worker_name, p.scheduled_for, p.run_ids, p.attempts, p.last_status, p.last_error, p.finished_at
-      FROM scrinalia.archive_worker_schedules s
+    WITH RECURSIVE heads AS (
+        SELECT s.worker_name, h.*
+          FROM scrinalia.archive_worker_schedules s
+         CROSS JOIN LATERAL (
+            SELECT a1.run_id, a1.scheduled_for, a1.attempt, a1.status, a1.error, a1.finished_at, a1.retry_pending
+              FROM scrinalia.archive_worker_runs a1
+             WHERE a1.worker_name = s.worker_name AND a1.attempt = 1 AND a1.scheduled_for IS NOT NULL
+               AND a1.status NOT IN ('QUEUED', 'RUNNING')
+             ORDER BY a1.run_id DESC
+             LIMIT 1
+         ) h
+    ), chain AS (
+        SELECT h.run_id AS head, h.run_id, h.attempt, h.status, h.error, h.finished_at, h.retry_pending
+          FROM heads h
+        UNION ALL
+        SELECT chain.head, n.run_id, n.attempt, n.status, n.error, n.finished_at, n.retry_pending
+          FROM chain CROSS JOIN LATERAL (
+            SELECT r.run_id, r.attempt, r.status, r.error, r.finished_at, r.retry_pending
+              FROM scrinalia.archive_worker_runs r WHERE r.retry_of = chain.run_id
+            OFFSET 0) n  -- (kept a probe of the retry index per row: merged, it scans every retry)
+    ), periods AS (
+        SELECT chain.head,
+               array_agg(chain.run_id ORDER BY chain.attempt) AS run_ids,
+               max(chain.attempt) AS attempts,
+               (array_agg(chain.status ORDER BY chain.attempt DESC))[1] AS last_status,
+               (array_agg(chain.error ORDER BY chain.attempt DESC))[1] AS last_error,
+               (array_agg(chain.finished_at ORDER BY chain.attempt DESC))[1] AS finished_at,
+               bool_or(chain.retry_pending OR chain.status IN ('QUEUED', 'RUNNING')) AS open
+          FROM chain
+         GROUP BY chain.head
+    )
+    SELECT h.worker_name, h.scheduled_for, p.run_ids, p.attempts, p.last_status, p.last_error, p.finished_at
+      FROM heads h JOIN periods p ON p.head = h.run_id
+     WHERE NOT p.open
+    UNION ALL
+    SELECT h.worker_name, o.scheduled_for, o.run_ids, o.attempts, o.last_status, o.last_error, o.finished_at
+      FROM heads h JOIN periods p ON p.head = h.run_id
      CROSS JOIN LATERAL (
         SELECT a1.scheduled_for, c.run_ids, c.attempts, c.last_status, c.last_error, c.finished_at
           FROM scrinalia.archive_worker_runs a1
@@ -33,12 +75,14 @@ AS $$
                    bool_or(chain.retry_pending OR chain.status IN ('QUEUED', 'RUNNING')) AS open
               FROM chain
          ) c
-         WHERE a1.worker_name = s.worker_name AND a1.attempt = 1 AND a1.scheduled_for IS NOT NULL
-           AND a1.status NOT IN ('QUEUED', 'RUNNING')  -- (implied by NOT c.open)
+         WHERE a1.worker_name = h.worker_name AND a1.attempt = 1 AND a1.scheduled_for IS NOT NULL
+           AND a1.status NOT IN ('QUEUED', 'RUNNING')
+           AND a1.run_id < h.run_id
            AND NOT c.open
          ORDER BY a1.run_id DESC
          LIMIT 1
-     ) p
+     ) o
+     WHERE p.open
 $$;
 
 -- The alerts of now, one row each, in words an operator acts on. kind is one of
@@ -50,6 +94,7 @@ CREATE OR REPLACE FUNCTION scrinalia.current_alerts()
 RETURNS TABLE (kind text, worker_name text, since timestamptz, run_ids bigint[], message text)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
 AS $$
     SELECT 'SCHEDULER_UNHEALTHY', NULL::text,
            coalesce(h.oldest_overdue_since, h.heartbeat_at), NULL::bigint[],
@@ -108,6 +153,7 @@ RETURNS TABLE (worker_name text, scheduled integer, paused integer, overdue inte
                oldest_claimable_wait_seconds double precision)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
 AS $$
     SELECT w.worker_name,
            (s.worker_name IS NOT NULL)::int,
@@ -146,6 +192,7 @@ CREATE OR REPLACE FUNCTION scrinalia.run_counts()
 RETURNS TABLE (worker_name text, status text, trigger text, runs bigint)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
 AS $$
     SELECT r.worker_name, r.status::text, r.trigger::text, count(*)
       FROM scrinalia.archive_worker_runs r
@@ -160,6 +207,7 @@ RETURNS TABLE (healthy integer, lock_held integer, holder_is_scheduler integer,
                leases_reaped_last_hour bigint)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
 AS $$
     SELECT h.healthy::int, (h.holder_pid IS NOT NULL)::int, coalesce(h.holder_is_scheduler, false)::int,
            extract(epoch FROM h.heartbeat_at)::float8, extract(epoch FROM h.heartbeat_age)::float8,
