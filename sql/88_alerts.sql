@@ -3,7 +3,9 @@
 -- group; labels are worker names, statuses and triggers, never run ids.
 -- Each sets jit = off: the planner costs their per-worker index probes far above what
 -- they do, so with a large ledger every call was JIT-compiled first, and compiling
--- took many times longer than the query.
+-- took many times longer than the query. The two the exporter reads per worker are
+-- PL/pgSQL: its session plans them once, where an SQL function's body is planned at
+-- every call.
 
 -- The latest finished scheduled period of each worker that has one, with every
 -- attempt's run id (a period is finished when no attempt of it is QUEUED/RUNNING and
@@ -15,10 +17,13 @@
 CREATE OR REPLACE FUNCTION scrinalia.latest_finished_periods()
 RETURNS TABLE (worker_name text, scheduled_for timestamptz, run_ids bigint[], attempts integer,
                last_status scrinalia.run_status, last_error text, finished_at timestamptz)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
 SET jit = off
 AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     WITH RECURSIVE heads AS (
         SELECT s.worker_name, h.*
           FROM scrinalia.archive_worker_schedules s
@@ -82,7 +87,8 @@ AS $$
          ORDER BY a1.run_id DESC
          LIMIT 1
      ) o
-     WHERE p.open
+     WHERE p.open;
+END
 $$;
 
 -- The alerts of now, one row each, in words an operator acts on. kind is one of
@@ -151,17 +157,22 @@ RETURNS TABLE (worker_name text, scheduled integer, paused integer, overdue inte
                failed_after_all_attempts integer, retries_created bigint, periods_skipped bigint,
                last_lateness_seconds double precision, queue_pending bigint, queue_processed bigint,
                oldest_claimable_wait_seconds double precision)
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 SET jit = off
 AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     SELECT w.worker_name,
            (s.worker_name IS NOT NULL)::int,
            coalesce((NOT s.enabled)::int, 0),
            (o.worker_name IS NOT NULL)::int,
            coalesce((s.enabled AND s.arm_error IS NOT NULL)::int, 0),
            coalesce((p.last_status IN ('FAILED', 'INTERRUPTED'))::int, 0),
-           coalesce(rt.retries, 0),
+           -- (ix_worker_runs_retries: the worker's retries, not every retry's row)
+           (SELECT count(*) FROM scrinalia.archive_worker_runs r
+             WHERE r.worker_name = w.worker_name AND r.retry_of IS NOT NULL),
            coalesce(s.skipped_count, 0),
            -- (unknown when either instant is hand-written outside the periods' range:
            -- an infinite one cannot be subtracted, and a lateness of millennia says nothing)
@@ -182,9 +193,8 @@ AS $$
       LEFT JOIN scrinalia.archive_worker_schedules s ON s.worker_name = w.worker_name
       LEFT JOIN scrinalia.worker_queue_counters q ON q.worker_name = w.worker_name
       LEFT JOIN scrinalia.overdue_schedules() o ON o.worker_name = w.worker_name
-      LEFT JOIN scrinalia.latest_finished_periods() p ON p.worker_name = w.worker_name
-      LEFT JOIN (SELECT r.worker_name, count(*) AS retries FROM scrinalia.archive_worker_runs r
-                  WHERE r.retry_of IS NOT NULL GROUP BY r.worker_name) rt ON rt.worker_name = w.worker_name
+      LEFT JOIN scrinalia.latest_finished_periods() p ON p.worker_name = w.worker_name;
+END
 $$;
 
 -- Per (worker, status, trigger): how many runs the ledger holds (prune_runs lowers it).
