@@ -2,7 +2,7 @@
 
 Each query of monitoring/queries.yaml (read from the file, as the exporter runs it),
 worker_metrics() itself and the other readers of the same tables (current_alerts(),
-scheduler_health(), the worker_catalogue view), at 2,000 and at 100,000 workers with
+scheduler_health(), the worker_catalogue view, the queries of `status --watch`), at 2,000 and at 100,000 workers with
 1,000,000 finished runs in the ledger (bench.seed.history, layout "use"). Each call
 fetches every row, as the exporter does; the calls are interleaved query by query.
 """
@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
+
+from scrinalia_workers.gateway.statements import cli as cli_sql
 
 from . import seed
 from .common import Result, check, conn, median, now, vacuum_analyze
@@ -27,6 +29,10 @@ OTHERS = {
     "current_alerts()": "SELECT * FROM scrinalia.current_alerts()",
     "scheduler_health()": "SELECT * FROM scrinalia.scheduler_health()",
     "worker_catalogue": "SELECT * FROM scrinalia.worker_catalogue",
+    # what `status --watch` reads at every refresh
+    "status: agenda": cli_sql.WATCH_AGENDA,
+    "status: active runs": cli_sql.ACTIVE_RUNS,
+    "status: latest failures": cli_sql.LATEST_FAILURES % 5,  # (its default count)
 }
 
 
