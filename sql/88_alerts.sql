@@ -10,10 +10,11 @@
 -- The latest finished scheduled period of each worker that has one, with every
 -- attempt's run id (a period is finished when no attempt of it is QUEUED/RUNNING and
 -- no retry is owed). Latest by run id: the tick creates a worker's periods in their
--- order. Set-based rather than a walk per worker: one index probe per schedule for its
--- newest finished attempt 1 (ix_worker_runs_finished), the chains of all of them in one
--- recursive pass over the retry index; only a worker whose newest such period is still
--- open (a retry owed or under way) walks further back, below it.
+-- order. A few index probes per schedule, no walk of the history: its newest finished
+-- attempt 1 (ix_worker_runs_finished), then that attempt's retry and the retry's retry
+-- (uq_worker_run_retry_of), the whole chain when attempts rise 1, 2, 3 as the tick makes
+-- them. Only a worker whose newest period is still open (a retry owed or under way), or
+-- whose chain was written by hand otherwise, walks its history below that attempt.
 CREATE OR REPLACE FUNCTION scrinalia.latest_finished_periods()
 RETURNS TABLE (worker_name text, scheduled_for timestamptz, run_ids bigint[], attempts integer,
                last_status scrinalia.run_status, last_error text, finished_at timestamptz)
@@ -24,8 +25,20 @@ AS $$
 #variable_conflict use_column
 BEGIN
     RETURN QUERY
-    WITH RECURSIVE heads AS (
-        SELECT s.worker_name, h.*
+    WITH periods AS (
+        SELECT s.worker_name, h.run_id, h.scheduled_for,
+               array_remove(ARRAY[h.run_id, r2.run_id, r3.run_id], NULL) AS run_ids,
+               coalesce(r3.attempt, r2.attempt, h.attempt) AS attempts,
+               CASE WHEN r3.run_id IS NOT NULL THEN r3.status WHEN r2.run_id IS NOT NULL THEN r2.status
+                    ELSE h.status END AS last_status,
+               CASE WHEN r3.run_id IS NOT NULL THEN r3.error WHEN r2.run_id IS NOT NULL THEN r2.error
+                    ELSE h.error END AS last_error,
+               CASE WHEN r3.run_id IS NOT NULL THEN r3.finished_at WHEN r2.run_id IS NOT NULL THEN r2.finished_at
+                    ELSE h.finished_at END AS finished_at,
+               (h.retry_pending OR coalesce(r2.retry_pending OR r2.status IN ('QUEUED', 'RUNNING'), false)
+                OR coalesce(r3.retry_pending OR r3.status IN ('QUEUED', 'RUNNING'), false)) AS open,
+               -- (attempts rising along the chain, which ends at r3: else the walk below decides)
+               (r3.run_id IS NULL OR (r3.attempt > r2.attempt AND r4.run_id IS NULL)) AS plain
           FROM scrinalia.archive_worker_schedules s
          CROSS JOIN LATERAL (
             SELECT a1.run_id, a1.scheduled_for, a1.attempt, a1.status, a1.error, a1.finished_at, a1.retry_pending
@@ -35,32 +48,22 @@ BEGIN
              ORDER BY a1.run_id DESC
              LIMIT 1
          ) h
-    ), chain AS (
-        SELECT h.run_id AS head, h.run_id, h.attempt, h.status, h.error, h.finished_at, h.retry_pending
-          FROM heads h
-        UNION ALL
-        SELECT chain.head, n.run_id, n.attempt, n.status, n.error, n.finished_at, n.retry_pending
-          FROM chain CROSS JOIN LATERAL (
+          -- (OFFSET 0 keeps each a probe of the retry index: merged, a join reads every retry)
+          LEFT JOIN LATERAL (
             SELECT r.run_id, r.attempt, r.status, r.error, r.finished_at, r.retry_pending
-              FROM scrinalia.archive_worker_runs r WHERE r.retry_of = chain.run_id
-            OFFSET 0) n  -- (kept a probe of the retry index per row: merged, it scans every retry)
-    ), periods AS (
-        SELECT chain.head,
-               array_agg(chain.run_id ORDER BY chain.attempt) AS run_ids,
-               max(chain.attempt) AS attempts,
-               (array_agg(chain.status ORDER BY chain.attempt DESC))[1] AS last_status,
-               (array_agg(chain.error ORDER BY chain.attempt DESC))[1] AS last_error,
-               (array_agg(chain.finished_at ORDER BY chain.attempt DESC))[1] AS finished_at,
-               bool_or(chain.retry_pending OR chain.status IN ('QUEUED', 'RUNNING')) AS open
-          FROM chain
-         GROUP BY chain.head
+              FROM scrinalia.archive_worker_runs r WHERE r.retry_of = h.run_id OFFSET 0) r2 ON true
+          LEFT JOIN LATERAL (
+            SELECT r.run_id, r.attempt, r.status, r.error, r.finished_at, r.retry_pending
+              FROM scrinalia.archive_worker_runs r WHERE r.retry_of = r2.run_id OFFSET 0) r3 ON true
+          LEFT JOIN LATERAL (
+            SELECT r.run_id FROM scrinalia.archive_worker_runs r WHERE r.retry_of = r3.run_id OFFSET 0) r4 ON true
     )
-    SELECT h.worker_name, h.scheduled_for, p.run_ids, p.attempts, p.last_status, p.last_error, p.finished_at
-      FROM heads h JOIN periods p ON p.head = h.run_id
-     WHERE NOT p.open
+    SELECT p.worker_name, p.scheduled_for, p.run_ids, p.attempts, p.last_status, p.last_error, p.finished_at
+      FROM periods p
+     WHERE p.plain AND NOT p.open
     UNION ALL
-    SELECT h.worker_name, o.scheduled_for, o.run_ids, o.attempts, o.last_status, o.last_error, o.finished_at
-      FROM heads h JOIN periods p ON p.head = h.run_id
+    SELECT p.worker_name, w.scheduled_for, w.run_ids, w.attempts, w.last_status, w.last_error, w.finished_at
+      FROM periods p
      CROSS JOIN LATERAL (
         SELECT a1.scheduled_for, c.run_ids, c.attempts, c.last_status, c.last_error, c.finished_at
           FROM scrinalia.archive_worker_runs a1
@@ -80,14 +83,14 @@ BEGIN
                    bool_or(chain.retry_pending OR chain.status IN ('QUEUED', 'RUNNING')) AS open
               FROM chain
          ) c
-         WHERE a1.worker_name = h.worker_name AND a1.attempt = 1 AND a1.scheduled_for IS NOT NULL
+         WHERE a1.worker_name = p.worker_name AND a1.attempt = 1 AND a1.scheduled_for IS NOT NULL
            AND a1.status NOT IN ('QUEUED', 'RUNNING')
-           AND a1.run_id < h.run_id
+           AND (a1.run_id < p.run_id OR (a1.run_id = p.run_id AND NOT p.plain))
            AND NOT c.open
          ORDER BY a1.run_id DESC
          LIMIT 1
-     ) o
-     WHERE p.open;
+     ) w
+     WHERE NOT p.plain OR p.open;
 END
 $$;
 

@@ -231,3 +231,49 @@ def test_the_metrics_readers_are_never_jit_compiled(db):
                                 'scheduler_metrics')"""
     ).fetchall()
     assert len(rows) == 5 and all(off for _, off in rows), rows
+
+
+def _chain(db, worker: str, period: int, attempts: list[tuple[int, str]]) -> list[int]:
+    ids: list[int] = []
+    for attempt, status in attempts:
+        pending = status.endswith("*")
+        ids.append(
+            db.execute(
+                INSERT,
+                {
+                    "w": worker,
+                    "status": status.rstrip("*"),
+                    "trigger": "SCHEDULE",
+                    "attempt": attempt,
+                    "retry_of": ids[-1] if ids else None,
+                    "period": f"2026-01-01T{period:02d}:00:00Z",
+                    "n": period * 10 + attempt,
+                    "pending": pending,
+                },
+            ).fetchone()[0]
+        )
+    return ids
+
+
+def test_the_same_periods_for_chains_written_by_hand(db):
+    """Chains the tick never makes (attempts not rising 1, 2, 3, a fourth link) are
+    answered as the previous definition answered them."""
+    shapes = {
+        "falling": [(1, "FAILED"), (3, "FAILED"), (2, "SUCCEEDED")],
+        "long": [(1, "FAILED"), (2, "FAILED"), (3, "FAILED"), (3, "SUCCEEDED")],
+        "skips": [(1, "FAILED"), (3, "INTERRUPTED")],
+        "flat": [(1, "FAILED"), (2, "FAILED"), (2, "CANCELLED")],
+        "long-open": [(1, "FAILED"), (2, "FAILED"), (3, "FAILED"), (2, "FAILED*")],
+    }
+    for name, shape in shapes.items():
+        db.execute("INSERT INTO scrinalia.archive_workers (worker_name) VALUES (%s)", (name,))
+        db.execute(
+            "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone) VALUES (%s, '0 * * * *', 'UTC')",
+            (name,),
+        )
+        _chain(db, name, 1, [(1, "SUCCEEDED")])
+        _chain(db, name, 2, shape)
+    rows = {r[0]: r for r in compare(db)}
+    assert rows["long"][3] == 3 and len(rows["long"][2]) == 4
+    assert rows["skips"][4] == "INTERRUPTED"
+    assert rows["long-open"][1].hour == 1  # its newest period is open: the one before
