@@ -42,6 +42,7 @@ def test_quick_metrics_measures_every_query_at_both_sizes(fresh_dbs):
         assert d["owed"] > 0
         for f in d["figures"].values():
             assert len(f["times"]) >= 5 and min(f["times"]) > 0
+            assert len(f["server"]) == len(f["times"]) and min(f["server"]) > 0
         assert d["figures"]["scrinalia_worker"]["rows"] == n_workers
 
 
