@@ -9,7 +9,7 @@ CREATE OR REPLACE FUNCTION scrinalia.schema_head()
 RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT '0006_ledger_indexes'::text $$;
+AS $$ SELECT '0009_metrics_indexes'::text $$;
 
 -- Can this role run the scheduler (execute the tick)? The scheduler group, and the
 -- operator and runner groups the ADR lets run it too.
@@ -64,7 +64,8 @@ SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
     SELECT s.* FROM scrinalia.archive_worker_schedules s
      WHERE s.enabled AND s.arm_error IS NULL
-       AND coalesce(s.next_run_at, s.updated_at) < now() - coalesce(p_grace, scrinalia.overdue_grace())
+       -- (a sub-select: computed once, not read from the settings again for every schedule)
+       AND coalesce(s.next_run_at, s.updated_at) < (SELECT now() - coalesce(p_grace, scrinalia.overdue_grace()))
 $$;
 
 -- The sessions, other than the scheduler's own two and the caller's, that hold what the

@@ -1,19 +1,69 @@
 -- What an operator's stack reads: the current alerts in words, and the metrics that
 -- prometheus-postgres-exporter exposes (monitoring/queries.yaml). All for the reader
 -- group; labels are worker names, statuses and triggers, never run ids.
+-- Each sets jit = off: the planner costs their per-worker index probes far above what
+-- they do, so with a large ledger every call was JIT-compiled first, and compiling
+-- took many times longer than the query. The two the exporter reads per worker are
+-- PL/pgSQL: its session plans them once, where an SQL function's body is planned at
+-- every call.
 
 -- The latest finished scheduled period of each worker that has one, with every
 -- attempt's run id (a period is finished when no attempt of it is QUEUED/RUNNING and
 -- no retry is owed). Latest by run id: the tick creates a worker's periods in their
--- order, and the worker's finished runs are read newest first (ix_worker_runs_finished).
+-- order. A few index probes per schedule, no walk of the history: its newest finished
+-- attempt 1 (ix_worker_runs_finished), then that attempt's retry and the retry's retry
+-- (uq_worker_run_retry_of), the whole chain when attempts rise 1, 2, 3 as the tick makes
+-- them. Only a worker whose newest period is still open (a retry owed or under way), or
+-- whose chain was written by hand otherwise, walks its history below that attempt.
 CREATE OR REPLACE FUNCTION scrinalia.latest_finished_periods()
 RETURNS TABLE (worker_name text, scheduled_for timestamptz, run_ids bigint[], attempts integer,
                last_status scrinalia.run_status, last_error text, finished_at timestamptz)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
 AS $$
-    SELECT s.worker_name, p.scheduled_for, p.run_ids, p.attempts, p.last_status, p.last_error, p.finished_at
-      FROM scrinalia.archive_worker_schedules s
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH periods AS (
+        SELECT s.worker_name, h.run_id, h.scheduled_for,
+               array_remove(ARRAY[h.run_id, r2.run_id, r3.run_id], NULL) AS run_ids,
+               coalesce(r3.attempt, r2.attempt, h.attempt) AS attempts,
+               CASE WHEN r3.run_id IS NOT NULL THEN r3.status WHEN r2.run_id IS NOT NULL THEN r2.status
+                    ELSE h.status END AS last_status,
+               CASE WHEN r3.run_id IS NOT NULL THEN r3.error WHEN r2.run_id IS NOT NULL THEN r2.error
+                    ELSE h.error END AS last_error,
+               CASE WHEN r3.run_id IS NOT NULL THEN r3.finished_at WHEN r2.run_id IS NOT NULL THEN r2.finished_at
+                    ELSE h.finished_at END AS finished_at,
+               (h.retry_pending OR coalesce(r2.retry_pending OR r2.status IN ('QUEUED', 'RUNNING'), false)
+                OR coalesce(r3.retry_pending OR r3.status IN ('QUEUED', 'RUNNING'), false)) AS open,
+               -- (attempts rising along the chain, which ends at r3: else the walk below decides)
+               (r3.run_id IS NULL OR (r3.attempt > r2.attempt AND r4.run_id IS NULL)) AS plain
+          FROM scrinalia.archive_worker_schedules s
+         CROSS JOIN LATERAL (
+            SELECT a1.run_id, a1.scheduled_for, a1.attempt, a1.status, a1.error, a1.finished_at, a1.retry_pending
+              FROM scrinalia.archive_worker_runs a1
+             WHERE a1.worker_name = s.worker_name AND a1.attempt = 1 AND a1.scheduled_for IS NOT NULL
+               AND a1.status NOT IN ('QUEUED', 'RUNNING')
+             ORDER BY a1.run_id DESC
+             LIMIT 1
+         ) h
+          -- (OFFSET 0 keeps each a probe of the retry index: merged, a join reads every retry)
+          LEFT JOIN LATERAL (
+            SELECT r.run_id, r.attempt, r.status, r.error, r.finished_at, r.retry_pending
+              FROM scrinalia.archive_worker_runs r WHERE r.retry_of = h.run_id OFFSET 0) r2 ON true
+          LEFT JOIN LATERAL (
+            SELECT r.run_id, r.attempt, r.status, r.error, r.finished_at, r.retry_pending
+              FROM scrinalia.archive_worker_runs r WHERE r.retry_of = r2.run_id OFFSET 0) r3 ON true
+          LEFT JOIN LATERAL (
+            SELECT r.run_id FROM scrinalia.archive_worker_runs r WHERE r.retry_of = r3.run_id OFFSET 0) r4 ON true
+    )
+    SELECT p.worker_name, p.scheduled_for, p.run_ids, p.attempts, p.last_status, p.last_error, p.finished_at
+      FROM periods p
+     WHERE p.plain AND NOT p.open
+    UNION ALL
+    SELECT p.worker_name, w.scheduled_for, w.run_ids, w.attempts, w.last_status, w.last_error, w.finished_at
+      FROM periods p
      CROSS JOIN LATERAL (
         SELECT a1.scheduled_for, c.run_ids, c.attempts, c.last_status, c.last_error, c.finished_at
           FROM scrinalia.archive_worker_runs a1
@@ -33,12 +83,15 @@ AS $$
                    bool_or(chain.retry_pending OR chain.status IN ('QUEUED', 'RUNNING')) AS open
               FROM chain
          ) c
-         WHERE a1.worker_name = s.worker_name AND a1.attempt = 1 AND a1.scheduled_for IS NOT NULL
-           AND a1.status NOT IN ('QUEUED', 'RUNNING')  -- (implied by NOT c.open)
+         WHERE a1.worker_name = p.worker_name AND a1.attempt = 1 AND a1.scheduled_for IS NOT NULL
+           AND a1.status NOT IN ('QUEUED', 'RUNNING')
+           AND (a1.run_id < p.run_id OR (a1.run_id = p.run_id AND NOT p.plain))
            AND NOT c.open
          ORDER BY a1.run_id DESC
          LIMIT 1
-     ) p
+     ) w
+     WHERE NOT p.plain OR p.open;
+END
 $$;
 
 -- The alerts of now, one row each, in words an operator acts on. kind is one of
@@ -50,6 +103,7 @@ CREATE OR REPLACE FUNCTION scrinalia.current_alerts()
 RETURNS TABLE (kind text, worker_name text, since timestamptz, run_ids bigint[], message text)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
 AS $$
     SELECT 'SCHEDULER_UNHEALTHY', NULL::text,
            coalesce(h.oldest_overdue_since, h.heartbeat_at), NULL::bigint[],
@@ -106,16 +160,22 @@ RETURNS TABLE (worker_name text, scheduled integer, paused integer, overdue inte
                failed_after_all_attempts integer, retries_created bigint, periods_skipped bigint,
                last_lateness_seconds double precision, queue_pending bigint, queue_processed bigint,
                oldest_claimable_wait_seconds double precision)
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
 AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     SELECT w.worker_name,
            (s.worker_name IS NOT NULL)::int,
            coalesce((NOT s.enabled)::int, 0),
            (o.worker_name IS NOT NULL)::int,
            coalesce((s.enabled AND s.arm_error IS NOT NULL)::int, 0),
            coalesce((p.last_status IN ('FAILED', 'INTERRUPTED'))::int, 0),
-           coalesce(rt.retries, 0),
+           -- (ix_worker_runs_retries: the worker's retries, not every retry's row)
+           (SELECT count(*) FROM scrinalia.archive_worker_runs r
+             WHERE r.worker_name = w.worker_name AND r.retry_of IS NOT NULL),
            coalesce(s.skipped_count, 0),
            -- (unknown when either instant is hand-written outside the periods' range:
            -- an infinite one cannot be subtracted, and a lateness of millennia says nothing)
@@ -136,9 +196,8 @@ AS $$
       LEFT JOIN scrinalia.archive_worker_schedules s ON s.worker_name = w.worker_name
       LEFT JOIN scrinalia.worker_queue_counters q ON q.worker_name = w.worker_name
       LEFT JOIN scrinalia.overdue_schedules() o ON o.worker_name = w.worker_name
-      LEFT JOIN scrinalia.latest_finished_periods() p ON p.worker_name = w.worker_name
-      LEFT JOIN (SELECT r.worker_name, count(*) AS retries FROM scrinalia.archive_worker_runs r
-                  WHERE r.retry_of IS NOT NULL GROUP BY r.worker_name) rt ON rt.worker_name = w.worker_name
+      LEFT JOIN scrinalia.latest_finished_periods() p ON p.worker_name = w.worker_name;
+END
 $$;
 
 -- Per (worker, status, trigger): how many runs the ledger holds (prune_runs lowers it).
@@ -146,6 +205,7 @@ CREATE OR REPLACE FUNCTION scrinalia.run_counts()
 RETURNS TABLE (worker_name text, status text, trigger text, runs bigint)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
 AS $$
     SELECT r.worker_name, r.status::text, r.trigger::text, count(*)
       FROM scrinalia.archive_worker_runs r
@@ -160,6 +220,7 @@ RETURNS TABLE (healthy integer, lock_held integer, holder_is_scheduler integer,
                leases_reaped_last_hour bigint)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
 AS $$
     SELECT h.healthy::int, (h.holder_pid IS NOT NULL)::int, coalesce(h.holder_is_scheduler, false)::int,
            extract(epoch FROM h.heartbeat_at)::float8, extract(epoch FROM h.heartbeat_age)::float8,

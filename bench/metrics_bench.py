@@ -1,0 +1,181 @@
+"""Benchmark 7: what the metrics exporter and an operator's status read, on a large ledger.
+
+Each query of monitoring/queries.yaml (read from the file, as the exporter runs it),
+worker_metrics() itself and the other readers of the same tables (current_alerts(),
+scheduler_health(), the worker_catalogue view, the queries of `status --watch`), at 2,000 and at 100,000 workers with
+1,000,000 finished runs in the ledger (bench.seed.history, layout "use"). Each call
+fetches every row, as the exporter does; the calls are interleaved query by query.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from scrinalia_workers.gateway.statements import cli as cli_sql
+
+from . import seed
+from .common import Result, check, conn, median, now, vacuum_analyze
+
+QUERIES_YAML = Path(__file__).resolve().parent.parent / "monitoring" / "queries.yaml"
+
+# (workers, target in seconds): the figures each query is held to.
+TARGETS = {2_000: 0.050, 100_000: 0.5}
+
+# Read by an operator rather than scraped: measured beside the others, judged by the same target.
+OTHERS = {
+    "worker_metrics()": "SELECT * FROM scrinalia.worker_metrics()",
+    "current_alerts()": "SELECT * FROM scrinalia.current_alerts()",
+    "scheduler_health()": "SELECT * FROM scrinalia.scheduler_health()",
+    "worker_catalogue": "SELECT * FROM scrinalia.worker_catalogue",
+    # what `status --watch` reads at every refresh
+    "status: agenda": cli_sql.WATCH_AGENDA,
+    "status: active runs": cli_sql.ACTIVE_RUNS,
+    "status: latest failures": cli_sql.LATEST_FAILURES % 5,  # (its default count)
+}
+
+
+def exporter_queries() -> dict[str, str]:
+    """The queries of monitoring/queries.yaml by their metric prefix."""
+    spec = yaml.safe_load(QUERIES_YAML.read_text())
+    return {name: " ".join(entry["query"].split()) for name, entry in spec.items()}
+
+
+def prepare(dsn: str, n_workers: int, history_rows: int) -> dict:
+    """The catalogue, a schedule per worker (due in the future, but one in a hundred
+    overdue and one in a hundred paused), a QUEUED manual run on every third worker, a
+    retry owed on one in fifty (its latest period still open), and the history."""
+    with conn(dsn) as c:
+        seed.workers(c, n_workers)
+        seed.schedules(c, n_workers)
+        c.execute(
+            "UPDATE scrinalia.archive_worker_schedules SET "
+            "next_run_at = CASE WHEN worker_name ~ '00$' THEN now() - interval '1 hour' "
+            "ELSE now() + interval '1 hour' END, enabled = worker_name !~ '50$'"
+        )
+        seed.active_runs(c, n_workers, every=3)
+        inserted = seed.history(c, history_rows, n_workers)
+        check(inserted == history_rows, f"history seeded {inserted} rows, expected {history_rows}")
+        owed = c.execute(
+            """
+            INSERT INTO scrinalia.archive_worker_runs
+                   (worker_name, status, trigger, attempt, scheduled_for, started_at, finished_at,
+                    error, retry_pending, requested_by)
+            SELECT format('bw%%s', lpad(i::text, 6, '0')), 'FAILED', 'SCHEDULE', 1,
+                   timestamptz '2030-01-01' + make_interval(mins => i), now(), now(),
+                   'bench: transient failure', true, 'bench'
+              FROM generate_series(1, %s - 1, 50) i
+            """,
+            (n_workers,),
+        ).rowcount
+    vacuum_analyze(dsn)
+    return {"owed": owed}
+
+
+def call(c, sql: str) -> tuple[float, int]:
+    t0 = now()
+    rows = c.execute(sql).fetchall()
+    return now() - t0, len(rows)
+
+
+def server_side(sql: str) -> str:
+    """The same query run whole on the server, one row back: what the rows cost to
+    compute, without their transfer and their parsing by the client."""
+    return f"SELECT count(*) FROM ({sql}) q"
+
+
+def measure(dsn: str, queries: dict[str, str], reps: int) -> dict[str, dict]:
+    """reps calls of each query, interleaved: round by round, each query once, fetched
+    whole, then once on the server alone."""
+    out: dict[str, dict] = {name: {"times": [], "server": [], "rows": None} for name in queries}
+    with conn(dsn, name="scrinalia-bench-metrics") as c:
+        for sql in queries.values():  # one untimed call each: the plans and the cache warm
+            c.execute(sql).fetchall()
+        for _ in range(reps):
+            for name, sql in queries.items():
+                elapsed, n = call(c, sql)
+                out[name]["times"].append(elapsed)
+                out[name]["rows"] = n
+                out[name]["server"].append(call(c, server_side(sql))[0])
+    return out
+
+
+def verify(dsn: str, n_workers: int, owed: int, figures: dict[str, dict]) -> None:
+    """The answers are the ones the seeded ledger holds: one metrics row per worker, a
+    latest finished period for every scheduled worker (owed ones from before their
+    open period), an overdue alert per overdue schedule."""
+    check(figures["scrinalia_worker"]["rows"] == n_workers, "worker_metrics() lost or added a worker")
+    check(figures["worker_catalogue"]["rows"] == n_workers, "the catalogue lost or added a worker")
+    with conn(dsn) as c:
+        periods, newest = c.execute(
+            "SELECT count(*), count(*) FILTER (WHERE scheduled_for >= '2030-01-01') "
+            "FROM scrinalia.latest_finished_periods()"
+        ).fetchone()
+        runs = c.execute("SELECT sum(runs) FROM scrinalia.run_counts()").fetchone()[0]
+        total = c.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0]
+        overdue = c.execute(
+            "SELECT count(*) FROM scrinalia.current_alerts() WHERE kind = 'SCHEDULE_OVERDUE'"
+        ).fetchone()
+    check(periods == n_workers, f"latest_finished_periods() has {periods} rows for {n_workers} scheduled workers")
+    check(newest == 0, f"{newest} still-open periods reported as finished")
+    check(runs == total, f"run_counts() counts {runs} runs of {total}")
+    expected_overdue = sum(1 for i in range(n_workers) if i % 100 == 0)
+    check(overdue[0] == expected_overdue, f"{overdue[0]} overdue alerts, expected {expected_overdue}")
+    check(owed > 0, "no retry owed: the open-period path went unmeasured")
+
+
+def run(dsn_for, quick: bool = False) -> Result:
+    """dsn_for(name) -> the DSN of a fresh migrated database of that name."""
+    sizes = [(200, 20_000), (2_000, 20_000)] if quick else [(2_000, 1_000_000), (100_000, 1_000_000)]
+    reps = 5 if quick else 7
+    queries = {**exporter_queries(), **OTHERS}
+    rows, met, data = [], True, {}
+    for n_workers, history_rows in sizes:
+        dsn = dsn_for(f"bench_metrics_{n_workers}")
+        t0 = now()
+        prep = prepare(dsn, n_workers, history_rows)
+        seeded = now() - t0
+        figures = measure(dsn, queries, reps)
+        verify(dsn, n_workers, prep["owed"], figures)
+        target = TARGETS.get(n_workers, TARGETS[2_000])
+        for name, f in figures.items():
+            med = median(f["times"])
+            ok = med <= target
+            met = met and ok
+            rows.append(
+                [
+                    f"{n_workers:,}",
+                    name,
+                    f"{f['rows']:,}",
+                    f"{med * 1000:.1f} ms",
+                    f"{min(f['times']) * 1000:.1f}-{max(f['times']) * 1000:.1f} ms",
+                    f"{median(f['server']) * 1000:.1f} ms",
+                    f"<= {target * 1000:.0f} ms",
+                    "met" if ok else "NOT met",
+                ]
+            )
+        data[n_workers] = {"history": history_rows, "seeded": seeded, "owed": prep["owed"], "figures": figures}
+    worst = {n: max(median(f["times"]) for f in d["figures"].values()) for n, d in data.items()}
+    return Result(
+        key="metrics",
+        title="7. Metrics and alerts on a large ledger",
+        setup=[
+            "Each query of monitoring/queries.yaml as prometheus-postgres-exporter runs it, and "
+            + ", ".join(OTHERS)
+            + f", at {' and '.join(f'{n:,}' for n, _ in sizes)} workers, each with a schedule (1% overdue, "
+            "1% paused), a QUEUED manual run on every third worker, a retry owed on one in fifty, and "
+            f"{sizes[0][1]:,} finished runs (bench.seed.history, layout use: retries, FAILED, INTERRUPTED, "
+            "CANCELLED, manual and CLI runs).",
+            f"Median and range of {reps} calls each after one untimed call, every row fetched by psycopg, "
+            "the queries interleaved round by round on one connection; the verdict is on these. Beside "
+            "them, each query run whole on the server with one row back (SELECT count(*) FROM (query)): "
+            "what the rows cost without their transfer and psycopg's parsing of them.",
+        ],
+        headers=["workers", "query", "rows", "median", "range", "on the server (median)", "target", "verdict"],
+        rows=rows,
+        target="every query within 50 ms at 2,000 workers and 0.5 s at 100,000, with 1,000,000 finished runs",
+        met=met,
+        headline="slowest query: " + ", ".join(f"{worst[n] * 1000:.0f} ms at {n:,} workers" for n in worst),
+        data=data,
+    )

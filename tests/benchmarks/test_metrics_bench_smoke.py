@@ -1,0 +1,59 @@
+"""The metrics benchmark's quick mode runs, and its own checks of the answers hold (and
+do fail on a wrong answer)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench import metrics_bench  # noqa: E402
+from bench.common import InvariantError  # noqa: E402
+
+
+@pytest.fixture
+def fresh_dbs(admin, admin_dsn, template_db):
+    made: list[str] = []
+
+    def dsn_for(name: str) -> str:
+        db = f"{name}_{os.getpid()}"
+        admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{db}" TEMPLATE "{template_db}"')
+        made.append(db)
+        return psycopg.conninfo.make_conninfo(admin_dsn, dbname=db)
+
+    yield dsn_for
+    for db in made:
+        admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
+def test_quick_metrics_measures_every_query_at_both_sizes(fresh_dbs):
+    r = metrics_bench.run(fresh_dbs, quick=True)
+    names = set(metrics_bench.exporter_queries()) | set(metrics_bench.OTHERS)
+    assert {"scrinalia_scheduler", "scrinalia_worker", "scrinalia_ledger"} <= names
+    assert len(r.rows) == 2 * len(names)
+    for n_workers, d in r.data.items():
+        assert set(d["figures"]) == names
+        assert d["owed"] > 0
+        for f in d["figures"].values():
+            assert len(f["times"]) >= 5 and min(f["times"]) > 0
+            assert len(f["server"]) == len(f["times"]) and min(f["server"]) > 0
+        assert d["figures"]["scrinalia_worker"]["rows"] == n_workers
+
+
+def test_the_check_fails_on_a_wrong_answer(fresh_dbs):
+    dsn = fresh_dbs("bench_metrics_check")
+    prep = metrics_bench.prepare(dsn, 100, 1_000)
+    figures = metrics_bench.measure(dsn, {**metrics_bench.exporter_queries(), **metrics_bench.OTHERS}, 1)
+    metrics_bench.verify(dsn, 100, prep["owed"], figures)
+    with pytest.raises(InvariantError, match="worker_metrics"):
+        metrics_bench.verify(dsn, 101, prep["owed"], figures)
+    with psycopg.connect(dsn, autocommit=True) as c:  # a period reported finished while open
+        c.execute("UPDATE scrinalia.archive_worker_runs SET retry_pending = false WHERE retry_pending")
+    with pytest.raises(InvariantError, match="still-open"):
+        metrics_bench.verify(dsn, 100, prep["owed"], figures)
