@@ -124,34 +124,38 @@ class Batch:
         over or every lease lost, was left to its handler)."""
         sup = self.sup
         self.next_beat = sup.clock.monotonic() + heartbeat_interval(sup.lease)
-        while self.held or self.unreported:
-            self._collect()
-            now = sup.clock.monotonic()
-            current = sup.handlers.current
-            if sup.stopping() and self.grace_ends is None:
-                self._start_grace(now)
-            elif self._holding_up(current, now):
-                assert current is not None
-                if sup.handlers.relieve():
-                    self.relieved_at = now
-                else:
-                    self._release(f"run #{current.run_id} has been running for {RELEASE_AFTER} s")
-            if self._report_due(now):
-                self._report()
-                continue
-            if not self.held:
-                continue
-            if sup.stopping() and len(self.lost) == len(self.held):
-                for life in list(self.held.values()):  # nothing left to report: no reason to wait for the handler
-                    self._move(life, RunState.LEASE_LOST)
-                return
-            if self.grace_ends is not None and now >= self.grace_ends:
-                self._end_grace(now)
-                continue
-            if now >= self.next_beat and self._any_handed():
-                self._heartbeat()
-                continue
-            sup.wakeup.wait(self._time_to_next(current, now))
+        try:
+            while self.held or self.unreported:
+                self._collect()
+                now = sup.clock.monotonic()
+                current = sup.handlers.current
+                if sup.stopping() and self.grace_ends is None:
+                    self._start_grace(now)
+                elif self._holding_up(current, now):
+                    assert current is not None
+                    if sup.handlers.relieve():
+                        self.relieved_at = now
+                    else:
+                        self._release(f"run #{current.run_id} has been running for {RELEASE_AFTER} s")
+                if self._report_due(now):
+                    self._report()
+                    continue
+                if not self.held:
+                    continue
+                if sup.stopping() and len(self.lost) == len(self.held):
+                    for life in list(self.held.values()):  # nothing left to report: no reason to wait for the handler
+                        self._move(life, RunState.LEASE_LOST)
+                    return
+                if self.grace_ends is not None and now >= self.grace_ends:
+                    self._end_grace(now)
+                    continue
+                if now >= self.next_beat and self._any_handed():
+                    self._heartbeat()
+                    continue
+                sup.handlers.quiet = bool(self.unreported)  # its deadline wakes us: no ring per outcome
+                sup.wakeup.wait(self._time_to_next(current, now))
+        finally:
+            sup.handlers.quiet = False
 
     # -- the decisions --------------------------------------------------------------
 

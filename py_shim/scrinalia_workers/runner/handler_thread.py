@@ -65,6 +65,10 @@ class HandlerThread:
         self._done: queue.SimpleQueue[Done] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._running: dict[int, Running] = {}  # by run id, the handlers being called
+        # Set by the main thread while it will wake within REPORT_AFTER anyway (an
+        # outcome waits to be reported): an outcome then rings only when no run is left
+        # to start, so a batch of quick runs costs a wake-up or two, not one a run.
+        self.quiet = False
 
     @property
     def current(self) -> Running | None:
@@ -148,7 +152,8 @@ class HandlerThread:
         with self._lock:
             self._running.pop(run["run_id"], None)
         self._done.put(Done(run["run_id"], outcome, self._clock.monotonic()))
-        self._wakeup.ring()
+        if not self.quiet or not self._pending:
+            self._wakeup.ring()
 
     def _start_thread(self) -> threading.Thread:
         thread = threading.Thread(target=self._loop, name="scrinalia-handler", daemon=True)
