@@ -192,6 +192,7 @@ class Runner:
         batch = Batch(runs, self._supervision)
         batch.hand([handler_for(self.handlers, run["worker_name"]) for run in runs])
         batch.see_through()
+        self.ledger.unlisten()  # busy: until the next stand-by, the queue is looked at anyway
         return runs
 
     # -- the loop ------------------------------------------------------------------
@@ -199,7 +200,7 @@ class Runner:
     def _idle(self) -> None:
         """Stands by until a run may be claimable: a NOTIFY, the next run's not_before,
         or MAX_IDLE; returns early on a stop."""
-        conn = self.ledger.connect()
+        conn = self.ledger.listen()
         delay = idle_delay(self.ledger.seconds_to_next_claimable(self.workers))
         # notifications that came in during a long run wait in psycopg's backlog: one
         # claim attempt answers them all, not one attempt each
