@@ -1,6 +1,6 @@
 """The reference runner: claim runs, keep their leases alive, run the handlers, report.
 
-    scrinalia-runner --handlers mypkg.handlers [--lease 30] [--grace 30] [--batch 32]
+    scrinalia-runner --handlers mypkg.handlers [--lease 30] [--grace 30] [--batch 500]
                      [--concurrency 4] [--json]
 
 The handler contract is docs/handlers.md. The runner never retries: a failure is
@@ -56,7 +56,10 @@ MIN_IDLE = 0.01
 # one per message); a backlog is drained without it (a claimed run is followed by the
 # next claim at once).
 MIN_WAKE_INTERVAL = 0.05
-DEFAULT_BATCH = 32
+# A batch grows to this only while whole batches stay quick (next_batch_size): a backlog
+# of quick runs pays a claim and a report per this many runs, and a mix with slow
+# handlers keeps its batches small anyway.
+DEFAULT_BATCH = 500
 # Handler threads at most: the first runs every handler while they are quick; the others
 # start when handlers overrun RELEASE_AFTER, so that the runs behind a slow one are
 # run here rather than given back.
