@@ -153,6 +153,8 @@ class Batch:
                     self._heartbeat()
                     continue
                 sup.handlers.quiet = bool(self.unreported)  # its deadline wakes us: no ring per outcome
+                if not self.unreported and sup.handlers.posted:
+                    continue  # posted while we were quiet, unrung
                 sup.wakeup.wait(self._time_to_next(current, now))
         finally:
             sup.handlers.quiet = False

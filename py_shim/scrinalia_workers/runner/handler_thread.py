@@ -129,6 +129,11 @@ class HandlerThread:
     def busy(self) -> bool:
         return bool(self._running) or bool(self._pending)
 
+    @property
+    def posted(self) -> bool:
+        """An outcome waits for finished()."""
+        return not self._done.empty()
+
     def finished(self) -> list[Done]:
         """The outcomes posted since the last call, oldest first."""
         out = []
