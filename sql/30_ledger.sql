@@ -531,11 +531,11 @@ BEGIN
     END IF;
     RETURN QUERY
     WITH i AS MATERIALIZED (
-        SELECT i.run_id, i.lease_token, i.status, e.error, f.fingerprint,
+        -- (one unnest: a NULL p_errors or p_error_fingerprints reads as NULLs)
+        SELECT i.run_id, i.lease_token, i.status, i.error, i.fingerprint,
                'RUNNING'::text AS running, now() AS as_of
-          FROM unnest(p_run_ids, p_lease_tokens, p_statuses) WITH ORDINALITY AS i(run_id, lease_token, status, k)
-          LEFT JOIN unnest(p_errors) WITH ORDINALITY AS e(error, k) ON e.k = i.k
-          LEFT JOIN unnest(p_error_fingerprints) WITH ORDINALITY AS f(fingerprint, k) ON f.k = i.k
+          FROM unnest(p_run_ids, p_lease_tokens, p_statuses, p_errors, p_error_fingerprints)
+               AS i(run_id, lease_token, status, error, fingerprint)
     ), u AS (
         UPDATE scrinalia.archive_worker_runs r
            SET status = i.status, finished_at = now(),
@@ -543,14 +543,20 @@ BEGIN
                -- the whole statement, the other runs of the batch with it)
                duration = CASE WHEN isfinite(r.started_at) THEN now() - r.started_at END,
                lease_token = NULL, lease_expires_at = NULL,
-               error = scrinalia.outcome_error(i.status, i.error),
-               error_fingerprint = scrinalia.outcome_fingerprint(i.status, i.error, i.fingerprint),
-               retry_pending = scrinalia.owes_retry(r.trigger, i.status, r.attempt)
+               -- a success records no error and owes no retry (the three functions' own
+               -- answer, without their three calls a run)
+               error = CASE WHEN i.status <> 'SUCCEEDED' THEN scrinalia.outcome_error(i.status, i.error) END,
+               error_fingerprint = CASE WHEN i.status <> 'SUCCEEDED'
+                                        THEN scrinalia.outcome_fingerprint(i.status, i.error, i.fingerprint) END,
+               retry_pending = i.status <> 'SUCCEEDED' AND scrinalia.owes_retry(r.trigger, i.status, r.attempt)
           FROM i
-         -- (conditions as join clauses: see heartbeat_runs)
+         -- (conditions as join clauses: see heartbeat_runs; lease_held_until() is never
+         -- before the expiry, so a lease not yet expired holds without its call)
          WHERE r.run_id = i.run_id AND r.status::text = i.running
            AND r.lease_token = i.lease_token
-           AND scrinalia.lease_held_until(r.lease_expires_at, r.lease_duration, coalesce(r.heartbeat_at, r.started_at)) > i.as_of
+           AND (r.lease_expires_at > i.as_of
+                OR scrinalia.lease_held_until(r.lease_expires_at, r.lease_duration,
+                                              coalesce(r.heartbeat_at, r.started_at)) > i.as_of)
         RETURNING r.run_id, r.status, r.retry_pending
     )
     SELECT i.run_id, u.status, u.retry_pending,
@@ -558,8 +564,9 @@ BEGIN
                 THEN coalesce(scrinalia.lease_problem(i.run_id, i.lease_token), 'the lease ended meanwhile') END
       FROM i LEFT JOIN u ON u.run_id = i.run_id
      ORDER BY i.run_id;
-    IF EXISTS (SELECT 1 FROM scrinalia.archive_worker_runs r
-                WHERE r.run_id = ANY (p_run_ids) AND r.retry_pending) THEN
+    IF NOT p_statuses <@ '{SUCCEEDED}'::scrinalia.run_status[]  -- (successes owe no retry)
+       AND EXISTS (SELECT 1 FROM scrinalia.archive_worker_runs r
+                    WHERE r.run_id = ANY (p_run_ids) AND r.retry_pending) THEN
         PERFORM pg_notify('scrinalia_scheduler', 'retry');
     END IF;
 END $$;

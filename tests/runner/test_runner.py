@@ -182,21 +182,27 @@ def test_bad_handlers_module_is_one_line_exit_2(db_dsn):
 
 
 def test_a_notify_backlog_costs_one_claim_attempt(db, db_dsn, quiet):
-    # NOTIFYs that arrive while a handler runs pile up in the connection's backlog;
-    # the next idle drains them all at once instead of one claim attempt each
+    # a busy runner does not listen: the NOTIFYs sent while its handler runs (one per
+    # run of a backlog) are neither queued for it nor parsed; NOTIFYs that pile up while
+    # it listens are drained at its next idle all at once, not one claim attempt each
     import psycopg
 
     make_worker(db, "noisy")
     _enqueue(db, "noisy")
 
-    def handler(run):
+    def notify_200():
         with psycopg.connect(db_dsn, autocommit=True) as c:
             for _ in range(200):
                 c.execute("SELECT pg_notify('scrinalia_runs', 'noisy')")
 
-    r = Runner(db_dsn, {"noisy": handler}, log=quiet, wakeup=RecordingWakeup())
+    r = Runner(db_dsn, {"noisy": lambda run: notify_200()}, log=quiet, wakeup=RecordingWakeup())
     try:
-        assert r.run_once()["outcome"] == "SUCCEEDED"
+        assert r.run_once()["outcome"] == "SUCCEEDED"  # (a claim that brings work: not listening)
+        conn = r.ledger.conn
+        assert conn.execute("SELECT count(*) FROM pg_listening_channels()").fetchone()[0] == 0
+        assert list(conn.notifies(timeout=0)) == []
+        r.ledger.listen()
+        notify_200()
         r.ledger.conn.execute("SELECT 1")  # whatever is still in flight lands in the backlog
         r._idle()  # returns without standing by: there was something to wake up for
         assert r.wakeup.standbys == []

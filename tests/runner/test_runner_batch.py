@@ -75,7 +75,7 @@ def test_batch_one_claims_one_run_at_a_time(db, db_dsn):
     assert r.claim_attempts >= len(ids)
 
 
-def test_runs_held_up_by_a_slow_handler_go_back_to_the_queue(db, db_dsn):
+def test_runs_held_up_by_a_slow_handler_go_back_to_the_queue_with_one_handler_thread(db, db_dsn):
     workers = make_workers(db, 3)
     ids = _enqueue_all(db, workers)
     release, slow_started = threading.Event(), threading.Event()
@@ -88,7 +88,7 @@ def test_runs_held_up_by_a_slow_handler_go_back_to_the_queue(db, db_dsn):
             release.wait(20)
 
     out = io.StringIO()
-    r = Runner(db_dsn, {"*": handler}, log=EventLog(json_lines=True, stream=out))
+    r = Runner(db_dsn, {"*": handler}, log=EventLog(json_lines=True, stream=out), concurrency=1)
     t = threading.Thread(target=r.run_batch, args=(3,))
     t.start()
     try:
@@ -109,6 +109,41 @@ def test_runs_held_up_by_a_slow_handler_go_back_to_the_queue(db, db_dsn):
     assert run_row(db, ids[0])["status"] == "SUCCEEDED"
     released = [e for e in _events(out) if e["event"] == "released"]
     assert [e["runs"] for e in released] == [f"{ids[1]},{ids[2]}"]
+
+
+def test_runs_held_up_by_a_slow_handler_run_on_another_handler_thread(db, db_dsn):
+    # with --concurrency above one, the runs behind a slow handler are not given back:
+    # a second handler thread takes them up once the first has run RELEASE_AFTER
+    workers = make_workers(db, 3)
+    ids = _enqueue_all(db, workers)
+    release, slow_started = threading.Event(), threading.Event()
+    threads = {}
+
+    def handler(run):
+        threads[run["run_id"]] = threading.get_ident()
+        if run["run_id"] == ids[0]:
+            slow_started.set()
+            release.wait(20)
+
+    out = io.StringIO()
+    r = Runner(db_dsn, {"*": handler}, log=EventLog(json_lines=True, stream=out), concurrency=2)
+    result: dict = {}
+    t = threading.Thread(target=lambda: result.update(runs=r.run_batch(3)))
+    t.start()
+    try:
+        assert slow_started.wait(10)
+        wait_for(
+            lambda: _statuses(db, ids[1:]) == {ids[1]: "SUCCEEDED", ids[2]: "SUCCEEDED"},
+            10,
+            what="the runs behind the slow one finished here",
+        )
+        assert run_row(db, ids[0])["status"] == "RUNNING"
+    finally:
+        release.set()
+        t.join(10)
+    assert {run["run_id"]: run["outcome"] for run in result["runs"]} == dict.fromkeys(ids, "SUCCEEDED")
+    assert threads[ids[1]] == threads[ids[2]] != threads[ids[0]]
+    assert not [e for e in _events(out) if e["event"] == "released"]
 
 
 def test_a_stop_gives_back_the_unstarted_runs_and_interrupts_the_running_one(db, db_dsn):

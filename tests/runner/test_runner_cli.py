@@ -61,6 +61,9 @@ def test_without_handlers_it_refuses_to_start(db_dsn):
         ("--grace", "-1", "between 0.1 and 3600"),
         ("--grace", "inf", "between 0.1 and 3600"),
         ("--grace", "99999999", "between 0.1 and 3600"),
+        ("--concurrency", "0", "--concurrency"),
+        ("--concurrency", "65", "--concurrency"),
+        ("--concurrency", "two", "--concurrency"),
         ("--no-such-flag", "x", "unrecognized"),
     ],
 )

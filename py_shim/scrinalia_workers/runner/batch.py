@@ -5,8 +5,9 @@ The main thread loops over these decisions until no run is held and no outcome w
 - an outcome the handler thread posted moves its run to DONE (or, lease lost, to
   LEASE_LOST);
 - a stop (first time seen) gives back the runs not started and starts the grace;
-  else, when the running handler has run RELEASE_AFTER with runs waiting behind it,
-  those runs are given back, for another runner;
+  else, when the running handlers have all run RELEASE_AFTER with runs waiting behind
+  them, another handler thread takes those runs up (below --concurrency threads), or
+  else they are given back, for another runner;
 - the DONE outcomes are reported together, once the batch is over, or the handler
   thread is idle, or the runner stops, or the oldest has waited REPORT_AFTER;
 - stopping with only lost runs held: nothing to report, so nothing to wait for;
@@ -91,6 +92,7 @@ class Batch:
         self.unreported: list[RunLife] = []  # DONE, oldest outcome first
         self.grace_ends: float | None = None
         self.next_beat = 0.0
+        self.relieved_at = -float("inf")  # when another handler thread was last asked for
 
     def _move(self, life: RunLife, to: RunState, done: Done | None = None) -> None:
         """Moves a run, keeping held, lost and unreported in step with the states."""
@@ -122,31 +124,40 @@ class Batch:
         over or every lease lost, was left to its handler)."""
         sup = self.sup
         self.next_beat = sup.clock.monotonic() + heartbeat_interval(sup.lease)
-        while self.held or self.unreported:
-            self._collect()
-            now = sup.clock.monotonic()
-            current = sup.handlers.current
-            if sup.stopping() and self.grace_ends is None:
-                self._start_grace(now)
-            elif self._holding_up(current, now):
-                assert current is not None
-                self._release(f"run #{current.run_id} has been running for {RELEASE_AFTER} s")
-            if self._report_due(now):
-                self._report()
-                continue
-            if not self.held:
-                continue
-            if sup.stopping() and len(self.lost) == len(self.held):
-                for life in list(self.held.values()):  # nothing left to report: no reason to wait for the handler
-                    self._move(life, RunState.LEASE_LOST)
-                return
-            if self.grace_ends is not None and now >= self.grace_ends:
-                self._end_grace(now)
-                continue
-            if now >= self.next_beat and self._any_handed():
-                self._heartbeat()
-                continue
-            sup.wakeup.wait(self._time_to_next(current, now))
+        try:
+            while self.held or self.unreported:
+                self._collect()
+                now = sup.clock.monotonic()
+                current = sup.handlers.current
+                if sup.stopping() and self.grace_ends is None:
+                    self._start_grace(now)
+                elif self._holding_up(current, now):
+                    assert current is not None
+                    if sup.handlers.relieve():
+                        self.relieved_at = now
+                    else:
+                        self._release(f"run #{current.run_id} has been running for {RELEASE_AFTER} s")
+                if self._report_due(now):
+                    self._report()
+                    continue
+                if not self.held:
+                    continue
+                if sup.stopping() and len(self.lost) == len(self.held):
+                    for life in list(self.held.values()):  # nothing left to report: no reason to wait for the handler
+                        self._move(life, RunState.LEASE_LOST)
+                    return
+                if self.grace_ends is not None and now >= self.grace_ends:
+                    self._end_grace(now)
+                    continue
+                if now >= self.next_beat and self._any_handed():
+                    self._heartbeat()
+                    continue
+                sup.handlers.quiet = bool(self.unreported)  # its deadline wakes us: no ring per outcome
+                if not self.unreported and sup.handlers.posted:
+                    continue  # posted while we were quiet, unrung
+                sup.wakeup.wait(self._time_to_next(current, now))
+        finally:
+            sup.handlers.quiet = False
 
     # -- the decisions --------------------------------------------------------------
 
@@ -169,9 +180,18 @@ class Batch:
             if life.state is RunState.HANDED:
                 self.sup.log("stopping", run_id=run_id, grace=self.sup.grace, reason="waiting for the running handler")
 
+    def _held_since(self, current: Running | None, now: float) -> float:
+        """Since when the runs waiting have been held up: the last handler start (none
+        running: the thread is taking the next run up, now), or the last relief."""
+        return max(current.started if current is not None else now, self.relieved_at)
+
     def _holding_up(self, current: Running | None, now: float) -> bool:
-        """The running handler has run RELEASE_AFTER with runs waiting behind it."""
-        return current is not None and now >= current.started + RELEASE_AFTER and self.sup.handlers.waiting > 0
+        """The running handlers have run RELEASE_AFTER with runs waiting behind them."""
+        return (
+            current is not None
+            and now >= self._held_since(current, now) + RELEASE_AFTER
+            and self.sup.handlers.waiting > 0
+        )
 
     def _release(self, reason: str) -> None:
         """Gives the held runs whose handler has not started back to the queue."""
@@ -237,6 +257,5 @@ class Batch:
         if self.unreported:
             deadlines.append(self._oldest_outcome() + REPORT_AFTER)
         if self.sup.handlers.waiting and not self.sup.stopping():
-            # (no current: the thread is taking the next run up; it started by now)
-            deadlines.append((current.started if current is not None else now) + RELEASE_AFTER)
+            deadlines.append(self._held_since(current, now) + RELEASE_AFTER)
         return max(min(deadlines) - now, 0) if deadlines else None

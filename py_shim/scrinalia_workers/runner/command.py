@@ -22,7 +22,8 @@ from scrinalia_workers.gateway.checks import STARTUP_WAIT_MAX, preflight, startu
 from scrinalia_workers.gateway.connection import connect, one
 from scrinalia_workers.gateway.statements.runner import RUNNER_FUNCTIONS, RUNNER_GROUP, UNREGISTERED_WORKERS
 from scrinalia_workers.logs import EventLog, startup_error
-from scrinalia_workers.runner.daemon import DEFAULT_BATCH, Runner
+from scrinalia_workers.runner.batch import RELEASE_AFTER
+from scrinalia_workers.runner.daemon import DEFAULT_BATCH, DEFAULT_CONCURRENCY, Runner
 from scrinalia_workers.runner.failure import describe_failure
 from scrinalia_workers.runner.handlers import load_handlers
 from scrinalia_workers.runner.runner_id import RUNNER_ID
@@ -32,6 +33,7 @@ from scrinalia_workers.text import printable
 LEASE_RANGE = (1.0, 86400.0)  # check_runner: 1 second .. 1 day
 GRACE_RANGE = (0.1, 3600.0)
 BATCH_RANGE = (1, 1000)  # claim_runs: scrinalia.max_claim_batch()
+CONCURRENCY_RANGE = (1, 64)
 
 
 def _runner_id(value: str) -> str:
@@ -76,6 +78,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="N",
         help=f"claim up to N runs at once while handlers are quick (default {DEFAULT_BATCH}; 1: one run at a time)",
     )
+    p.add_argument(
+        "--concurrency",
+        type=argtypes.count(*CONCURRENCY_RANGE),
+        default=DEFAULT_CONCURRENCY,
+        metavar="N",
+        help=f"handler threads at most; more than one start only when handlers overrun {RELEASE_AFTER} s "
+        f"(default {DEFAULT_CONCURRENCY}; 1: one handler at a time)",
+    )
     argtypes.add_wait_for_database(p, STARTUP_WAIT_MAX)
     p.add_argument("--json", action="store_true", help="log JSON lines")
     args = p.parse_args(argv)
@@ -109,6 +119,7 @@ def _start(args: argparse.Namespace, log: EventLog, wakeup: Wakeup) -> Runner:
         grace=args.grace,
         log=log,
         batch=args.batch,
+        concurrency=args.concurrency,
         wakeup=wakeup,
     )
 

@@ -1,6 +1,7 @@
 """The reference runner: claim runs, keep their leases alive, run the handlers, report.
 
-    scrinalia-runner --handlers mypkg.handlers [--lease 30] [--grace 30] [--batch 32] [--json]
+    scrinalia-runner --handlers mypkg.handlers [--lease 30] [--grace 30] [--batch 500]
+                     [--concurrency 4] [--json]
 
 The handler contract is docs/handlers.md. The runner never retries: a failure is
 reported FAILED and the scheduler decides. A heartbeat that answers lost (SW020's
@@ -11,15 +12,18 @@ workers: a worker has one slot), which the handler thread runs one after another
 finish_runs() reports several outcomes in one call. A backlog of quick runs costs two
 round trips per batch, not per run. The batch starts at one run after an idle spell
 and doubles while handlers are quick. Claimed runs wait for their turn at most
-RELEASE_AFTER: when a handler runs longer, the runs it holds up go back to the queue
-(release_runs) for another runner, and the next claim is of one run again. Each run's
+RELEASE_AFTER: when the handlers run longer, another handler thread takes up the runs
+they hold up (up to --concurrency threads, each running one handler at a time); with
+every thread held up, those runs go back to the queue (release_runs) for another
+runner. After a slow batch the next claim is of one run again. Each run's
 life in the runner, from its claim to its end, is runner/run_states.py; the loop that
 sees a batch through, runner/batch.py.
 
 Threads: the main thread claims, heartbeats (every lease/3, one call for all the runs
 it holds, on the runner's one connection), reports, and handles signals; one
-long-lived handler thread calls the handlers. SIGTERM/SIGINT: stop claiming, give back
-the runs not started, give the running handler --grace seconds, then report the run
+long-lived handler thread calls the handlers, and more start only when handlers
+overrun RELEASE_AFTER (runner/handler_thread.py). SIGTERM/SIGINT: stop claiming, give
+back the runs not started, give the running handlers --grace seconds, then report them
 INTERRUPTED "runner shut down" (the retry policy applies as to a reaped lease) and exit
 0. A second signal exits at once with 128 + the signal number; the run is then left to
 its lease. The command line and the signals: runner/command.py.
@@ -52,7 +56,14 @@ MIN_IDLE = 0.01
 # one per message); a backlog is drained without it (a claimed run is followed by the
 # next claim at once).
 MIN_WAKE_INTERVAL = 0.05
-DEFAULT_BATCH = 32
+# A batch grows to this only while whole batches stay quick (next_batch_size): a backlog
+# of quick runs pays a claim and a report per this many runs, and a mix with slow
+# handlers keeps its batches small anyway.
+DEFAULT_BATCH = 500
+# Handler threads at most: the first runs every handler while they are quick; the others
+# start when handlers overrun RELEASE_AFTER, so that the runs behind a slow one are
+# run here rather than given back.
+DEFAULT_CONCURRENCY = 4
 
 
 def idle_delay(seconds_to_next: float | None) -> float:
@@ -85,6 +96,7 @@ class Runner:
         log: EventLog | None = None,
         grace: float = 30.0,
         batch: int = DEFAULT_BATCH,
+        concurrency: int = DEFAULT_CONCURRENCY,
         clock: Clock = SYSTEM,
         wakeup: Waiter | None = None,
     ):
@@ -99,7 +111,8 @@ class Runner:
         self.clock = clock
         self.wakeup: Waiter = wakeup or Wakeup()
         self.ledger = Ledger(dsn, self.runner_id, lease, self.log, clock)
-        self._handler_thread = HandlerThread(self.wakeup, clock)
+        self.concurrency = concurrency
+        self._handler_thread = HandlerThread(self.wakeup, clock, max_threads=concurrency)
         self._supervision = Supervision(
             handlers=self._handler_thread,
             ledger=self.ledger,
@@ -182,6 +195,7 @@ class Runner:
         batch = Batch(runs, self._supervision)
         batch.hand([handler_for(self.handlers, run["worker_name"]) for run in runs])
         batch.see_through()
+        self.ledger.unlisten()  # busy: until the next stand-by, the queue is looked at anyway
         return runs
 
     # -- the loop ------------------------------------------------------------------
@@ -189,7 +203,7 @@ class Runner:
     def _idle(self) -> None:
         """Stands by until a run may be claimable: a NOTIFY, the next run's not_before,
         or MAX_IDLE; returns early on a stop."""
-        conn = self.ledger.connect()
+        conn = self.ledger.listen()
         delay = idle_delay(self.ledger.seconds_to_next_claimable(self.workers))
         # notifications that came in during a long run wait in psycopg's backlog: one
         # claim attempt answers them all, not one attempt each
@@ -244,6 +258,7 @@ class Runner:
             lease=self.lease.total_seconds(),
             grace=self.grace,
             batch=self.max_batch,
+            concurrency=self.concurrency,
         )
         size = 1
         try:

@@ -1,4 +1,5 @@
-"""The one long-lived thread that calls the handlers, one run after another."""
+"""The handler threads: one calls the handlers, one run after another; more start only
+when handlers overrun (relieve), up to the runner's --concurrency."""
 
 from __future__ import annotations
 
@@ -42,31 +43,68 @@ def outcome_of(handler: Handler | None, run: dict) -> Outcome:
 
 
 class HandlerThread:
-    """Calls handlers in the order submitted, on one daemon thread started at the first
-    submission; posts each outcome (finished() collects them) and rings `wakeup`. The
-    runs not started yet can be taken back (take).
+    """Calls handlers in the order submitted, on daemon threads: one, started at the first
+    submission, and more (up to max_threads) when relieve() is asked because every
+    running handler holds up the runs waiting behind it. Posts each outcome (finished()
+    collects them) and rings `wakeup`. The runs not started yet can be taken back (take).
+
+    Quick handlers keep to one thread (no contention for the interpreter); a slow
+    handler costs the runs behind it a wait of RELEASE_AFTER, then another thread
+    takes them up instead of the queue getting them back.
 
     begin_next() and end() are the two halves of one handler call, so that a test can
     step through them on its own thread, with a fake clock."""
 
-    def __init__(self, wakeup: Waiter, clock: Clock = SYSTEM):
+    def __init__(self, wakeup: Waiter, clock: Clock = SYSTEM, max_threads: int = 1):
         self._wakeup = wakeup
         self._clock = clock
+        self.max_threads = max_threads
         self._lock = threading.Lock()
         self._pending: collections.deque[_Pending] = collections.deque()
         self._go: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[Done] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self.current: Running | None = None
+        self._threads: list[threading.Thread] = []
+        self._running: dict[int, Running] = {}  # by run id, the handlers being called
+        # Set by the main thread while it will wake within REPORT_AFTER anyway (an
+        # outcome waits to be reported): an outcome then rings only when no run is left
+        # to start, so a batch of quick runs costs a wake-up or two, not one a run.
+        self.quiet = False
+
+    @property
+    def current(self) -> Running | None:
+        """The running handler started last (None: none runs): the runs waiting are held
+        up when even it has run long."""
+        running = list(self._running.values())
+        return max(running, key=lambda r: r.started) if running else None
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
 
     def submit(self, items: list[tuple[Handler | None, dict]]) -> None:
         """Queues the runs of a batch. The first starts at once: it counts as running
         from here on, and only the runs behind it can be taken back by a stop."""
-        if self._thread is None:
-            self._thread = self._start_thread()
+        if not self._threads:
+            self._threads.append(self._start_thread())
         with self._lock:
             self._pending.extend(_Pending(handler, run, i == 0) for i, (handler, run) in enumerate(items))
-        self._go.put(None)
+            idle = len(self._threads) - len(self._running)
+        for _ in range(max(idle, 1)):
+            self._go.put(None)
+
+    def relieve(self) -> bool:
+        """The runs waiting are held up: wakes an idle thread for them, or starts another
+        (below max_threads); False when every thread is busy."""
+        with self._lock:
+            idle = len(self._threads) - len(self._running)
+        if idle > 0:
+            self._go.put(None)
+            return True
+        if len(self._threads) < self.max_threads:
+            self._threads.append(self._start_thread())
+            self._go.put(None)
+            return True
+        return False
 
     def take(self, run_ids: set[int] | None = None, *, first_too: bool = False) -> list[dict]:
         """Takes back the runs not started (those of run_ids, or all; a batch's first
@@ -89,7 +127,12 @@ class HandlerThread:
 
     @property
     def busy(self) -> bool:
-        return self.current is not None or bool(self._pending)
+        return bool(self._running) or bool(self._pending)
+
+    @property
+    def posted(self) -> bool:
+        """An outcome waits for finished()."""
+        return not self._done.empty()
 
     def finished(self) -> list[Done]:
         """The outcomes posted since the last call, oldest first."""
@@ -101,20 +144,21 @@ class HandlerThread:
                 return out
 
     def begin_next(self) -> tuple[Handler | None, dict] | None:
-        """Takes the next run up (now current); None when none is pending."""
+        """Takes the next run up (now running); None when none is pending."""
         with self._lock:
             if not self._pending:
                 return None
             handler, run, _ = self._pending.popleft()
-            self.current = Running(run["run_id"], self._clock.monotonic())
+            self._running[run["run_id"]] = Running(run["run_id"], self._clock.monotonic())
         return handler, run
 
     def end(self, run: dict, outcome: Outcome) -> None:
-        """The current run's handler returned: posts its outcome."""
+        """A running run's handler returned: posts its outcome."""
         with self._lock:
-            self.current = None
+            self._running.pop(run["run_id"], None)
         self._done.put(Done(run["run_id"], outcome, self._clock.monotonic()))
-        self._wakeup.ring()
+        if not self.quiet or not self._pending:
+            self._wakeup.ring()
 
     def _start_thread(self) -> threading.Thread:
         thread = threading.Thread(target=self._loop, name="scrinalia-handler", daemon=True)

@@ -8,12 +8,14 @@ changing it. Which answers end which run is decided here; when to call, by the b
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
+from psycopg.types.json import set_json_loads
 
 from scrinalia_workers.clock import SYSTEM, Clock
 from scrinalia_workers.errors import DatabaseUnavailable
@@ -26,6 +28,7 @@ from scrinalia_workers.gateway.statements.runner import (
     LISTEN_FOR_RUNS,
     RELEASE_RUNS,
     SECONDS_TO_NEXT_CLAIMABLE,
+    UNLISTEN_FOR_RUNS,
 )
 from scrinalia_workers.logs import EventLog, one_line
 from scrinalia_workers.runner.handlers import Outcome
@@ -36,8 +39,16 @@ from scrinalia_workers.runner.run_states import RunState
 STOPPING_REPORT_RETRY = 5.0
 
 
+def _json_loads(data: bytes | str) -> Any:
+    """json.loads, with the usual empty object (a run's request, config and config
+    sources, three a claimed run) answered without the parser."""
+    return {} if data == b"{}" else json.loads(data)
+
+
 class Ledger:
-    """Connects on demand (and LISTENs); every call reconnects after a broken connection."""
+    """Connects on demand; every call reconnects after a broken connection. LISTENs only
+    while the runner stands by (listen() before its look at the queue, unlisten() once
+    a claim brings work)."""
 
     def __init__(self, dsn: str, runner_id: str, lease: timedelta, log: EventLog, clock: Clock = SYSTEM):
         self.dsn = dsn
@@ -46,6 +57,7 @@ class Ledger:
         self.log = log
         self.clock = clock
         self.conn: psycopg.Connection | None = None
+        self.listening = False
 
     # -- the connection ------------------------------------------------------------
 
@@ -54,10 +66,27 @@ class Ledger:
             self.close()
             # DatabaseUnavailable when the server is away: run_forever backs off and retries
             self.conn = db.connect(self.dsn, application_name=f"scrinalia-runner {self.runner_id}")
-            self.conn.execute(LISTEN_FOR_RUNS)
+            self.listening = False
+            set_json_loads(_json_loads, self.conn)
         return self.conn
 
+    def listen(self) -> psycopg.Connection:
+        """The connection, LISTENing: a run made claimable from here on wakes the runner
+        (one made so before is seen by the look at the queue that follows)."""
+        conn = self.connect()
+        if not self.listening:
+            conn.execute(LISTEN_FOR_RUNS)
+            self.listening = True
+        return conn
+
+    def unlisten(self) -> None:
+        """Busy with a backlog: no NOTIFY is queued for this session meanwhile."""
+        if self.listening:
+            self.connect().execute(UNLISTEN_FOR_RUNS)
+            self.listening = False
+
     def close(self) -> None:
+        self.listening = False
         if self.conn is not None:
             try:
                 self.conn.close()

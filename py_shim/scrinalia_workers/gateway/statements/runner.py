@@ -6,8 +6,11 @@ one element per run of a batch, so a batch costs one round trip per call.
 
 from __future__ import annotations
 
-# The channel that enqueue() and the scheduler NOTIFY when a run becomes claimable.
+# The channel that enqueue() and the scheduler NOTIFY when a run becomes claimable. The
+# runner listens only while it stands by: a backlog's NOTIFYs (one a run) would
+# otherwise be queued for it, sent and parsed while it drains that backlog anyway.
 LISTEN_FOR_RUNS = "LISTEN scrinalia_runs"
+UNLISTEN_FOR_RUNS = "UNLISTEN scrinalia_runs"
 
 # (runner_id, lease interval, worker names or NULL for all, batch limit) -> the claimed rows
 CLAIM_RUNS = "SELECT * FROM scrinalia.claim_runs(%s, %s, %s, %s)"
