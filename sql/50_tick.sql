@@ -141,34 +141,41 @@ DECLARE
            -- at the instant is for the tick at the instant to see
            AND ($3 IS NULL OR $3 <= now() OR (a.run_id IS NULL AND o.run_id IS NULL))
            FOR UPDATE OF s SKIP LOCKED
-    ), zones AS (
+    ), zones AS MATERIALIZED (
+        -- (materialized: one call per distinct zone, not per row)
         SELECT z.tz, scrinalia.zone_loads(z.tz) AS loads FROM (SELECT DISTINCT d.timezone AS tz FROM due d) z
+    ), walls AS MATERIALIZED (
+        -- each next instant on its zone's wall clock, computed once (a zone that loads only)
+        SELECT d.worker_name, d.cron, d.timezone, d.next_at, w.w,
+               w.w - timezone('UTC', d.next_at) AS offset_at,
+               CASE WHEN z.loads THEN timezone(d.timezone, d.next_at - interval '3 hours')
+                                      - timezone('UTC', d.next_at - interval '3 hours') END AS offset_before
+          FROM due d
+          JOIN zones z ON z.tz = d.timezone
+         CROSS JOIN LATERAL (SELECT CASE WHEN z.loads THEN timezone(d.timezone, d.next_at) END AS w) w
     ), checked AS (
-        -- the next instant must be an occurrence of the cron (as the row locked has it):
-        -- the masks decide the ordinary minutes, cron_fires_at() the rest (refused: why)
+        -- the next instant must be an occurrence of the cron (as the row locked has it).
         -- (inline, not a function: a call per row would cost more than the check). The
         -- masks accept a matching wall minute outside a fall-back fold's second pass (no
-        -- offset change within three hours, or the hour field '*'); what they do not
-        -- accept (a gap's end, a fold, no occurrence at all) cron_fires_at() decides.
+        -- offset fall within three hours, or the hour field '*'); what they do not accept
+        -- (a gap's end, a fold, no occurrence at all, no masks, a zone that does not
+        -- load) cron_fires_at() decides, with the reason of a refusal.
         SELECT d.*,
-               CASE WHEN z.loads AND m.cron IS NOT NULL
-                         AND date_trunc('minute', timezone(d.timezone, d.next_at)) = timezone(d.timezone, d.next_at)
-                         AND (m.minutes >> date_part('minute', timezone(d.timezone, d.next_at))::int) & 1 = 1
-                         AND (m.hours >> date_part('hour', timezone(d.timezone, d.next_at))::int) & 1 = 1
-                         AND (m.months >> date_part('month', timezone(d.timezone, d.next_at))::int) & 1 = 1
+               CASE WHEN x.w IS NOT NULL AND m.cron IS NOT NULL
+                         AND date_trunc('minute', x.w) = x.w
+                         AND (m.minutes >> date_part('minute', x.w)::int) & 1 = 1
+                         AND (m.hours >> date_part('hour', x.w)::int) & 1 = 1
+                         AND (m.months >> date_part('month', x.w)::int) & 1 = 1
                          AND CASE WHEN m.day_and
-                                  THEN (m.doms >> date_part('day', timezone(d.timezone, d.next_at))::int) & 1 = 1
-                                       AND (m.dows >> date_part('dow', timezone(d.timezone, d.next_at))::int) & 1 = 1
-                                  ELSE (m.doms >> date_part('day', timezone(d.timezone, d.next_at))::int) & 1 = 1
-                                       OR (m.dows >> date_part('dow', timezone(d.timezone, d.next_at))::int) & 1 = 1 END
-                         AND (m.hour_star
-                              OR timezone(d.timezone, d.next_at) - timezone('UTC', d.next_at)
-                                 >= timezone(d.timezone, d.next_at - interval '3 hours')
-                                    - timezone('UTC', d.next_at - interval '3 hours'))
+                                  THEN (m.doms >> date_part('day', x.w)::int) & 1 = 1
+                                       AND (m.dows >> date_part('dow', x.w)::int) & 1 = 1
+                                  ELSE (m.doms >> date_part('day', x.w)::int) & 1 = 1
+                                       OR (m.dows >> date_part('dow', x.w)::int) & 1 = 1 END
+                         AND (m.hour_star OR x.offset_at >= x.offset_before)
                     THEN NULL
                     ELSE scrinalia.tick_instant_refusal(d.cron, d.timezone, d.next_at) END AS refused
           FROM due d
-          JOIN zones z ON z.tz = d.timezone
+          JOIN walls x ON x.worker_name = d.worker_name
           LEFT JOIN scrinalia.archive_cron_masks m ON m.cron = d.cron
     ), fire AS (
         SELECT array_agg(d.worker_name) AS workers, array_agg(d.request) AS requests

@@ -61,6 +61,7 @@ INTERNAL = {
     "check_outcome_status",
     "check_array_lengths",
     "store_cron_masks",
+    "store_missing_cron_masks",
     "tick_instant_refusal",
     "zone_loads",
 }

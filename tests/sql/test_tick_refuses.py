@@ -135,3 +135,14 @@ def test_a_schedule_written_by_hand_is_checked_too(db):
     assert got["byhand"][0] == "ARMED" and got["nozone"][0] == "REFUSED"
     assert "Mars/Olympus" in got["nozone"][4]
     assert decide(db, {"byhand": at + timedelta(minutes=1)}) == {}  # armed: not due any more
+
+
+def test_the_repair_stores_the_masks_of_schedules_written_by_hand(db):
+    make_worker(db, "byhand")
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone) VALUES ('byhand', '9 9 * * *', 'UTC')"
+    )
+    masks = "SELECT minutes, hours FROM scrinalia.archive_cron_masks WHERE cron = '9 9 * * *'"
+    assert db.execute(masks).fetchall() == []
+    db.execute("SELECT * FROM scrinalia.repair_instants('test')").fetchall()
+    assert db.execute(masks).fetchall() == [(1 << 9, 1 << 9)]
