@@ -254,14 +254,14 @@ BEGIN
     RETURN false;
 END $$;
 
--- The masks of the given crons that archive_cron_masks lacks, stored. p_valid: the
--- caller validated them (write_schedules' callers); else each is validated here and an
--- invalid one left out (the tick then checks its schedules the slow way, and refuses
--- them). Set-based: each distinct field is parsed once, for however many crons. The
--- crons are as archive_worker_schedules stores them (single spaces).
-CREATE OR REPLACE FUNCTION scrinalia.store_cron_masks(p_crons text[], p_valid boolean)
-RETURNS void
-LANGUAGE plpgsql
+-- The bit masks (rows of archive_cron_masks) of the given crons, each distinct one
+-- once. p_valid: the caller validated them (write_schedules' callers); else each is
+-- validated here and an invalid one left out (the tick then checks its schedules the
+-- slow way, and refuses them). Set-based: each distinct field is parsed once, for
+-- however many crons. The crons are as archive_worker_schedules stores them.
+CREATE OR REPLACE FUNCTION scrinalia.cron_masks_of(p_crons text[], p_valid boolean)
+RETURNS SETOF scrinalia.archive_cron_masks
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 DECLARE
@@ -269,8 +269,7 @@ DECLARE
     ok text[] := '{}';
     c text;
 BEGIN
-    SELECT coalesce(array_agg(DISTINCT x), '{}') INTO todo FROM unnest(p_crons) x
-     WHERE x IS NOT NULL AND NOT EXISTS (SELECT FROM scrinalia.archive_cron_masks m WHERE m.cron = x);
+    SELECT coalesce(array_agg(DISTINCT x), '{}') INTO todo FROM unnest(p_crons) x WHERE x IS NOT NULL;
     IF p_valid THEN
         ok := todo;
     ELSE
@@ -286,6 +285,7 @@ BEGIN
     IF cardinality(ok) = 0 THEN
         RETURN;
     END IF;
+    RETURN QUERY
     WITH c AS (
         SELECT x AS cron, regexp_split_to_array(btrim(x, E' \t'), E'[ \t]+') AS f FROM unnest(ok) x
     ), fields AS (
@@ -296,7 +296,6 @@ BEGIN
                    AS mask
           FROM fields fd
     )
-    INSERT INTO scrinalia.archive_cron_masks (cron, minutes, hours, doms, months, dows, day_and, hour_star)
     SELECT c.cron, m1.mask, m2.mask::int, m3.mask, m4.mask::int, m5.mask::int,
            left(c.f[3], 1) = '*' OR left(c.f[5], 1) = '*', c.f[2] = '*'
       FROM c
@@ -304,7 +303,20 @@ BEGIN
       JOIN masks m2 ON m2.k = 2 AND m2.field = c.f[2]
       JOIN masks m3 ON m3.k = 3 AND m3.field = c.f[3]
       JOIN masks m4 ON m4.k = 4 AND m4.field = c.f[4]
-      JOIN masks m5 ON m5.k = 5 AND m5.field = c.f[5]
+      JOIN masks m5 ON m5.k = 5 AND m5.field = c.f[5];
+END $$;
+
+-- The masks of the given crons that archive_cron_masks lacks, stored (cron_masks_of).
+CREATE OR REPLACE FUNCTION scrinalia.store_cron_masks(p_crons text[], p_valid boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    INSERT INTO scrinalia.archive_cron_masks
+    SELECT * FROM scrinalia.cron_masks_of(
+        ARRAY(SELECT x FROM unnest(p_crons) x
+               WHERE NOT EXISTS (SELECT FROM scrinalia.archive_cron_masks m WHERE m.cron = x)), p_valid)
     ON CONFLICT DO NOTHING;
 END $$;
 

@@ -144,9 +144,15 @@ DECLARE
     ), zones AS MATERIALIZED (
         -- (materialized: one call per distinct zone, not per row)
         SELECT z.tz, scrinalia.zone_loads(z.tz) AS loads FROM (SELECT DISTINCT d.timezone AS tz FROM due d) z
+    ), missing_masks AS MATERIALIZED (
+        -- those of a cron stored without them (a schedule written by hand), computed
+        -- here, once per call
+        SELECT c.* FROM scrinalia.cron_masks_of(
+            ARRAY(SELECT x.cron FROM (SELECT DISTINCT d.cron FROM due d) x
+                   WHERE NOT EXISTS (SELECT FROM scrinalia.archive_cron_masks m WHERE m.cron = x.cron)), false) c
     ), walls AS MATERIALIZED (
         -- each next instant on its zone's wall clock, computed once (a zone that loads only)
-        SELECT d.worker_name, d.cron, d.timezone, d.next_at, w.w,
+        SELECT d.*, w.w,
                w.w - timezone('UTC', d.next_at) AS offset_at,
                CASE WHEN z.loads THEN timezone(d.timezone, d.next_at - interval '3 hours')
                                       - timezone('UTC', d.next_at - interval '3 hours') END AS offset_before
@@ -160,23 +166,23 @@ DECLARE
         -- offset fall within three hours, or the hour field '*'); what they do not accept
         -- (a gap's end, a fold, no occurrence at all, no masks, a zone that does not
         -- load) cron_fires_at() decides, with the reason of a refusal.
-        SELECT d.*,
-               CASE WHEN x.w IS NOT NULL AND m.cron IS NOT NULL
-                         AND date_trunc('minute', x.w) = x.w
-                         AND (m.minutes >> date_part('minute', x.w)::int) & 1 = 1
-                         AND (m.hours >> date_part('hour', x.w)::int) & 1 = 1
-                         AND (m.months >> date_part('month', x.w)::int) & 1 = 1
+        SELECT d.worker_name, d.was, d.request, d.cron, d.timezone, d.next_at, d.active_run_id, d.owed_run_id,
+               CASE WHEN d.w IS NOT NULL AND m.cron IS NOT NULL
+                         AND date_trunc('minute', d.w) = d.w
+                         AND (m.minutes >> date_part('minute', d.w)::int) & 1 = 1
+                         AND (m.hours >> date_part('hour', d.w)::int) & 1 = 1
+                         AND (m.months >> date_part('month', d.w)::int) & 1 = 1
                          AND CASE WHEN m.day_and
-                                  THEN (m.doms >> date_part('day', x.w)::int) & 1 = 1
-                                       AND (m.dows >> date_part('dow', x.w)::int) & 1 = 1
-                                  ELSE (m.doms >> date_part('day', x.w)::int) & 1 = 1
-                                       OR (m.dows >> date_part('dow', x.w)::int) & 1 = 1 END
-                         AND (m.hour_star OR x.offset_at >= x.offset_before)
+                                  THEN (m.doms >> date_part('day', d.w)::int) & 1 = 1
+                                       AND (m.dows >> date_part('dow', d.w)::int) & 1 = 1
+                                  ELSE (m.doms >> date_part('day', d.w)::int) & 1 = 1
+                                       OR (m.dows >> date_part('dow', d.w)::int) & 1 = 1 END
+                         AND (m.hour_star OR d.offset_at >= d.offset_before)
                     THEN NULL
                     ELSE scrinalia.tick_instant_refusal(d.cron, d.timezone, d.next_at) END AS refused
-          FROM due d
-          JOIN walls x ON x.worker_name = d.worker_name
-          LEFT JOIN scrinalia.archive_cron_masks m ON m.cron = d.cron
+          FROM walls d
+          LEFT JOIN (SELECT * FROM scrinalia.archive_cron_masks
+                     UNION ALL SELECT * FROM missing_masks) m ON m.cron = d.cron
     ), fire AS (
         SELECT array_agg(d.worker_name) AS workers, array_agg(d.request) AS requests
           FROM checked d

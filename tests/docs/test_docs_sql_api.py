@@ -61,6 +61,7 @@ INTERNAL = {
     "check_outcome_status",
     "check_array_lengths",
     "store_cron_masks",
+    "cron_masks_of",
     "store_missing_cron_masks",
     "tick_instant_refusal",
     "zone_loads",

@@ -146,3 +146,25 @@ def test_the_repair_stores_the_masks_of_schedules_written_by_hand(db):
     assert db.execute(masks).fetchall() == []
     db.execute("SELECT * FROM scrinalia.repair_instants('test')").fetchall()
     assert db.execute(masks).fetchall() == [(1 << 9, 1 << 9)]
+
+
+def test_a_bulk_load_by_hand_is_checked_by_masks_computed_in_the_tick(db):
+    # 200 schedules inserted by hand (no masks stored): the tick computes the masks of
+    # their one cron once, and the slow check runs for none of their right instants
+    names = [f"h{i:03d}" for i in range(200)]
+    db.execute("INSERT INTO scrinalia.archive_workers (worker_name) SELECT unnest(%s::text[])", (names,))
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone)"
+        " SELECT unnest(%s::text[]), '15 6 * * 1-5', 'Europe/Berlin'",
+        (names,),
+    )
+    at = datetime(2031, 5, 5, 4, 15, tzinfo=UTC)  # Monday 06:15 CEST
+    with db.transaction():
+        db.execute("SET LOCAL track_functions = 'pl'")
+        db.execute("SELECT * FROM scrinalia.due_schedules()").fetchall()
+        got = db.execute(TICK, (names, [at] * len(names))).fetchall()
+        slow = db.execute(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions WHERE funcname = 'tick_instant_refusal'"
+        ).fetchone()[0]
+    assert {r[1] for r in got} == {"ARMED"} and len(got) == 200
+    assert slow == 0
