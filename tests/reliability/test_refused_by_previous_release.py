@@ -3,9 +3,9 @@ PREVIOUS): during a rolling deploy it calls this release's tick(), which may ans
 decision value it has never seen. It must neither crash nor stall: the refused schedule
 is set aside (not enqueued, not advanced), the others run once each.
 
-The disagreement is made on purpose: in this database the slow check refuses one cron
-(whose masks are removed, so that every instant of it reaches the slow check), as it
-would if the SQL and that release's cron disagreed on it."""
+The disagreement is made on purpose: in this database one cron's stored masks select
+nothing (so that every instant of it reaches the slow check) and the slow check
+refuses it, as they would if the SQL and that release's cron disagreed on it."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 POISONED = "0 0 1 1 *"
 GOOD = "0 0 2 1 *"
 DISAGREE = f"""
-DELETE FROM scrinalia.archive_cron_masks WHERE cron = '{POISONED}';
+INSERT INTO scrinalia.archive_cron_masks VALUES ('{POISONED}', 0, 0, 0, 0, 0, true, false);
 CREATE OR REPLACE FUNCTION scrinalia.tick_instant_refusal(p_cron text, p_zone text, p_at timestamptz)
 RETURNS text LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
