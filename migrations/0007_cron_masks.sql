@@ -21,3 +21,15 @@ CREATE TABLE scrinalia.archive_cron_masks (
     -- the hour field is exactly '*': both passes of a fall-back fold fire
     hour_star boolean NOT NULL
 );
+
+-- The due query (due_schedules: ORDER BY next_run_at NULLS FIRST, worker_name LIMIT
+-- one chunk) read in its own order, so that each chunk of a backlog reads its chunk
+-- rather than sorting all that is still due: it replaces the index of next_run_at
+-- alone, which serves everything that one did (a range or an equality on next_run_at).
+-- The strongest lock first (as 0006): a daemon holding a weaker one and asking for more
+-- must not deadlock with the migration.
+LOCK TABLE scrinalia.archive_worker_schedules IN ACCESS EXCLUSIVE MODE;
+CREATE INDEX ix_worker_schedules_due_order
+    ON scrinalia.archive_worker_schedules (next_run_at NULLS FIRST, worker_name)
+    WHERE enabled;
+DROP INDEX scrinalia.ix_worker_schedules_due;

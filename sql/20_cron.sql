@@ -259,8 +259,11 @@ END $$;
 -- validated here and an invalid one left out (the tick then checks its schedules the
 -- slow way, and refuses them). Set-based: each distinct field is parsed once, for
 -- however many crons. The crons are as archive_worker_schedules stores them.
+-- (Its own columns, not the table's row type: migration 0007's rollback drops the
+-- table while this code is still installed.)
 CREATE OR REPLACE FUNCTION scrinalia.cron_masks_of(p_crons text[], p_valid boolean)
-RETURNS SETOF scrinalia.archive_cron_masks
+RETURNS TABLE (cron text, minutes bigint, hours integer, doms bigint, months integer, dows integer,
+               day_and boolean, hour_star boolean)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
