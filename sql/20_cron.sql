@@ -253,3 +253,76 @@ BEGIN
     END IF;
     RETURN false;
 END $$;
+
+-- The bit masks (rows of archive_cron_masks) of the given crons, each distinct one
+-- once. p_valid: the caller validated them (write_schedules' callers); else each is
+-- validated here and an invalid one left out (the tick then checks its schedules the
+-- slow way, and refuses them). Set-based: each distinct field is parsed once, for
+-- however many crons. The crons are as archive_worker_schedules stores them.
+-- (Its own columns, not the table's row type: migration 0007's rollback drops the
+-- table while this code is still installed.)
+CREATE OR REPLACE FUNCTION scrinalia.cron_masks_of(p_crons text[], p_valid boolean)
+RETURNS TABLE (cron text, minutes bigint, hours integer, doms bigint, months integer, dows integer,
+               day_and boolean, hour_star boolean)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+DECLARE
+    todo text[];
+    ok text[] := '{}';
+    c text;
+BEGIN
+    SELECT coalesce(array_agg(DISTINCT x), '{}') INTO todo FROM unnest(p_crons) x WHERE x IS NOT NULL;
+    IF p_valid THEN
+        ok := todo;
+    ELSE
+        FOREACH c IN ARRAY todo LOOP
+            BEGIN
+                PERFORM scrinalia.validate_cron(c);
+                ok := ok || c;
+            EXCEPTION WHEN SQLSTATE 'SW003' THEN
+                NULL;
+            END;
+        END LOOP;
+    END IF;
+    IF cardinality(ok) = 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH c AS (
+        SELECT x AS cron, regexp_split_to_array(btrim(x, E' \t'), E'[ \t]+') AS f FROM unnest(ok) x
+    ), fields AS (
+        SELECT DISTINCT k, c.f[k] AS field FROM c, generate_series(1, 5) k
+    ), masks AS (
+        SELECT fd.k, fd.field,
+               (SELECT coalesce(bit_or(1::bigint << v), 0) FROM unnest(scrinalia.cron_field_values(fd.field, fd.k)) v)
+                   AS mask
+          FROM fields fd
+    )
+    SELECT c.cron, m1.mask, m2.mask::int, m3.mask, m4.mask::int, m5.mask::int,
+           left(c.f[3], 1) = '*' OR left(c.f[5], 1) = '*', c.f[2] = '*'
+      FROM c
+      JOIN masks m1 ON m1.k = 1 AND m1.field = c.f[1]
+      JOIN masks m2 ON m2.k = 2 AND m2.field = c.f[2]
+      JOIN masks m3 ON m3.k = 3 AND m3.field = c.f[3]
+      JOIN masks m4 ON m4.k = 4 AND m4.field = c.f[4]
+      JOIN masks m5 ON m5.k = 5 AND m5.field = c.f[5];
+END $$;
+
+-- The masks of the given crons that archive_cron_masks lacks, stored (cron_masks_of).
+CREATE OR REPLACE FUNCTION scrinalia.store_cron_masks(p_crons text[], p_valid boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    INSERT INTO scrinalia.archive_cron_masks
+    SELECT * FROM scrinalia.cron_masks_of(
+        ARRAY(SELECT x FROM unnest(p_crons) x
+               WHERE NOT EXISTS (SELECT FROM scrinalia.archive_cron_masks m WHERE m.cron = x)), p_valid)
+    ON CONFLICT DO NOTHING;
+END $$;
+
+
+-- The masks of the crons already stored, when migrate installs this code.
+SELECT scrinalia.store_cron_masks(array_agg(DISTINCT s.cron), false) FROM scrinalia.archive_worker_schedules s;

@@ -91,7 +91,8 @@ $$;
 -- before): the cron stored with single spaces; the stored next_run_at kept when the
 -- schedule stays enabled with the same cron and zone, else cleared for the scheduler to
 -- arm, so that editing the request alone neither skips nor repeats a period; a set-aside
--- error cleared (a new cron or zone deserves a fresh attempt). In worker order, so
+-- error cleared (a new cron or zone deserves a fresh attempt); the masks of a new cron
+-- stored (store_cron_masks). In worker order, so
 -- that two concurrent batches cannot deadlock. Returns each worker and whether its row
 -- is new.
 CREATE OR REPLACE FUNCTION scrinalia.write_schedules(p_workers text[], p_crons text[], p_zones text[],
@@ -102,6 +103,9 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 BEGIN
+    -- the masks the tick checks next instants with (sql/20_cron.sql)
+    PERFORM scrinalia.store_cron_masks(
+        ARRAY(SELECT regexp_replace(btrim(c, E' \t'), E'[ \t]+', ' ', 'g') FROM unnest(p_crons) c), true);
     RETURN QUERY
     INSERT INTO scrinalia.archive_worker_schedules AS o
            (worker_name, enabled, cron, timezone, request, updated_by, updated_by_user_id)

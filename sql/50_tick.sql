@@ -61,10 +61,44 @@ BEGIN
     RETURNING s.worker_name, s.arm_error, s.arm_error_since, s.arm_retry_at;
 END $$;
 
+-- Whether PostgreSQL can load the zone (a zone the shim knows and this server's tzdata
+-- lacks must not fail the whole tick: its schedules are refused, the others go on).
+CREATE OR REPLACE FUNCTION scrinalia.zone_loads(p_zone text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM timezone(p_zone, now());
+    RETURN true;
+EXCEPTION WHEN invalid_parameter_value OR feature_not_supported THEN
+    RETURN false;
+END $$;
+
+-- Why the tick refuses p_at as the next instant of (p_cron, p_zone), or NULL when
+-- cron_fires_at() says it fires (the slow check, for what the masks do not accept).
+CREATE OR REPLACE FUNCTION scrinalia.tick_instant_refusal(p_cron text, p_zone text, p_at timestamptz)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF scrinalia.cron_fires_at(p_cron, p_zone, p_at) THEN
+        RETURN NULL;
+    END IF;
+    RETURN format('the tick refused %s as the next instant: "%s" does not fire then in %s',
+                  timezone('UTC', p_at) || ' UTC', p_cron, p_zone);
+EXCEPTION WHEN SQLSTATE 'SW003' OR invalid_parameter_value OR feature_not_supported THEN
+    RETURN format('the tick refused %s as the next instant: %s', timezone('UTC', p_at) || ' UTC', SQLERRM);
+END $$;
+
 -- The tick's one statement. For each (worker, next occurrence after now()) pair: an
 -- unarmed schedule is armed; a due one whose worker has a QUEUED/RUNNING run or a retry still
 -- owed is skipped; otherwise one SCHEDULE run is created for the period it was due
--- (however many periods were missed: one catch-up). All advance to p_next.
+-- (however many periods were missed: one catch-up). All advance to p_next, but one
+-- whose p_next is not an occurrence of its cron in its zone (nor the spring-forward
+-- instant standing for one): REFUSED, not enqueued, not advanced, set aside with the
+-- reason (arm_error) until arm_retry_interval() has passed.
 -- Set-based throughout, for 100,000 schedules as for one: the slot and the owed retry
 -- by hash joins, the configs by one resolve_configs() pass. Custom plans (the arrays'
 -- real sizes, not a generic guess), no JIT (compiling costs more than it saves here),
@@ -91,7 +125,7 @@ DECLARE
         SELECT s.worker_name,
                CASE WHEN s.next_run_at >= scrinalia.period_start() AND s.next_run_at < scrinalia.period_end()
                     THEN s.next_run_at END AS was,
-               s.request, i.next_at, a.run_id AS active_run_id, o.run_id AS owed_run_id
+               s.request, s.cron, s.timezone, i.next_at, a.run_id AS active_run_id, o.run_id AS owed_run_id
           FROM unnest($1, $2) AS i(worker_name, next_at)
           JOIN scrinalia.archive_worker_schedules s ON s.worker_name = i.worker_name
           -- the slot (the predicate of uq_worker_run_active) and the owed retries
@@ -107,10 +141,52 @@ DECLARE
            -- at the instant is for the tick at the instant to see
            AND ($3 IS NULL OR $3 <= now() OR (a.run_id IS NULL AND o.run_id IS NULL))
            FOR UPDATE OF s SKIP LOCKED
+    ), zones AS MATERIALIZED (
+        -- (materialized: one call per distinct zone, not per row)
+        SELECT z.tz, scrinalia.zone_loads(z.tz) AS loads FROM (SELECT DISTINCT d.timezone AS tz FROM due d) z
+    ), missing_masks AS MATERIALIZED (
+        -- those of a cron stored without them (a schedule written by hand), computed
+        -- here, once per call
+        SELECT c.* FROM scrinalia.cron_masks_of(
+            ARRAY(SELECT x.cron FROM (SELECT DISTINCT d.cron FROM due d) x
+                   WHERE NOT EXISTS (SELECT FROM scrinalia.archive_cron_masks m WHERE m.cron = x.cron)), false) c
+    ), walls AS MATERIALIZED (
+        -- each next instant on its zone's wall clock, computed once (a zone that loads only)
+        SELECT d.*, w.w,
+               w.w - timezone('UTC', d.next_at) AS offset_at,
+               CASE WHEN z.loads THEN timezone(d.timezone, d.next_at - interval '3 hours')
+                                      - timezone('UTC', d.next_at - interval '3 hours') END AS offset_before
+          FROM due d
+          JOIN zones z ON z.tz = d.timezone
+         CROSS JOIN LATERAL (SELECT CASE WHEN z.loads THEN timezone(d.timezone, d.next_at) END AS w) w
+    ), checked AS (
+        -- the next instant must be an occurrence of the cron (as the row locked has it).
+        -- (inline, not a function: a call per row would cost more than the check). The
+        -- masks accept a matching wall minute outside a fall-back fold's second pass (no
+        -- offset fall within three hours, or the hour field '*'); what they do not accept
+        -- (a gap's end, a fold, no occurrence at all, no masks, a zone that does not
+        -- load) cron_fires_at() decides, with the reason of a refusal.
+        SELECT d.worker_name, d.was, d.request, d.cron, d.timezone, d.next_at, d.active_run_id, d.owed_run_id,
+               CASE WHEN d.w IS NOT NULL AND m.cron IS NOT NULL
+                         AND date_trunc('minute', d.w) = d.w
+                         AND (m.minutes >> date_part('minute', d.w)::int) & 1 = 1
+                         AND (m.hours >> date_part('hour', d.w)::int) & 1 = 1
+                         AND (m.months >> date_part('month', d.w)::int) & 1 = 1
+                         AND CASE WHEN m.day_and
+                                  THEN (m.doms >> date_part('day', d.w)::int) & 1 = 1
+                                       AND (m.dows >> date_part('dow', d.w)::int) & 1 = 1
+                                  ELSE (m.doms >> date_part('day', d.w)::int) & 1 = 1
+                                       OR (m.dows >> date_part('dow', d.w)::int) & 1 = 1 END
+                         AND (m.hour_star OR d.offset_at >= d.offset_before)
+                    THEN NULL
+                    ELSE scrinalia.tick_instant_refusal(d.cron, d.timezone, d.next_at) END AS refused
+          FROM walls d
+          LEFT JOIN (SELECT * FROM scrinalia.archive_cron_masks
+                     UNION ALL SELECT * FROM missing_masks) m ON m.cron = d.cron
     ), fire AS (
         SELECT array_agg(d.worker_name) AS workers, array_agg(d.request) AS requests
-          FROM due d
-         WHERE d.was IS NOT NULL AND d.active_run_id IS NULL AND d.owed_run_id IS NULL
+          FROM checked d
+         WHERE d.was IS NOT NULL AND d.active_run_id IS NULL AND d.owed_run_id IS NULL AND d.refused IS NULL
     ), ins AS (
         INSERT INTO scrinalia.archive_worker_runs AS r
                (worker_name, trigger, request, config, config_sources, scheduled_for, requested_by, created_at)
@@ -119,31 +195,38 @@ DECLARE
                greatest(now(), d.was)
           FROM fire f
          CROSS JOIN LATERAL scrinalia.resolve_configs(f.workers, f.requests) rc
-          JOIN due d ON d.worker_name = rc.worker_name  -- one schedule per worker
+          JOIN checked d ON d.worker_name = rc.worker_name  -- one schedule per worker
         %s
         RETURNING r.run_id, r.worker_name
     ), decided AS (
         SELECT d.worker_name, d.was, d.next_at, ins.run_id,
-               CASE WHEN d.was IS NULL THEN 'ARMED'
+               CASE WHEN d.refused IS NOT NULL THEN 'REFUSED'
+                    WHEN d.was IS NULL THEN 'ARMED'
                     WHEN ins.run_id IS NOT NULL THEN 'ENQUEUED'
                     ELSE 'SKIPPED' END AS decision,
-               CASE WHEN d.was IS NULL OR ins.run_id IS NOT NULL THEN NULL
+               CASE WHEN d.refused IS NOT NULL THEN left(d.refused, scrinalia.max_arm_error_length())
+                    WHEN d.was IS NULL OR ins.run_id IS NOT NULL THEN NULL
                     WHEN d.active_run_id IS NOT NULL THEN format('run #%%s is active', d.active_run_id)
                     WHEN d.owed_run_id IS NOT NULL THEN format('run #%%s awaits its retry', d.owed_run_id)
                     ELSE 'the slot or the period was taken concurrently' END AS reason
-          FROM due d LEFT JOIN ins ON ins.worker_name = d.worker_name
+          FROM checked d LEFT JOIN ins ON ins.worker_name = d.worker_name
     ), upd AS (
+        -- a refused schedule is neither enqueued nor advanced: set aside (as when the
+        -- shim cannot compute it), shown by health and the alerts, tried again later
         UPDATE scrinalia.archive_worker_schedules s
-           SET next_run_at = x.next_at,
+           SET next_run_at = CASE WHEN x.decision = 'REFUSED' THEN s.next_run_at ELSE x.next_at END,
                last_enqueued_at = CASE WHEN x.decision = 'ENQUEUED' THEN now() ELSE s.last_enqueued_at END,
                last_run_id = coalesce(x.run_id, s.last_run_id),
                last_skipped_at = CASE WHEN x.decision = 'SKIPPED' THEN now() ELSE s.last_skipped_at END,
                last_skip_reason = CASE WHEN x.decision = 'SKIPPED' THEN x.reason ELSE s.last_skip_reason END,
                skipped_count = s.skipped_count + (x.decision = 'SKIPPED')::int,
-               arm_error = NULL, arm_error_since = NULL, arm_retry_at = NULL
+               arm_error = CASE WHEN x.decision = 'REFUSED' THEN x.reason END,
+               arm_error_since = CASE WHEN x.decision = 'REFUSED' THEN coalesce(s.arm_error_since, now()) END,
+               arm_retry_at = CASE WHEN x.decision = 'REFUSED' THEN now() + scrinalia.arm_retry_interval() END
           FROM decided x
          WHERE s.worker_name = x.worker_name
-        RETURNING s.worker_name, x.decision, x.run_id, x.was, x.next_at, x.reason
+        RETURNING s.worker_name, x.decision, x.run_id, x.was,
+                  CASE WHEN x.decision = 'REFUSED' THEN s.next_run_at ELSE x.next_at END, x.reason
     )
     SELECT u.worker_name, u.decision, u.run_id, u.was, u.next_at, u.reason
       FROM upd u

@@ -11,6 +11,25 @@
 -- queued run held back (not_before) later than its creation + retry_max_delay() gets
 -- that instant instead, and keeps why in its error and error_fingerprint
 -- 'not-before-beyond-policy' until it runs (an INSTANT_REPAIRED alert).
+-- The cron masks the tick checks next instants with, for the schedules written
+-- without put_schedule(s) (by hand, a bulk load): without them the tick checks those
+-- the slow way, every pass. A save of the same new cron not committed yet is not
+-- waited for (it stores them itself): the next repair looks again.
+CREATE OR REPLACE FUNCTION scrinalia.store_missing_cron_masks()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, scrinalia, pg_temp
+SET lock_timeout = '100ms'
+AS $$
+BEGIN
+    PERFORM scrinalia.store_cron_masks(
+        ARRAY(SELECT DISTINCT s.cron FROM scrinalia.archive_worker_schedules s
+               WHERE s.enabled AND NOT EXISTS (SELECT FROM scrinalia.archive_cron_masks m WHERE m.cron = s.cron)),
+        false);
+EXCEPTION WHEN lock_not_available THEN
+    NULL;
+END $$;
+
 CREATE OR REPLACE FUNCTION scrinalia.repair_instants(p_repaired_by text DEFAULT NULL)
 RETURNS TABLE (kind text, worker_name text, run_id bigint, was timestamptz, repaired_to timestamptz, message text)
 LANGUAGE plpgsql SECURITY DEFINER
@@ -21,6 +40,7 @@ DECLARE
     n integer;
 BEGIN
     PERFORM scrinalia.check_scheduler_caller('repair_instants');
+    PERFORM scrinalia.store_missing_cron_masks();
     RETURN QUERY
     -- (an instant a client cannot read, 'infinity' or the year 20000, is returned NULL)
     WITH long AS (

@@ -15,6 +15,8 @@ from pathlib import Path
 import psycopg
 from psycopg.types.json import Jsonb
 
+from scrinalia_workers import cron
+
 CATALOGUE = {
     "engines": {
         "tesseract": {
@@ -90,21 +92,33 @@ def set_next_run(conn, worker: str, ago: timedelta | str) -> None:
 
 
 def tick(conn, advance: str = "1 hour", only: list[str] | None = None):
-    """Runs one tick as the scheduler does, with next occurrences = now() + advance.
+    """Runs one tick as the scheduler does, each next instant the first occurrence of
+    the schedule's cron after now() + advance (a real occurrence: the tick refuses any
+    other; `advance` keeps a frequent cron from coming due again during a test).
 
-    Returns (due rows, decisions). The real scheduler computes next occurrences from
-    cron; these tests pin the SQL's decisions, so any future instant serves.
+    Returns (due rows, decisions).
     """
     with conn.transaction():
         due = conn.execute("SELECT * FROM scrinalia.due_schedules()").fetchall()
         names = [r[0] for r in due if only is None or r[0] in only]
-        nexts = [r[4] + _interval(advance) for r in due if only is None or r[0] in only]
+        nexts = [
+            cron.next_occurrence(r[1], r[2], r[4] + _interval(advance)) for r in due if only is None or r[0] in only
+        ]
         decisions = conn.execute(
             "SELECT worker_name, decision, run_id, scheduled_for, next_run_at, reason "
             "FROM scrinalia.tick(%s::text[], %s::timestamptz[], 'test')",
             (names, nexts),
         ).fetchall()
     return due, decisions
+
+
+def next_occurrence(conn, worker: str, advance: str = "1 hour"):
+    """The first occurrence of `worker`'s schedule after now() + advance: an instant the
+    tick accepts as its next."""
+    c, tz, now = conn.execute(
+        "SELECT cron, timezone, now() FROM scrinalia.archive_worker_schedules WHERE worker_name = %s", (worker,)
+    ).fetchone()
+    return cron.next_occurrence(c, tz, now + _interval(advance))
 
 
 def _interval(text: str) -> timedelta:

@@ -26,11 +26,11 @@ def test_rollback_of_0003_is_refused_while_schedule_runs_exist(empty_db_dsn):
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         _schedule_runs(conn, 3)
     with pytest.raises(m.RollbackRefused) as e:
-        m.rollback(empty_db_dsn, count=4)
+        m.rollback(empty_db_dsn, count=5)
     msg = str(e.value)
     assert "3 SCHEDULE run(s)" in msg and "nothing was rolled back" in msg
     assert "DELETE FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE'" in msg
-    # nothing was rolled back, not even 0006, 0005 and 0004, which come first
+    # nothing was rolled back, not even 0007, 0006, 0005 and 0004, which come first
     assert m.applied_migrations(empty_db_dsn) == m.head_ids()
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         assert (
@@ -38,7 +38,9 @@ def test_rollback_of_0003_is_refused_while_schedule_runs_exist(empty_db_dsn):
             == 3
         )
         conn.execute("DELETE FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE'")
-    assert m.rollback(empty_db_dsn, count=4) == [
+    assert m.rollback(empty_db_dsn, count=6) == [
+        "0008_metrics_indexes",
+        "0007_cron_masks",
         "0006_ledger_indexes",
         "0005_health",
         "0004_roles",
@@ -50,8 +52,14 @@ def test_rolling_back_0004_alone_keeps_the_schedule_runs(empty_db_dsn):
     m.migrate(empty_db_dsn)
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         _schedule_runs(conn, 1)
-    assert m.rollback(empty_db_dsn, count=3) == ["0006_ledger_indexes", "0005_health", "0004_roles"]
-    assert m.migrate(empty_db_dsn) == ["0004_roles", "0005_health", "0006_ledger_indexes"]
+    assert m.rollback(empty_db_dsn, count=5) == [
+        "0008_metrics_indexes",
+        "0007_cron_masks",
+        "0006_ledger_indexes",
+        "0005_health",
+        "0004_roles",
+    ]
+    assert m.migrate(empty_db_dsn) == ["0004_roles", "0005_health", "0006_ledger_indexes", "0007_cron_masks", "0008_metrics_indexes"]
 
 
 def test_the_rollback_file_refuses_on_its_own(empty_db_dsn):

@@ -17,6 +17,8 @@ HEAD = [
     "0004_roles",
     "0005_health",
     "0006_ledger_indexes",
+    "0007_cron_masks",
+    "0008_metrics_indexes",
 ]
 
 
@@ -62,7 +64,9 @@ def test_rolls_back_cleanly_and_applies_again(empty_db_dsn):
 
 def test_partial_rollback_then_forward(empty_db_dsn):
     m.migrate(empty_db_dsn)
-    assert m.rollback(empty_db_dsn, count=4) == [
+    assert m.rollback(empty_db_dsn, count=6) == [
+        "0008_metrics_indexes",
+        "0007_cron_masks",
         "0006_ledger_indexes",
         "0005_health",
         "0004_roles",
@@ -74,7 +78,14 @@ def test_partial_rollback_then_forward(empty_db_dsn):
         "AND table_name = 'archive_worker_runs' AND column_name IN ('attempt', 'not_before')",
     )
     assert cols == 0
-    assert m.migrate(empty_db_dsn) == ["0003_schedules_retries", "0004_roles", "0005_health", "0006_ledger_indexes"]
+    assert m.migrate(empty_db_dsn) == [
+        "0003_schedules_retries",
+        "0004_roles",
+        "0005_health",
+        "0006_ledger_indexes",
+        "0007_cron_masks",
+        "0008_metrics_indexes",
+    ]
 
 
 def test_schedule_enum_value_is_added_outside_a_transaction_and_usable(empty_db_dsn):

@@ -77,9 +77,14 @@ def test_roll_back_to_the_previous_release_run_it_and_come_back(db_dsn, previous
     ours = procs.scheduler(db_dsn, "--standby-retry", "0.2")
     ours.wait_event("lock acquired", timeout=30)
 
-    r = cli("migrate", "--rollback", "--count", "2", dsn=db_dsn)
+    r = cli("migrate", "--rollback", "--count", "4", dsn=db_dsn)
     assert r.code == 0, r.err
-    assert r.out.split() == ["rolled", "back", "0006_ledger_indexes", "rolled", "back", "0005_health"]
+    assert r.out.split() == [
+        *("rolled", "back", "0008_metrics_indexes"),
+        *("rolled", "back", "0007_cron_masks"),
+        *("rolled", "back", "0006_ledger_indexes"),
+        *("rolled", "back", "0005_health"),
+    ]
     # this release's scheduler, left running, leaves with the advice instead of looping
     assert ours.wait(30) == 2
     assert "no scrinalia code installed" in ours.tail(), ours.tail()
@@ -126,12 +131,12 @@ def test_roll_back_to_the_previous_release_run_it_and_come_back(db_dsn, previous
     history = _history(db_dsn)
 
     # and forward again with this release
-    assert m.migrate(db_dsn) == ["0005_health", "0006_ledger_indexes"]
+    assert m.migrate(db_dsn) == ["0005_health", "0006_ledger_indexes", "0007_cron_masks", "0008_metrics_indexes"]
     with psycopg.connect(db_dsn, autocommit=True) as c:
         assert c.execute("SELECT scrinalia.schema_head()").fetchone()[0] == m.head_ids()[-1]
         assert c.execute("SELECT scrinalia.installed_release()").fetchone()[0] == __version__
         assert c.execute("SELECT to_regclass('public._yoyo_migration')").fetchone()[0] is None
-        assert c.execute(f"SELECT count(*) FROM {BOOKKEEPING_SCHEMA}._yoyo_migration").fetchone()[0] == 6
+        assert c.execute(f"SELECT count(*) FROM {BOOKKEEPING_SCHEMA}._yoyo_migration").fetchone()[0] == 7
     assert _history(db_dsn) == history and _schedules(db_dsn) == schedules
     assert cli("status", dsn=db_dsn).code == 0
     ours = procs.scheduler(db_dsn)

@@ -7,7 +7,6 @@ rotting: the tick and claim benchmarks at smoke sizes on the test database.
 from __future__ import annotations
 
 import sys
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -31,27 +30,23 @@ def test_quick_tick_decides_every_schedule_once(db_dsn):
     assert len(r.rows) == len(r.data["figures"])
 
 
-def test_the_floor_survives_an_occurrence_passing_before_its_timed_transaction(db_dsn, monkeypatch):
-    """The floor computes its next occurrences in a first, untimed transaction. A
-    minutely cron's next one can pass before the timed transaction's now() (a minute
-    boundary in between), and the floor then wrote an instant already due: its own
-    check failed the benchmark. Simulated here: the first computation answers 1 ms
-    after its instant."""
+def test_the_floor_pays_its_cron_computation_in_its_timed_transaction(db_dsn, monkeypatch):
+    """The floor the scheduler's pass is held to includes the cron computation: once,
+    after its own transaction's now() (so no occurrence can pass in between), timed."""
     active = tick_bench.prepare(db_dsn, 50)
     real = tick_bench.cron.next_occurrences
     calls = []
 
-    def first_stale(pairs, after):
+    def recorded(pairs, after):
         calls.append(after)
-        if len(calls) == 1:
-            return [after + timedelta(milliseconds=1)] * len(pairs)
         return real(pairs, after)
 
-    monkeypatch.setattr(tick_bench.cron, "next_occurrences", first_stale)
+    monkeypatch.setattr(tick_bench.cron, "next_occurrences", recorded)
     with claim_bench.conn(db_dsn, autocommit=True) as c:
         f = tick_bench.floor_once(c)
     tick_bench.verify_floor(db_dsn, 50, active, f)
-    assert len(calls) == 2  # computed again, after the timed transaction's now()
+    assert calls == [f["db_now"]]
+    assert f["python"] > 0 and abs(f["total"] - f["sql"] - f["python"]) < 1e-6
 
 
 def test_quick_claim_has_no_double_claim_and_loses_nothing(db_dsn):

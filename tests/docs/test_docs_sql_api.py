@@ -60,6 +60,11 @@ INTERNAL = {
     "outcome_fingerprint",
     "check_outcome_status",
     "check_array_lengths",
+    "store_cron_masks",
+    "cron_masks_of",
+    "store_missing_cron_masks",
+    "tick_instant_refusal",
+    "zone_loads",
 }
 
 # Blocks (by a fragment of their SQL) that fail as their documented role because of a

@@ -108,7 +108,11 @@ class Sim:
         self.db = db
         self.m = model
         self.offset = start - self.db_now()
+        self._keep_clock()
         self.log: list[str] = []
+
+    def _keep_clock(self) -> None:
+        self.db.execute("UPDATE public.model_clock SET shift = %s", (self.offset,))
 
     def db_now(self) -> datetime:
         return self.db.execute("SELECT now()").fetchone()[0]
@@ -147,6 +151,7 @@ class Sim:
         ):
             self.db.execute(sql, {"d": d})
         self.offset += d
+        self._keep_clock()
 
     def v(self, ts: datetime | None) -> datetime | None:
         return None if ts is None else ts + self.offset
@@ -338,10 +343,29 @@ step = st.one_of(
 schedule = st.tuples(st.sampled_from(CRONS), st.sampled_from(ZONES))
 
 
+# The tick refuses a next instant that is not an occurrence of the cron: here the
+# instants it is handed are occurrences in virtual time (now() + offset), so in this
+# database its check reads them in virtual time (model_clock, kept by Sim), the same
+# rule (cron_fires_at) a few odd microseconds away.
+VIRTUAL_REFUSAL = """
+CREATE TABLE public.model_clock (shift interval NOT NULL);
+INSERT INTO public.model_clock VALUES (interval '0');
+CREATE OR REPLACE FUNCTION scrinalia.tick_instant_refusal(p_cron text, p_zone text, p_at timestamptz)
+RETURNS text LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF scrinalia.cron_fires_at(p_cron, p_zone, p_at + (SELECT shift FROM public.model_clock)) THEN
+        RETURN NULL;
+    END IF;
+    RETURN format('refused in virtual time: %s', p_at + (SELECT shift FROM public.model_clock));
+END $$;
+"""
+
+
 @pytest.fixture
 def model_db(db):
     for w in WORKERS:
         make_worker(db, w)
+    db.execute(VIRTUAL_REFUSAL)
     return db
 
 

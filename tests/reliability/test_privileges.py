@@ -18,6 +18,7 @@ from helpers import (
     tick,
 )
 from invariants import check_all
+from scrinalia_workers import cron
 
 DENIED = "42501"
 
@@ -314,8 +315,8 @@ def test_traps_work_for_the_attacker_but_not_inside_our_functions(world, evil):
     due = evil.execute("SELECT worker_name, db_now FROM scrinalia.due_schedules()").fetchall()
     assert [d[0] for d in due] == ["ocr"]
     dec = evil.execute(
-        "SELECT worker_name, decision, run_id FROM scrinalia.tick(ARRAY['ocr'], "
-        "ARRAY[pg_catalog.now() + interval '1 day'], 'evil')"
+        "SELECT worker_name, decision, run_id FROM scrinalia.tick(ARRAY['ocr'], %s::timestamptz[], 'evil')",
+        ([cron.next_occurrence("5 4 * * *", "UTC", due[0][1])],),
     ).fetchall()
     evil.execute("COMMIT")
     assert [(d[0], d[1]) for d in dec] == [("ocr", "ENQUEUED")]

@@ -61,7 +61,7 @@ def test_tick_due_at_ticks_only_the_schedules_still_due_at_that_instant(db):
         " (%s, '* * * * *', 'UTC', NULL)",
         (a, t, b, t, c),
     )
-    nxt = db.execute("SELECT now() + interval '1 hour'").fetchone()[0]
+    nxt = db.execute("SELECT date_trunc('minute', now()) + interval '1 hour'").fetchone()[0]  # an occurrence
     rows = db.execute(
         "SELECT worker_name, decision, scheduled_for FROM scrinalia.tick_due_at(%s, %s, %s, 'test')",
         (t, [a, b, c], [nxt] * 3),
@@ -78,7 +78,7 @@ def test_tick_due_at_works_ahead_and_returns_only_at_the_instant(db, db_dsn):
     with psycopg.connect(db_dsn) as c:  # a transaction, as the scheduler's
         rows = c.execute(
             "SELECT worker_name, decision, scheduled_for FROM scrinalia.tick_due_at(%s, %s, %s)",
-            (t, [a], [t.replace(year=t.year + 1)]),
+            (t, [a], [cron.next_occurrence(YEARLY, "UTC", t)]),
         ).fetchall()
         returned_at = c.execute("SELECT clock_timestamp()").fetchone()[0]
         assert rows == [(a, "ENQUEUED", t)]
@@ -97,7 +97,7 @@ def test_ahead_of_the_instant_a_busy_slot_is_left_to_the_tick_at_the_instant(db)
     _schedule(db, [free, busy], f"'{t.isoformat()}'::timestamptz")
     rows = db.execute(
         "SELECT worker_name, decision FROM scrinalia.tick_due_at(%s, %s, %s)",
-        (t, [free, busy], [t.replace(year=t.year + 1)] * 2),
+        (t, [free, busy], [cron.next_occurrence(YEARLY, "UTC", t)] * 2),
     ).fetchall()
     assert rows == [(free, "ENQUEUED")]
     assert _next_run(db, busy) == t  # undecided, for the tick at the instant
@@ -108,7 +108,9 @@ def test_tick_due_at_refuses_an_instant_too_far_ahead(db):
     t = db.execute("SELECT now() + interval '5 seconds'").fetchone()[0]
     _schedule(db, [a], f"'{t.isoformat()}'::timestamptz")
     with raises_sqlstate("SW030", "at most 00:00:01 ahead"):
-        db.execute("SELECT * FROM scrinalia.tick_due_at(%s, %s, %s)", (t, [a], [t.replace(year=t.year + 1)]))
+        db.execute(
+            "SELECT * FROM scrinalia.tick_due_at(%s, %s, %s)", (t, [a], [cron.next_occurrence(YEARLY, "UTC", t)])
+        )
     assert _next_run(db, a) == t
 
 

@@ -14,6 +14,7 @@ from helpers import (
     finish,
     make_worker,
     make_workers,
+    next_occurrence,
     raises_sqlstate,
     run_row,
 )
@@ -452,7 +453,7 @@ def test_the_lateness_gauge_reads_a_hand_written_created_at(db, instant):
             " VALUES (%s, %s, 'UTC', now() - interval '1 minute')",
             (w, YEARLY),
         )
-    nexts = [db.execute("SELECT now() + interval '1 day'").fetchone()[0]] * 2
+    nexts = [next_occurrence(db, "m00000", "0 seconds")] * 2  # (both yearly, in UTC)
     db.execute("SELECT count(*) FROM scrinalia.tick(%s, %s, 'test')", (["m00000", "m00001"], nexts))
     db.execute(
         "UPDATE scrinalia.archive_worker_runs SET created_at = %s::timestamptz WHERE worker_name = 'm00000'", (instant,)

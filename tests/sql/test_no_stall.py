@@ -8,7 +8,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from helpers import make_worker, put_schedule, set_next_run, tick
+from helpers import make_worker, next_occurrence, put_schedule, set_next_run, tick
 from scrinalia_workers.testkit.waiting import wait_for
 
 
@@ -68,7 +68,9 @@ def test_an_enqueue_waits_for_a_tick_deciding_its_worker_then_answers_slot_busy(
     op = connect_as("operator")
     with psycopg.connect(db_dsn) as sched:
         sched.execute("SELECT * FROM scrinalia.due_schedules()")  # the tick holds u1's row
-        sched.execute("SELECT * FROM scrinalia.tick(ARRAY['u1'], ARRAY[now() + interval '1 hour'], 'test')").fetchall()
+        sched.execute(
+            "SELECT * FROM scrinalia.tick(ARRAY['u1'], %s::timestamptz[], 'test')", ([next_occurrence(db, "u1")],)
+        ).fetchall()
         op.execute("SET lock_timeout = '300ms'")
         with pytest.raises(psycopg.errors.LockNotAvailable):
             op.execute("SELECT scrinalia.enqueue('u1')")

@@ -158,11 +158,24 @@ class Pass:
 
 
 def log_decision(log: EventLog, r: Row, cron_tz: tuple[str, str], db_now: datetime, occurrences: Occurrences) -> None:
-    """The log line of one tick decision (armed, enqueued and maybe catch-up, skipped)."""
+    """The log line of one tick decision (armed, enqueued and maybe catch-up, refused,
+    skipped)."""
     nxt = r["next_run_at"].isoformat() if r["next_run_at"] else None
     sched_for = r["scheduled_for"]
     if r["decision"] == "ARMED":
         log("armed", worker=r["worker_name"], next_run_at=nxt)
+    elif r["decision"] == "REFUSED":
+        # the SQL and this shim disagree on the cron: the schedule is set aside (an
+        # alert, and health names it) and tried again later; the others went on
+        log(
+            "tick refused",
+            level="error",
+            worker=r["worker_name"],
+            cron=cron_tz[0],
+            timezone=cron_tz[1],
+            scheduled_for=sched_for.isoformat() if sched_for else None,
+            reason=r["reason"],
+        )
     elif r["decision"] == "ENQUEUED":
         catch_up = occurrences.missed(cron_tz, sched_for, db_now)
         log(

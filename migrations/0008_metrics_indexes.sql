@@ -8,7 +8,7 @@
 -- FAILED or INTERRUPTED is written to it.
 -- Each CREATE INDEX blocks writes to the ledger while it runs: about a second per
 -- million runs.
--- depends: 0006_ledger_indexes
+-- depends: 0007_cron_masks
 
 CREATE INDEX ix_worker_runs_retries
     ON scrinalia.archive_worker_runs (worker_name)
