@@ -8,13 +8,15 @@
 -- How the slot's current holder reads in an error message: the QUEUED/RUNNING run,
 -- or else a failed scheduled attempt whose retry is owed (ADR 0015: the retry owns
 -- the slot from the moment of the failure, whether or not a scheduler runs). NULL
--- when the slot is free.
+-- when the slot is free. PL/pgSQL for its cached plan: enqueue asks at every call, and
+-- a SQL function that cannot be inlined (its SET clause) is planned again each time.
 CREATE OR REPLACE FUNCTION scrinalia.describe_slot_holder(p_worker_name text)
 RETURNS text
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
-    SELECT coalesce(
+BEGIN
+    RETURN coalesce(
         (SELECT format('run #%s %s (%s%s%s)', r.run_id, r.status, r.trigger,
                        CASE WHEN r.trigger = 'SCHEDULE'
                             THEN format(' attempt %s/%s', r.attempt, scrinalia.max_attempts()) ELSE '' END,
@@ -28,8 +30,8 @@ AS $$
                        p.run_id, p.status, p.attempt, scrinalia.max_attempts())
            FROM scrinalia.archive_worker_runs p
           WHERE p.worker_name = p_worker_name AND p.retry_pending
-          ORDER BY p.run_id LIMIT 1))
-$$;
+          ORDER BY p.run_id LIMIT 1));
+END $$;
 
 CREATE OR REPLACE FUNCTION scrinalia.raise_slot_busy(p_worker_name text, p_holder text)
 RETURNS void
@@ -51,7 +53,6 @@ SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 DECLARE
     req jsonb;
-    rc record;
     run scrinalia.archive_worker_runs;
     active text;
 BEGIN
@@ -77,17 +78,38 @@ BEGIN
     IF active IS NOT NULL THEN
         PERFORM scrinalia.raise_slot_busy(p_worker_name, active);
     END IF;
-    rc := scrinalia.resolve_config(p_worker_name, req);
-    BEGIN
+    -- No subtransaction (an EXCEPTION block) on the way of every call: in a long
+    -- transaction each one's XID stayed locked until its end and overflowed the
+    -- session's subtransaction cache, so that every call cost more than the one
+    -- before, and every other session's snapshot checks too. A run committed after
+    -- the check above (a concurrent enqueue or tick; the insert waits for an
+    -- uncommitted one) is a conflict of the one-slot index, which DO NOTHING answers
+    -- with no row. Under REPEATABLE READ or SERIALIZABLE, DO NOTHING would raise a
+    -- serialization failure for a run its snapshot cannot see: the exception block
+    -- there, to answer SW010 as always.
+    IF current_setting('transaction_isolation') = 'read committed' THEN
         INSERT INTO scrinalia.archive_worker_runs
                (worker_name, trigger, request, config, config_sources, requested_by)
-        VALUES (p_worker_name, p_trigger, req, rc.config, rc.sources, p_requested_by)
+        SELECT p_worker_name, p_trigger, req, rc.config, rc.sources, p_requested_by
+          FROM scrinalia.resolve_configs(ARRAY[p_worker_name], ARRAY[req]) rc
+        ON CONFLICT DO NOTHING
         RETURNING * INTO run;
-    EXCEPTION WHEN unique_violation THEN
-        -- a concurrent enqueue or tick took the slot after the check above
-        PERFORM scrinalia.raise_slot_busy(p_worker_name,
-                    coalesce(scrinalia.describe_slot_holder(p_worker_name), 'a concurrent run'));
-    END;
+        IF NOT FOUND THEN
+            PERFORM scrinalia.raise_slot_busy(p_worker_name,
+                        coalesce(scrinalia.describe_slot_holder(p_worker_name), 'a concurrent run'));
+        END IF;
+    ELSE
+        BEGIN
+            INSERT INTO scrinalia.archive_worker_runs
+                   (worker_name, trigger, request, config, config_sources, requested_by)
+            SELECT p_worker_name, p_trigger, req, rc.config, rc.sources, p_requested_by
+              FROM scrinalia.resolve_configs(ARRAY[p_worker_name], ARRAY[req]) rc
+            RETURNING * INTO run;
+        EXCEPTION WHEN unique_violation THEN
+            PERFORM scrinalia.raise_slot_busy(p_worker_name,
+                        coalesce(scrinalia.describe_slot_holder(p_worker_name), 'a concurrent run'));
+        END;
+    END IF;
     PERFORM pg_notify('scrinalia_runs', p_worker_name);
     RETURN run;
 END $$;
