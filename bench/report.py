@@ -13,6 +13,7 @@ from . import machine
 from .common import Result, table
 
 ORDER = ("tick", "history", "claim", "lateness", "compare", "schedules")
+ORDER += ("enqueue",)
 _SECTION = re.compile(r"<!-- bench:(\w+) -->\n(.*?)<!-- /bench:\1 -->\n", re.S)
 _SUMMARY = re.compile(r"<!-- summary: (.*?) -->")
 

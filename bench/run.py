@@ -33,6 +33,7 @@ DESCRIPTIONS = {
     "lateness": "4. scheduler lateness against pg_cron, and enqueue-to-claim latency (real processes)",
     "compare": "5. side by side with procrastinate and pgqueuer",
     "schedules": "6. schedule writes: put_schedule calls/s and put_schedules in bulk",
+    "enqueue": "7. enqueue through the API: enqueue() calls/s and enqueue_runs() in bulk",
 }
 
 
@@ -145,6 +146,10 @@ def run_one(key: str, dbs: Databases, args, own_cluster: bool) -> Result:
         from bench import schedule_bench
 
         return schedule_bench.run(dbs.fresh("bench_schedules"), quick=args.quick)
+    if key == "enqueue":
+        from bench import enqueue_bench
+
+        return enqueue_bench.run(dbs.fresh("bench_enqueue"), quick=args.quick)
     raise ValueError(key)
 
 
