@@ -190,11 +190,19 @@ BEGIN
         IF FOUND THEN
             PERFORM scrinalia.require_worker(at_worker);  -- raises its SW001
         END IF;
-        -- an empty request is valid for every worker (validate_request returns it)
-        FOR r IN SELECT s.w, s.q, s.i::integer AS i
+        -- An empty request is valid for every worker (validate_request returns it).
+        -- validate_request's answer depends on the request and on the worker's
+        -- engines, presets, options and configured engines alone (the name is only
+        -- in its message): one call per distinct combination, its first element, in
+        -- the order of those first elements, finds the first element refused.
+        FOR r IN SELECT min(s.i)::integer AS i, (array_agg(s.w ORDER BY s.i))[1] AS w, s.q
                    FROM unnest(workers, requests) WITH ORDINALITY AS s(w, q, i)
+                   JOIN scrinalia.archive_workers aw ON aw.worker_name = s.w
+                   LEFT JOIN scrinalia.archive_worker_settings st ON st.worker_name = s.w
                   WHERE s.q <> '{}'
-                  ORDER BY s.i LOOP
+                  GROUP BY s.q, aw.engines, aw.presets, aw.options, aw.default_config -> 'engine',
+                           st.settings -> 'engine'
+                  ORDER BY 1 LOOP
             at_i := r.i;
             at_worker := r.w;
             PERFORM scrinalia.validate_request(r.w, r.q);

@@ -200,3 +200,20 @@ def test_a_batch_waits_for_a_tick_deciding_its_worker_then_answers_slot_busy(db,
     with raises_sqlstate("SW010", "enqueue #2 (worker 'u1')", "(SCHEDULE attempt 1/3)"):
         enqueue_runs(op, ["u2", "u1"])
     assert count(db) == 1
+
+
+def test_a_request_is_judged_against_each_workers_own_catalogue_and_settings(db):
+    # the request is checked once per distinct (request, catalogue, configured engine):
+    # workers alike share a check, workers that differ do not
+    for w in ("ocr-1", "ocr-2", "ocr-3"):
+        make_worker(db, w)
+    make_worker(db, "plain", {"engines": {}, "presets": {}, "options": {}, "default_config": {}})
+    db.execute("SELECT scrinalia.put_settings('ocr-3', '{\"engine\": \"easyocr\"}')")
+    psm = {"engine_options": {"psm": 3}}
+    with raises_sqlstate("SW002", "enqueue #3 (worker 'ocr-3'):", "unknown engine_options (engine easyocr) key 'psm'"):
+        enqueue_runs(db, ["ocr-1", "ocr-2", "ocr-3"], [psm, psm, psm])
+    dpi = {"options": {"dpi": 600}}
+    with raises_sqlstate("SW002", "enqueue #2 (worker 'plain'):", "unknown options key 'dpi'"):
+        enqueue_runs(db, ["ocr-1", "plain", "ocr-2"], [dpi, dpi, dpi])
+    assert count(db) == 0
+    assert len(enqueue_runs(db, ["ocr-1", "ocr-2", "plain"], [psm, psm, {}])) == 3
