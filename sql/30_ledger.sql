@@ -61,7 +61,14 @@ BEGIN
             MESSAGE = format('enqueue takes trigger MANUAL or CLI, not %s', coalesce(p_trigger::text, 'NULL')),
             HINT = 'SCHEDULE runs are created by the scheduler''s tick';
     END IF;
-    req := scrinalia.validate_request(p_worker_name, p_request);
+    -- an empty request is valid for every worker (validate_request would return it
+    -- after require_worker's check): the common case saves the rest of the checks
+    IF coalesce(p_request, '{}') = '{}' THEN
+        PERFORM scrinalia.require_worker(p_worker_name);
+        req := '{}';
+    ELSE
+        req := scrinalia.validate_request(p_worker_name, p_request);
+    END IF;
     PERFORM scrinalia.check_actor('requested_by', p_requested_by);
     -- The worker's slot is taken for this transaction's decision before its run is
     -- inserted: the catalogue row FOR SHARE (create_retries skips a worker so held),
