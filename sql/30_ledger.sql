@@ -8,12 +8,18 @@
 -- How the slot's current holder reads in an error message: the QUEUED/RUNNING run,
 -- or else a failed scheduled attempt whose retry is owed (ADR 0015: the retry owns
 -- the slot from the moment of the failure, whether or not a scheduler runs). NULL
--- when the slot is free. PL/pgSQL for its cached plan: enqueue asks at every call, and
--- a SQL function that cannot be inlined (its SET clause) is planned again each time.
+-- when the slot is free. PL/pgSQL: enqueue asks at every call, and a SQL function that
+-- cannot be inlined (its SET clause) is parsed and planned again each time. Its plan
+-- is kept for the session, so it must not depend on the ledger's statistics: planned
+-- while they said the ledger was empty (analyzed empty, or pruned), a scan of the
+-- whole ledger would make each call of a long transaction slower than the last as its
+-- runs accumulate. No sequential scan, and the owed retry looked up in its partial
+-- index before the ordering (OFFSET 0), not found along the primary key's order.
 CREATE OR REPLACE FUNCTION scrinalia.describe_slot_holder(p_worker_name text)
 RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
+SET enable_seqscan = off
 AS $$
 BEGIN
     RETURN coalesce(
@@ -28,8 +34,8 @@ BEGIN
           WHERE r.worker_name = p_worker_name AND r.status IN ('QUEUED', 'RUNNING')),
         (SELECT format('run #%s %s (SCHEDULE attempt %s/%s) is owed its retry, which the scheduler creates',
                        p.run_id, p.status, p.attempt, scrinalia.max_attempts())
-           FROM scrinalia.archive_worker_runs p
-          WHERE p.worker_name = p_worker_name AND p.retry_pending
+           FROM (SELECT o.run_id, o.status, o.attempt FROM scrinalia.archive_worker_runs o
+                  WHERE o.worker_name = p_worker_name AND o.retry_pending OFFSET 0) p
           ORDER BY p.run_id LIMIT 1));
 END $$;
 

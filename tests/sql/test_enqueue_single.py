@@ -74,3 +74,17 @@ def test_under_repeatable_read_a_run_its_snapshot_cannot_see_answers_slot_busy(d
     with raises_sqlstate("SW010", "enqueue #1 (worker 'w00000'): worker 'w00000' is busy: a concurrent run"):
         rr.execute("SELECT * FROM scrinalia.enqueue_runs(ARRAY['w00000'])")
     rr.rollback()
+
+
+def test_a_long_transaction_on_a_ledger_analyzed_empty_never_scans_the_ledger(db):
+    # the slot's description is planned once per session: planned while the statistics
+    # said the ledger was empty, a sequential scan made each call slower than the last
+    workers = make_workers(db, 60)
+    db.execute("VACUUM ANALYZE scrinalia.archive_worker_runs")
+    with db.transaction():
+        for w in workers:
+            db.execute("SELECT scrinalia.enqueue(%s)", (w,))
+        scans = db.execute(
+            "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relid = 'scrinalia.archive_worker_runs'::regclass"
+        ).fetchone()[0]
+    assert scans < 10
