@@ -228,8 +228,8 @@ def run(dsn: str, quick: bool = False) -> Result:
         met=met if not quick else None,
         notes=[
             "enqueue() sends no subtransaction per call (an ON CONFLICT DO NOTHING answers a slot taken meanwhile) "
-            "and describe_slot_holder() is PL/pgSQL with a cached plan (as a SQL function with a SET clause it "
-            "was planned at every call).",
+            "and describe_slot_holder() is PL/pgSQL with a cached plan that never scans the ledger whole (as a SQL "
+            "function with a SET clause it was planned at every call).",
             "enqueue_runs checks each rule once over the batch, takes the slots (catalogue rows FOR SHARE, "
             "schedule rows FOR KEY SHARE) and inserts in worker order, and sends one NOTIFY per run as enqueue().",
         ],
