@@ -12,8 +12,7 @@ import re
 from . import machine
 from .common import Result, table
 
-ORDER = ("tick", "history", "claim", "lateness", "compare", "schedules")
-ORDER += ("metrics",)
+ORDER = ("tick", "history", "claim", "lateness", "compare", "schedules", "enqueue", "metrics")
 _SECTION = re.compile(r"<!-- bench:(\w+) -->\n(.*?)<!-- /bench:\1 -->\n", re.S)
 _SUMMARY = re.compile(r"<!-- summary: (.*?) -->")
 

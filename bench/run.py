@@ -33,7 +33,8 @@ DESCRIPTIONS = {
     "lateness": "4. scheduler lateness against pg_cron, and enqueue-to-claim latency (real processes)",
     "compare": "5. side by side with graphile-worker, pgqueuer and procrastinate (each tuned and at defaults)",
     "schedules": "6. schedule writes: put_schedule calls/s and put_schedules in bulk",
-    "metrics": "7. the exporter's queries, worker_metrics() and the alerts at 2,000 and 100,000 workers",
+    "enqueue": "7. enqueue through the API: enqueue() calls/s and enqueue_runs() in bulk",
+    "metrics": "8. the exporter's queries, worker_metrics() and the alerts at 2,000 and 100,000 workers",
 }
 
 
@@ -151,6 +152,10 @@ def run_one(key: str, dbs: Databases, args, own_cluster: bool) -> Result:
         from bench import schedule_bench
 
         return schedule_bench.run(dbs.fresh("bench_schedules"), quick=args.quick)
+    if key == "enqueue":
+        from bench import enqueue_bench
+
+        return enqueue_bench.run(dbs.fresh("bench_enqueue"), quick=args.quick)
     if key == "metrics":
         from bench import metrics_bench
 

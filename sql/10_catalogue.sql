@@ -95,7 +95,10 @@ END $$;
 
 -- The WorkerRunRequest {engine?, preset?, options?, engine_options?}, checked against
 -- the catalogue; returns it unchanged when valid. engine_options are checked against
--- the engine the config will resolve to when the request names none.
+-- the engine the config will resolve to when the request names none. Reads nothing of
+-- the worker but its engines, presets, options and the engine of its settings and of
+-- its default config: enqueue_runs validates once per distinct combination of those
+-- and the request, and must group by anything else a check here comes to read.
 CREATE OR REPLACE FUNCTION scrinalia.validate_request(p_worker_name text, p_request jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE

@@ -8,13 +8,21 @@
 -- How the slot's current holder reads in an error message: the QUEUED/RUNNING run,
 -- or else a failed scheduled attempt whose retry is owed (ADR 0015: the retry owns
 -- the slot from the moment of the failure, whether or not a scheduler runs). NULL
--- when the slot is free.
+-- when the slot is free. PL/pgSQL: enqueue asks at every call, and a SQL function that
+-- cannot be inlined (its SET clause) is parsed and planned again each time. Its plan
+-- is kept for the session, so it must not depend on the ledger's statistics: planned
+-- while they said the ledger was empty (analyzed empty, or pruned), a scan of the
+-- whole ledger would make each call of a long transaction slower than the last as its
+-- runs accumulate. No sequential scan, and the owed retry looked up in its partial
+-- index before the ordering (OFFSET 0), not found along the primary key's order.
 CREATE OR REPLACE FUNCTION scrinalia.describe_slot_holder(p_worker_name text)
 RETURNS text
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
+SET enable_seqscan = off
 AS $$
-    SELECT coalesce(
+BEGIN
+    RETURN coalesce(
         (SELECT format('run #%s %s (%s%s%s)', r.run_id, r.status, r.trigger,
                        CASE WHEN r.trigger = 'SCHEDULE'
                             THEN format(' attempt %s/%s', r.attempt, scrinalia.max_attempts()) ELSE '' END,
@@ -26,10 +34,10 @@ AS $$
           WHERE r.worker_name = p_worker_name AND r.status IN ('QUEUED', 'RUNNING')),
         (SELECT format('run #%s %s (SCHEDULE attempt %s/%s) is owed its retry, which the scheduler creates',
                        p.run_id, p.status, p.attempt, scrinalia.max_attempts())
-           FROM scrinalia.archive_worker_runs p
-          WHERE p.worker_name = p_worker_name AND p.retry_pending
-          ORDER BY p.run_id LIMIT 1))
-$$;
+           FROM (SELECT o.run_id, o.status, o.attempt FROM scrinalia.archive_worker_runs o
+                  WHERE o.worker_name = p_worker_name AND o.retry_pending OFFSET 0) p
+          ORDER BY p.run_id LIMIT 1));
+END $$;
 
 CREATE OR REPLACE FUNCTION scrinalia.raise_slot_busy(p_worker_name text, p_holder text)
 RETURNS void
@@ -51,7 +59,6 @@ SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 DECLARE
     req jsonb;
-    rc record;
     run scrinalia.archive_worker_runs;
     active text;
 BEGIN
@@ -60,7 +67,14 @@ BEGIN
             MESSAGE = format('enqueue takes trigger MANUAL or CLI, not %s', coalesce(p_trigger::text, 'NULL')),
             HINT = 'SCHEDULE runs are created by the scheduler''s tick';
     END IF;
-    req := scrinalia.validate_request(p_worker_name, p_request);
+    -- an empty request is valid for every worker (validate_request would return it
+    -- after require_worker's check): the common case saves the rest of the checks
+    IF coalesce(p_request, '{}') = '{}' THEN
+        PERFORM scrinalia.require_worker(p_worker_name);
+        req := '{}';
+    ELSE
+        req := scrinalia.validate_request(p_worker_name, p_request);
+    END IF;
     PERFORM scrinalia.check_actor('requested_by', p_requested_by);
     -- The worker's slot is taken for this transaction's decision before its run is
     -- inserted: the catalogue row FOR SHARE (create_retries skips a worker so held),
@@ -77,17 +91,38 @@ BEGIN
     IF active IS NOT NULL THEN
         PERFORM scrinalia.raise_slot_busy(p_worker_name, active);
     END IF;
-    rc := scrinalia.resolve_config(p_worker_name, req);
-    BEGIN
+    -- No subtransaction (an EXCEPTION block) on the way of every call: in a long
+    -- transaction each one's XID stayed locked until its end and overflowed the
+    -- session's subtransaction cache, so that every call cost more than the one
+    -- before, and every other session's snapshot checks too. A run committed after
+    -- the check above (a concurrent enqueue or tick; the insert waits for an
+    -- uncommitted one) is a conflict of the one-slot index, which DO NOTHING answers
+    -- with no row. Under REPEATABLE READ or SERIALIZABLE, DO NOTHING would raise a
+    -- serialization failure for a run its snapshot cannot see: the exception block
+    -- there, to answer SW010 as always.
+    IF current_setting('transaction_isolation') = 'read committed' THEN
         INSERT INTO scrinalia.archive_worker_runs
                (worker_name, trigger, request, config, config_sources, requested_by)
-        VALUES (p_worker_name, p_trigger, req, rc.config, rc.sources, p_requested_by)
+        SELECT p_worker_name, p_trigger, req, rc.config, rc.sources, p_requested_by
+          FROM scrinalia.resolve_configs(ARRAY[p_worker_name], ARRAY[req]) rc
+        ON CONFLICT DO NOTHING
         RETURNING * INTO run;
-    EXCEPTION WHEN unique_violation THEN
-        -- a concurrent enqueue or tick took the slot after the check above
-        PERFORM scrinalia.raise_slot_busy(p_worker_name,
-                    coalesce(scrinalia.describe_slot_holder(p_worker_name), 'a concurrent run'));
-    END;
+        IF NOT FOUND THEN
+            PERFORM scrinalia.raise_slot_busy(p_worker_name,
+                        coalesce(scrinalia.describe_slot_holder(p_worker_name), 'a concurrent run'));
+        END IF;
+    ELSE
+        BEGIN
+            INSERT INTO scrinalia.archive_worker_runs
+                   (worker_name, trigger, request, config, config_sources, requested_by)
+            SELECT p_worker_name, p_trigger, req, rc.config, rc.sources, p_requested_by
+              FROM scrinalia.resolve_configs(ARRAY[p_worker_name], ARRAY[req]) rc
+            RETURNING * INTO run;
+        EXCEPTION WHEN unique_violation THEN
+            PERFORM scrinalia.raise_slot_busy(p_worker_name,
+                        coalesce(scrinalia.describe_slot_holder(p_worker_name), 'a concurrent run'));
+        END;
+    END IF;
     PERFORM pg_notify('scrinalia_runs', p_worker_name);
     RETURN run;
 END $$;
@@ -168,11 +203,19 @@ BEGIN
         IF FOUND THEN
             PERFORM scrinalia.require_worker(at_worker);  -- raises its SW001
         END IF;
-        -- an empty request is valid for every worker (validate_request returns it)
-        FOR r IN SELECT s.w, s.q, s.i::integer AS i
+        -- An empty request is valid for every worker (validate_request returns it).
+        -- validate_request's answer depends on the request and on the worker's
+        -- engines, presets, options and configured engines alone (the name is only
+        -- in its message): one call per distinct combination, its first element, in
+        -- the order of those first elements, finds the first element refused.
+        FOR r IN SELECT min(s.i)::integer AS i, (array_agg(s.w ORDER BY s.i))[1] AS w, s.q
                    FROM unnest(workers, requests) WITH ORDINALITY AS s(w, q, i)
+                   JOIN scrinalia.archive_workers aw ON aw.worker_name = s.w
+                   LEFT JOIN scrinalia.archive_worker_settings st ON st.worker_name = s.w
                   WHERE s.q <> '{}'
-                  ORDER BY s.i LOOP
+                  GROUP BY s.q, aw.engines, aw.presets, aw.options, aw.default_config -> 'engine',
+                           st.settings -> 'engine'
+                  ORDER BY 1 LOOP
             at_i := r.i;
             at_worker := r.w;
             PERFORM scrinalia.validate_request(r.w, r.q);

@@ -97,9 +97,21 @@ def test_with_the_groups_a_plain_owner_migrates_from_empty_and_again(cluster):
     with psycopg.connect(cluster.dsn("archive", "archive_api"), autocommit=True) as api:
         api.execute("SELECT * FROM scrinalia.worker_agenda").fetchall()
     # and the owner rolls back and forward (0004's rollback revokes, it drops no role)
-    assert m.rollback(dsn, count=5) == ["0008_metrics_indexes", "0007_cron_masks", "0006_ledger_indexes", "0005_health", "0004_roles"]
+    assert m.rollback(dsn, count=5) == [
+        "0008_metrics_indexes",
+        "0007_cron_masks",
+        "0006_ledger_indexes",
+        "0005_health",
+        "0004_roles",
+    ]
     assert cluster.groups_present() == set(groups.GROUPS)
-    assert m.migrate(dsn) == ["0004_roles", "0005_health", "0006_ledger_indexes", "0007_cron_masks", "0008_metrics_indexes"]
+    assert m.migrate(dsn) == [
+        "0004_roles",
+        "0005_health",
+        "0006_ledger_indexes",
+        "0007_cron_masks",
+        "0008_metrics_indexes",
+    ]
 
 
 def test_the_groups_sql_is_what_a_dba_runs_once_with_createrole(cluster):

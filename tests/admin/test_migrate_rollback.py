@@ -59,7 +59,13 @@ def test_rolling_back_0004_alone_keeps_the_schedule_runs(empty_db_dsn):
         "0005_health",
         "0004_roles",
     ]
-    assert m.migrate(empty_db_dsn) == ["0004_roles", "0005_health", "0006_ledger_indexes", "0007_cron_masks", "0008_metrics_indexes"]
+    assert m.migrate(empty_db_dsn) == [
+        "0004_roles",
+        "0005_health",
+        "0006_ledger_indexes",
+        "0007_cron_masks",
+        "0008_metrics_indexes",
+    ]
 
 
 def test_the_rollback_file_refuses_on_its_own(empty_db_dsn):

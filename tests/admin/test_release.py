@@ -104,7 +104,12 @@ def test_a_rollback_takes_the_code_written_for_the_head_and_migrate_brings_it_ba
         make_worker(c, "ocr")
         c.execute("SELECT scrinalia.put_schedule('ocr', '0 2 * * *', 'UTC')")
         run_id = c.execute("SELECT run_id FROM scrinalia.enqueue('ocr')").fetchone()[0]
-    assert m.rollback(db_dsn, count=4) == ["0008_metrics_indexes", "0007_cron_masks", "0006_ledger_indexes", "0005_health"]
+    assert m.rollback(db_dsn, count=4) == [
+        "0008_metrics_indexes",
+        "0007_cron_masks",
+        "0006_ledger_indexes",
+        "0005_health",
+    ]
     with psycopg.connect(db_dsn, autocommit=True) as c:
         # no function nor view is left that needs what went, nor one that says the old head
         assert c.execute("SELECT to_regprocedure('scrinalia.schema_head()')").fetchone()[0] is None
@@ -156,7 +161,12 @@ def test_a_daemon_call_failing_after_a_rollback_is_told_why(db_dsn):
     """gateway.checks.schema_moved: what the daemons' loops call on an undefined object."""
     from scrinalia_workers.gateway.checks import schema_moved
 
-    assert m.rollback(db_dsn, count=4) == ["0008_metrics_indexes", "0007_cron_masks", "0006_ledger_indexes", "0005_health"]
+    assert m.rollback(db_dsn, count=4) == [
+        "0008_metrics_indexes",
+        "0007_cron_masks",
+        "0006_ledger_indexes",
+        "0005_health",
+    ]
     with psycopg.connect(db_dsn, autocommit=True) as c:
         with pytest.raises(psycopg.errors.UndefinedFunction) as e:
             c.execute("SELECT * FROM scrinalia.claim_runs('r1', interval '1 minute', NULL, 1)")

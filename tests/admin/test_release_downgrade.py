@@ -1,7 +1,8 @@
-"""Downgrading to the previous release and back, with the previous release's own code:
-this release rolls back to 0.1.0's head, 0.1.0's migrate completes and its scheduler
-ticks, then this release migrates forward again; the history is intact throughout and
-this release's scheduler, left running, exits 2 with the advice."""
+"""Downgrading to an earlier release and back, with that release's own code: this
+release rolls back to its head, its migrate completes and its scheduler ticks, then
+this release migrates forward again; the history is intact throughout and this
+release's scheduler, left running, exits 2 with the advice. Run for the previous
+release (0.2.0) and the one before (0.1.0, whose yoyo tables live in the public schema)."""
 
 from __future__ import annotations
 
@@ -20,20 +21,29 @@ from scrinalia_workers.admin.bookkeeping import BOOKKEEPING_SCHEMA
 from scrinalia_workers.testkit.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-PREVIOUS = "5ba9e6d"  # release 0.1.0
-PREVIOUS_HEAD = "0004_roles"
+# (commit, its version, its schema head, whether its yoyo tables are in public)
+RELEASES = {
+    "0.2.0": ("cb01a6d", "0006_ledger_indexes", False),
+    "0.1.0": ("5ba9e6d", "0004_roles", True),
+}
 DB_VARS = ("DATABASE_URL", "PGHOST", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD", "PGSERVICE")
 
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(params=sorted(RELEASES, reverse=True))
+def release(request) -> str:
+    return request.param
+
+
 @pytest.fixture
-def previous(tmp_path) -> Path:
-    """The previous release's tree (its py_shim, sql/ and migrations/), from git."""
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", PREVIOUS], capture_output=True)
+def previous(tmp_path, release) -> Path:
+    """The earlier release's tree (its py_shim, sql/ and migrations/), from git."""
+    commit = RELEASES[release][0]
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit], capture_output=True)
     if archive.returncode != 0:
         pytest.fail(
-            f"release 0.1.0 (commit {PREVIOUS}) is not in this clone's history, and this test runs its "
+            f"release {release} (commit {commit}) is not in this clone's history, and this test runs its "
             f"code: fetch the full history (git fetch --unshallow): {archive.stderr.decode(errors='replace')}"
         )
     subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive.stdout, check=True)
@@ -61,7 +71,10 @@ def _schedules(dsn: str) -> list[tuple]:
         ).fetchall()
 
 
-def test_roll_back_to_the_previous_release_run_it_and_come_back(db_dsn, previous, procs):
+def test_roll_back_to_an_earlier_release_run_it_and_come_back(db_dsn, release, previous, procs):
+    _commit, PREVIOUS_HEAD, yoyo_in_public = RELEASES[release]
+    heads = m.head_ids()
+    newer = heads[heads.index(PREVIOUS_HEAD) + 1 :]
     with psycopg.connect(db_dsn, autocommit=True) as c:
         make_worker(c, "ocr")
         make_worker(c, "thumbs")
@@ -77,14 +90,9 @@ def test_roll_back_to_the_previous_release_run_it_and_come_back(db_dsn, previous
     ours = procs.scheduler(db_dsn, "--standby-retry", "0.2")
     ours.wait_event("lock acquired", timeout=30)
 
-    r = cli("migrate", "--rollback", "--count", "4", dsn=db_dsn)
+    r = cli("migrate", "--rollback", "--count", str(len(newer)), dsn=db_dsn)
     assert r.code == 0, r.err
-    assert r.out.split() == [
-        *("rolled", "back", "0008_metrics_indexes"),
-        *("rolled", "back", "0007_cron_masks"),
-        *("rolled", "back", "0006_ledger_indexes"),
-        *("rolled", "back", "0005_health"),
-    ]
+    assert r.out.split() == [w for mid in reversed(newer) for w in ("rolled", "back", mid)]
     # this release's scheduler, left running, leaves with the advice instead of looping
     assert ours.wait(30) == 2
     assert "no scrinalia code installed" in ours.tail(), ours.tail()
@@ -104,7 +112,7 @@ def test_roll_back_to_the_previous_release_run_it_and_come_back(db_dsn, previous
     assert f"already at the head ({PREVIOUS_HEAD})" in old.stdout, old.stdout
     with psycopg.connect(db_dsn, autocommit=True) as c:
         assert c.execute("SELECT scrinalia.schema_head()").fetchone()[0] == PREVIOUS_HEAD
-        assert c.execute("SELECT to_regclass('public._yoyo_migration')").fetchone()[0] is not None
+        assert (c.execute("SELECT to_regclass('public._yoyo_migration')").fetchone()[0] is not None) == yoyo_in_public
         t0 = c.execute(
             "UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() - interval '1 minute'"
             " WHERE worker_name = 'thumbs' RETURNING now()"
@@ -131,12 +139,12 @@ def test_roll_back_to_the_previous_release_run_it_and_come_back(db_dsn, previous
     history = _history(db_dsn)
 
     # and forward again with this release
-    assert m.migrate(db_dsn) == ["0005_health", "0006_ledger_indexes", "0007_cron_masks", "0008_metrics_indexes"]
+    assert m.migrate(db_dsn) == newer
     with psycopg.connect(db_dsn, autocommit=True) as c:
         assert c.execute("SELECT scrinalia.schema_head()").fetchone()[0] == m.head_ids()[-1]
         assert c.execute("SELECT scrinalia.installed_release()").fetchone()[0] == __version__
         assert c.execute("SELECT to_regclass('public._yoyo_migration')").fetchone()[0] is None
-        assert c.execute(f"SELECT count(*) FROM {BOOKKEEPING_SCHEMA}._yoyo_migration").fetchone()[0] == 7
+        assert c.execute(f"SELECT count(*) FROM {BOOKKEEPING_SCHEMA}._yoyo_migration").fetchone()[0] == len(heads)
     assert _history(db_dsn) == history and _schedules(db_dsn) == schedules
     assert cli("status", dsn=db_dsn).code == 0
     ours = procs.scheduler(db_dsn)
