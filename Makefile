@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,embedded]'
+	$(BIN)/pip install --quiet -e '.[test,embedded,bench]'
 	touch $@
 
 demo: $(BIN)/.installed

@@ -36,7 +36,9 @@ from scrinalia_workers.testkit.waiting import wait_for
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-PREVIOUS = "5ba9e6d"  # the previous release
+# the previous release (0.2.0) and the one before (0.1.0): each release's daemons must live
+# through the next one's migrate, and a deploy may skip a release
+PREVIOUS = ("cb01a6d", "5ba9e6d")
 PERIODS = 24
 FIRST_AT = 3
 FAIL_EVERY = 6
@@ -68,15 +70,16 @@ HANDLERS = textwrap.dedent(f"""
 EXTRA_COLUMN = "ALTER TABLE scrinalia.archive_worker_runs ADD COLUMN upgrade_note text;\n"
 
 
-@pytest.fixture(scope="module")
-def previous(tmp_path_factory) -> Path:
-    """The previous release's tree, as `git archive` gives it."""
+@pytest.fixture(scope="module", params=PREVIOUS)
+def previous(request, tmp_path_factory) -> Path:
+    """An earlier release's tree, as `git archive` gives it."""
+    commit = request.param
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("needs git and this checkout's history")
     where = tmp_path_factory.mktemp("previous")
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", PREVIOUS], capture_output=True, check=False)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit], capture_output=True, check=False)
     if archive.returncode != 0:
-        pytest.skip(f"release {PREVIOUS} is not in this checkout's history")
+        pytest.skip(f"release {commit} is not in this checkout's history")
     subprocess.run(["tar", "-x", "-C", str(where)], input=archive.stdout, check=True)
     return where
 

@@ -6,6 +6,7 @@ is replaced, then hands over to this release's."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,11 +15,13 @@ import psycopg
 import pytest
 
 from helpers import YEARLY, claim, finish, make_worker, put_schedule, raises_sqlstate
+from scrinalia_workers.admin import migrate as m
 from scrinalia_workers.testkit.procs import Proc
 
 pytestmark = pytest.mark.slow
 
-PREVIOUS = "5379d9a"  # the last release whose scheduler may run while this SQL is installed
+PREVIOUS = "cb01a6d"  # the previous release (0.2.0), whose scheduler may run while this SQL is installed
+PREVIOUS_HEAD = "0006_ledger_indexes"
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -83,10 +86,21 @@ def test_the_previous_release_scheduler_keeps_ticking_then_hands_over(
     """Its heartbeat already names its work session (scheduler_heartbeat(name,
     work_pid) from the lock session, before any tick): the fence lets it decide."""
     old_root = _previous_release(tmp_path)
+    env = {"PYTHONPATH": str(old_root / "py_shim"), "SCRINALIA_ROOT": str(old_root)}
+    # the database as the previous release left it: a release refuses to start on a newer
+    # schema, so its scheduler starts first and this release's migrate comes under it
+    heads = m.head_ids()
+    m.rollback(db_dsn, len(heads) - heads.index(PREVIOUS_HEAD) - 1)
+    subprocess.run(
+        [sys.executable, "-m", "scrinalia_workers", "migrate"],
+        env={**os.environ, **env, "DATABASE_URL": db_dsn},
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     make_worker(db)
     put_schedule(db, "ocr", YEARLY, "UTC")
     dsn = _as(db_dsn, role_logins["runner"])
-    env = {"PYTHONPATH": str(old_root / "py_shim"), "SCRINALIA_ROOT": str(old_root)}
     which = subprocess.run(
         [sys.executable, "-c", "import scrinalia_workers.scheduler as s; print(s.__file__)"],
         env=env,
@@ -94,12 +108,13 @@ def test_the_previous_release_scheduler_keeps_ticking_then_hands_over(
         text=True,
         check=True,
     ).stdout.strip()
-    assert which == str(old_root / "py_shim" / "scrinalia_workers" / "scheduler.py")  # its code, not ours
+    assert which.startswith(str(old_root / "py_shim" / "scrinalia_workers" / "scheduler"))  # its code, not ours
     old = procs.append(
         Proc([sys.executable, "-m", "scrinalia_workers.scheduler", "--dsn", dsn, "--json", "--max-sleep", "0.5"], env)
     )
     old.wait_event("lock acquired")
     old.wait_event("armed", worker="ocr")
+    assert m.migrate(db_dsn), "this release's migrate, under the previous release's scheduler"
     _due_now(db)
     run_id = old.wait_event("enqueued", worker="ocr")["run_id"]
     _, token, *_ = claim(db)

@@ -8,7 +8,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from helpers import make_worker, make_workers, put_schedule, raises_sqlstate, set_next_run, tick
+from helpers import make_worker, make_workers, next_occurrence, put_schedule, raises_sqlstate, set_next_run, tick
 from scrinalia_workers.testkit.waiting import wait_for
 
 COLUMNS = "worker_name, status::text, trigger::text, request, config, config_sources, requested_by, attempt"
@@ -192,7 +192,8 @@ def test_a_batch_waits_for_a_tick_deciding_its_worker_then_answers_slot_busy(db,
     op = connect_as("operator")
     with psycopg.connect(db_dsn) as sched:
         sched.execute("SELECT * FROM scrinalia.due_schedules()")
-        sched.execute("SELECT * FROM scrinalia.tick(ARRAY['u1'], ARRAY[now() + interval '1 hour'], 'test')").fetchall()
+        nxt = next_occurrence(sched, "u1")
+        sched.execute("SELECT * FROM scrinalia.tick(ARRAY['u1'], %s::timestamptz[], 'test')", ([nxt],)).fetchall()
         op.execute("SET lock_timeout = '300ms'")
         with pytest.raises(psycopg.errors.LockNotAvailable):
             enqueue_runs(op, ["u2", "u1"])
