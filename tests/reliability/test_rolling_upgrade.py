@@ -147,7 +147,11 @@ def _settle_and_check(db, procs, daemons: list, first, last, changed_at) -> None
     # the scheduler alone creates the retries owed (a pass every --max-sleep)
     settled_at = db.execute("SELECT now()").fetchone()[0]
     wait_for(lambda: owed_retries(db, settled_at) == [], timeout=10, what="the owed retries created")
-    codes = procs.stop_all(daemons, timeout=30)
+    # the standbys first: a standby of 0.2.0 that took the lock over a newer schema would
+    # exit 2 saying so (its start-up rule, docs/operate.md "Rolling deploys")
+    holds = [any(e.get("event") == "lock acquired" for e in p.events) for p in daemons]
+    codes = procs.stop_all([p for p, h in zip(daemons, holds) if not h], timeout=30)
+    codes += procs.stop_all([p for p, h in zip(daemons, holds) if h], timeout=30)
     trouble = [
         (e.get("event"), e.get("reason"))
         for p in daemons
