@@ -76,6 +76,30 @@ BEGIN
     END IF;
 END $$;
 
+-- The batch calls that check element by element (put_schedules, enqueue_runs): raises
+-- an element's error again, its SQLSTATE and hint kept, its message prefixed with which
+-- element and worker it was ('schedule #3 (worker 'ocr'): ...').
+CREATE OR REPLACE FUNCTION scrinalia.raise_element_error(p_element text, p_i integer, p_worker text,
+                                                          p_sqlstate text, p_message text, p_hint text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    msg text := p_message;
+BEGIN
+    IF p_i IS NOT NULL THEN
+        msg := format('%s #%s%s: %s', p_element, p_i,
+                      CASE WHEN p_worker IS NOT NULL
+                           THEN format(' (worker %s)', quote_literal(left(p_worker, 100))) ELSE '' END,
+                      msg);
+    END IF;
+    IF coalesce(p_hint, '') = '' THEN
+        RAISE EXCEPTION USING ERRCODE = p_sqlstate, MESSAGE = msg;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = p_sqlstate, MESSAGE = msg, HINT = p_hint;
+END $$;
+
 -- A runner's lease (claim_next, claim_runs): at least this long...
 CREATE OR REPLACE FUNCTION scrinalia.min_lease()
 RETURNS interval

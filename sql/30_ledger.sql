@@ -224,16 +224,7 @@ BEGIN
         PERFORM scrinalia.check_actor('requested_by', p_requested_by);
     EXCEPTION WHEN SQLSTATE 'SW001' OR SQLSTATE 'SW002' THEN
         GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
-        IF at_i IS NOT NULL THEN
-            msg := format('enqueue #%s%s: %s', at_i,
-                          CASE WHEN at_worker IS NOT NULL
-                               THEN format(' (worker %s)', quote_literal(left(at_worker, 100))) ELSE '' END,
-                          msg);
-        END IF;
-        IF coalesce(hint, '') = '' THEN
-            RAISE EXCEPTION USING ERRCODE = st, MESSAGE = msg;
-        END IF;
-        RAISE EXCEPTION USING ERRCODE = st, MESSAGE = msg, HINT = hint;
+        PERFORM scrinalia.raise_element_error('enqueue', at_i, at_worker, st, msg, hint);
     END;
     IF cardinality(workers) = 0 THEN
         RETURN;

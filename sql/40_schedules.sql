@@ -327,16 +327,7 @@ BEGIN
         END IF;
     EXCEPTION WHEN SQLSTATE 'SW001' OR SQLSTATE 'SW002' OR SQLSTATE 'SW003' OR SQLSTATE 'SW004' THEN
         GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
-        IF at_i IS NOT NULL THEN
-            msg := format('schedule #%s%s: %s', at_i,
-                          CASE WHEN at_worker IS NOT NULL
-                               THEN format(' (worker %s)', quote_literal(left(at_worker, 100))) ELSE '' END,
-                          msg);
-        END IF;
-        IF coalesce(hint, '') = '' THEN
-            RAISE EXCEPTION USING ERRCODE = st, MESSAGE = msg;
-        END IF;
-        RAISE EXCEPTION USING ERRCODE = st, MESSAGE = msg, HINT = hint;
+        PERFORM scrinalia.raise_element_error('schedule', at_i, at_worker, st, msg, hint);
     END;
 
     SELECT count(*) FILTER (WHERE w.created), count(*) FILTER (WHERE NOT w.created)

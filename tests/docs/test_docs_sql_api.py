@@ -60,6 +60,7 @@ INTERNAL = {
     "outcome_fingerprint",
     "check_outcome_status",
     "check_array_lengths",
+    "raise_element_error",
     "store_cron_masks",
     "cron_masks_of",
     "store_missing_cron_masks",
