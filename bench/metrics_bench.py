@@ -159,7 +159,7 @@ def run(dsn_for, quick: bool = False) -> Result:
     worst = {n: max(median(f["times"]) for f in d["figures"].values()) for n, d in data.items()}
     return Result(
         key="metrics",
-        title="7. Metrics and alerts on a large ledger",
+        title="8. Metrics and alerts on a large ledger",
         setup=[
             "Each query of monitoring/queries.yaml as prometheus-postgres-exporter runs it, and "
             + ", ".join(OTHERS)
