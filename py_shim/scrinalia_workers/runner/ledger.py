@@ -42,10 +42,16 @@ from scrinalia_workers.runner.run_states import RunState
 STOPPING_REPORT_RETRY = 5.0
 
 
+_DECODE = json.JSONDecoder().decode
+
+
 def _json_loads(data: bytes | str) -> Any:
     """json.loads, with the usual empty object (a run's request, config and config
-    sources, three a claimed run) answered without the parser."""
-    return {} if data == b"{}" else json.loads(data)
+    sources, three a claimed run) answered without the parser, and the rest decoded
+    as the UTF-8 the server sends (without json.loads' guess of the encoding)."""
+    if data == b"{}":
+        return {}
+    return _DECODE(data.decode() if isinstance(data, bytes) else data)
 
 
 class Ledger:
@@ -228,8 +234,10 @@ class Ledger:
         ids = [run["run_id"] for run, _ in items]
         tokens = [run["lease_token"] for run, _ in items]
         statuses = [o.status for _, o in items]
-        errors = [o.error for _, o in items]
-        fingerprints = [o.fingerprint for _, o in items]
+        errs = [o.error for _, o in items]
+        fps = [o.fingerprint for _, o in items]
+        # NULL arrays for a batch of successes (the rule): nothing to build or send
+        errors, fingerprints = (errs, fps) if any(errs) or any(fps) else (None, None)
         cur = conn.cursor(row_factory=dict_row)
         try:
             rows = cur.execute(FINISH_RUNS, (ids, tokens, statuses, errors, fingerprints)).fetchall()
@@ -237,6 +245,8 @@ class Ledger:
             # a text does not fit the database's encoding (a LATIN1 database and a
             # Chinese file name; psycopg refuses it, or the server): store them
             # ASCII-escaped rather than not at all
+            if errors is None:
+                raise
             errors = [e.encode("ascii", "backslashreplace").decode("ascii") if e else None for e in errors]
             rows = cur.execute(FINISH_RUNS, (ids, tokens, statuses, errors, fingerprints)).fetchall()
         return {row["run_id"]: row["lost_reason"] for row in rows}
