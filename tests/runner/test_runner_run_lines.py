@@ -8,10 +8,12 @@ import io
 import json
 from datetime import timedelta
 
+import pytest
+
 from helpers import make_worker, run_row, scheduled_run
 from scrinalia_workers.logs import EventLog
 from scrinalia_workers.runner.handlers import Outcome
-from scrinalia_workers.runner.ledger import Ledger
+from scrinalia_workers.runner.ledger import Ledger, _json_loads
 from scrinalia_workers.runner.run_lines import log_claimed, log_finished
 
 # names a database never holds (its CHECK), but a line must survive anything
@@ -113,3 +115,12 @@ def test_the_claimed_row_in_binary_is_the_row_in_text(db, db_dsn):
         assert run == text
         assert {k: type(v) for k, v in run.items()} == {k: type(v) for k, v in text.items()}
     assert claimed[scheduled]["trigger"] == "SCHEDULE" and claimed[scheduled]["status"] == "RUNNING"
+
+
+def test_the_json_of_a_claimed_row_parses_as_json_loads():
+    for text in ['{"a": [1, 2.5, "\\u00e9"], "b": null}', "{}", "[]", ' {"a": 1} ', '"x"', '{"é": "漢"}']:
+        for data in (text.encode(), text):
+            assert _json_loads(data) == json.loads(text)
+    for bad in [b'{"a": 1} x', b"{", b""]:
+        with pytest.raises(json.JSONDecodeError):
+            _json_loads(bad)

@@ -42,16 +42,22 @@ from scrinalia_workers.runner.run_states import RunState
 STOPPING_REPORT_RETRY = 5.0
 
 
-_DECODE = json.JSONDecoder().decode
+_RAW_DECODE = json.JSONDecoder().raw_decode
 
 
 def _json_loads(data: bytes | str) -> Any:
     """json.loads, with the usual empty object (a run's request, config and config
-    sources, three a claimed run) answered without the parser, and the rest decoded
-    as the UTF-8 the server sends (without json.loads' guess of the encoding)."""
+    sources, three a claimed run) answered without the parser, and the rest parsed
+    as the server writes it: UTF-8 (no guess of the encoding), no surrounding
+    whitespace (no scans for it; json.loads when there is some after all)."""
     if data == b"{}":
         return {}
-    return _DECODE(data.decode() if isinstance(data, bytes) else data)
+    text = data.decode() if isinstance(data, bytes) else data
+    try:
+        value, end = _RAW_DECODE(text)
+    except ValueError:  # (leading whitespace: json.loads takes it, or raises its own error)
+        return json.loads(text)
+    return value if end == len(text) else json.loads(text)
 
 
 class Ledger:
