@@ -244,7 +244,7 @@ class Ledger:
         fps = [o.fingerprint for _, o in items]
         # NULL arrays for a batch of successes (the rule): nothing to build or send
         errors, fingerprints = (errs, fps) if any(errs) or any(fps) else (None, None)
-        cur = conn.cursor(row_factory=dict_row)
+        cur = conn.cursor()  # tuples (run_id, status, lost_reason): no dict per run
         try:
             rows = cur.execute(FINISH_RUNS, (ids, tokens, statuses, errors, fingerprints)).fetchall()
         except (psycopg.errors.DataException, UnicodeEncodeError):
@@ -255,4 +255,4 @@ class Ledger:
                 raise
             errors = [e.encode("ascii", "backslashreplace").decode("ascii") if e else None for e in errors]
             rows = cur.execute(FINISH_RUNS, (ids, tokens, statuses, errors, fingerprints)).fetchall()
-        return {row["run_id"]: row["lost_reason"] for row in rows}
+        return {run_id: lost for run_id, _, lost in rows}
