@@ -46,6 +46,7 @@ from scrinalia_workers.runner.batch import RELEASE_AFTER, Batch, Supervision
 from scrinalia_workers.runner.handler_thread import HandlerThread
 from scrinalia_workers.runner.handlers import ANY_WORKER, Handler, handler_for
 from scrinalia_workers.runner.ledger import Ledger
+from scrinalia_workers.runner.run_lines import log_claimed
 from scrinalia_workers.runner.runner_id import default_runner_id
 from scrinalia_workers.runner.wakeup import Waiter, Wakeup
 
@@ -183,15 +184,7 @@ class Runner:
         if not runs:
             return []
         self._backoff.reset()
-        with self.log.batch():  # a batch's lines, one write
-            for run in runs:
-                self.log(
-                    "claimed",
-                    run_id=run["run_id"],
-                    worker=run["worker_name"],
-                    trigger=run["trigger"],
-                    attempt=run["attempt"],
-                )
+        log_claimed(self.log, runs)
         batch = Batch(runs, self._supervision)
         batch.hand([handler_for(self.handlers, run["worker_name"]) for run in runs])
         batch.see_through()

@@ -74,7 +74,8 @@ class HandlerThread:
     def current(self) -> Running | None:
         """The running handler started last (None: none runs): the runs waiting are held
         up when even it has run long."""
-        running = list(self._running.values())
+        with self._lock:  # (the handler threads change it meanwhile)
+            running = list(self._running.values())
         return max(running, key=lambda r: r.started) if running else None
 
     @property
@@ -123,7 +124,8 @@ class HandlerThread:
     @property
     def waiting(self) -> int:
         """How many submitted runs wait behind a running one."""
-        return sum(1 for p in self._pending if not p.first)
+        with self._lock:  # (a handler thread takes the next one meanwhile)
+            return sum(1 for p in self._pending if not p.first)
 
     @property
     def busy(self) -> bool:

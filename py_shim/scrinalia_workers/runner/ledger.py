@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import set_json_loads
+from psycopg.types.string import TextBinaryLoader
 
 from scrinalia_workers.clock import SYSTEM, Clock
 from scrinalia_workers.errors import DatabaseUnavailable
@@ -27,11 +28,13 @@ from scrinalia_workers.gateway.statements.runner import (
     HEARTBEAT_RUNS,
     LISTEN_FOR_RUNS,
     RELEASE_RUNS,
+    RUN_ROW_ENUMS,
     SECONDS_TO_NEXT_CLAIMABLE,
     UNLISTEN_FOR_RUNS,
 )
 from scrinalia_workers.logs import EventLog, one_line
 from scrinalia_workers.runner.handlers import Outcome
+from scrinalia_workers.runner.run_lines import log_finished
 from scrinalia_workers.runner.run_states import RunState
 
 # Shutting down, the container's stop timeout is near: a report is retried a few
@@ -39,10 +42,22 @@ from scrinalia_workers.runner.run_states import RunState
 STOPPING_REPORT_RETRY = 5.0
 
 
+_RAW_DECODE = json.JSONDecoder().raw_decode
+
+
 def _json_loads(data: bytes | str) -> Any:
     """json.loads, with the usual empty object (a run's request, config and config
-    sources, three a claimed run) answered without the parser."""
-    return {} if data == b"{}" else json.loads(data)
+    sources, three a claimed run) answered without the parser, and the rest parsed
+    as the server writes it: UTF-8 (no guess of the encoding), no surrounding
+    whitespace (no scans for it; json.loads when there is some after all)."""
+    if data == b"{}":
+        return {}
+    text = data.decode() if isinstance(data, bytes) else data
+    try:
+        value, end = _RAW_DECODE(text)
+    except ValueError:  # (leading whitespace: json.loads takes it, or raises its own error)
+        return json.loads(text)
+    return value if end == len(text) else json.loads(text)
 
 
 class Ledger:
@@ -58,6 +73,7 @@ class Ledger:
         self.clock = clock
         self.conn: psycopg.Connection | None = None
         self.listening = False
+        self.enums_loaded = False  # the run row's enums registered on this connection
 
     # -- the connection ------------------------------------------------------------
 
@@ -67,6 +83,7 @@ class Ledger:
             # DatabaseUnavailable when the server is away: run_forever backs off and retries
             self.conn = db.connect(self.dsn, application_name=f"scrinalia-runner {self.runner_id}")
             self.listening = False
+            self.enums_loaded = False
             set_json_loads(_json_loads, self.conn)
         return self.conn
 
@@ -98,7 +115,12 @@ class Ledger:
 
     def claim(self, workers: list[str] | None, limit: int) -> list[dict]:
         """claim_runs(): up to `limit` runs of these workers (None: any), leased to this runner."""
-        cur = self.connect().cursor(row_factory=dict_row)
+        conn = self.connect()
+        if not self.enums_loaded:
+            for (oid,) in conn.execute(RUN_ROW_ENUMS).fetchall():
+                conn.adapters.register_loader(oid, TextBinaryLoader)  # as str, like text
+            self.enums_loaded = True
+        cur = conn.cursor(row_factory=dict_row, binary=True)
         return cur.execute(CLAIM_RUNS, (self.runner_id, self.lease, workers, limit)).fetchall()
 
     def seconds_to_next_claimable(self, workers: list[str] | None) -> float | None:
@@ -198,6 +220,7 @@ class Ledger:
             self.clock.sleep(backoff.next_delay())
             retried = True
         ends = {}
+        reported = []
         with self.log.batch():  # the batch's lines, one write
             for run, o in items:
                 lost = rows[run["run_id"]]
@@ -206,19 +229,9 @@ class Ledger:
                     self.log("lease lost", level="warning", run_id=run["run_id"], reason=f"lease lost: {lost}")
                     ends[run["run_id"]] = RunState.LEASE_LOST
                     continue
-                fields: dict[str, Any] = {}
-                if o.error:
-                    fields = {"error": o.error.splitlines()[0][:500], "fingerprint": o.fingerprint}
-                elif o.summary:
-                    fields = {"summary": o.summary}
-                self.log(
-                    "interrupted" if o.status == "INTERRUPTED" else "finished",
-                    run_id=run["run_id"],
-                    worker=run["worker_name"],
-                    status=o.status,
-                    **fields,
-                )
+                reported.append((run, o))
                 ends[run["run_id"]] = RunState.REPORTED
+            log_finished(self.log, reported)
         return ends
 
     def finish(self, items: list[tuple[dict, Outcome]]) -> dict[int, str | None]:
@@ -227,15 +240,19 @@ class Ledger:
         ids = [run["run_id"] for run, _ in items]
         tokens = [run["lease_token"] for run, _ in items]
         statuses = [o.status for _, o in items]
-        errors = [o.error for _, o in items]
-        fingerprints = [o.fingerprint for _, o in items]
-        cur = conn.cursor(row_factory=dict_row)
+        errs = [o.error for _, o in items]
+        fps = [o.fingerprint for _, o in items]
+        # NULL arrays for a batch of successes (the rule): nothing to build or send
+        errors, fingerprints = (errs, fps) if any(errs) or any(fps) else (None, None)
+        cur = conn.cursor()  # tuples (run_id, status, lost_reason): no dict per run
         try:
             rows = cur.execute(FINISH_RUNS, (ids, tokens, statuses, errors, fingerprints)).fetchall()
         except (psycopg.errors.DataException, UnicodeEncodeError):
             # a text does not fit the database's encoding (a LATIN1 database and a
             # Chinese file name; psycopg refuses it, or the server): store them
             # ASCII-escaped rather than not at all
+            if errors is None:
+                raise
             errors = [e.encode("ascii", "backslashreplace").decode("ascii") if e else None for e in errors]
             rows = cur.execute(FINISH_RUNS, (ids, tokens, statuses, errors, fingerprints)).fetchall()
-        return {row["run_id"]: row["lost_reason"] for row in rows}
+        return {run_id: lost for run_id, _, lost in rows}

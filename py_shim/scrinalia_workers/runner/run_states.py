@@ -85,14 +85,13 @@ class IllegalMove(RuntimeError):
 class RunLife:
     """One claimed run (the row claim_runs() returned) and where it is in its life."""
 
+    __slots__ = ("run", "run_id", "state", "done")
+
     def __init__(self, run: dict):
         self.run = run
+        self.run_id: int = run["run_id"]
         self.state = RunState.CLAIMED
         self.done: Done | None = None  # the handler's outcome, from DONE on
-
-    @property
-    def run_id(self) -> int:
-        return self.run["run_id"]
 
     def move(self, to: RunState, done: Done | None = None) -> None:
         """Moves to `to`; a DONE run carries its outcome, and an end sets the row's 'outcome'."""

@@ -13,18 +13,30 @@ LISTEN_FOR_RUNS = "LISTEN scrinalia_runs"
 UNLISTEN_FOR_RUNS = "UNLISTEN scrinalia_runs"
 
 # (runner_id, lease interval, worker names or NULL for all, batch limit) -> the claimed rows
+# (fetched in binary: the server's output functions and the runner's parsing of a
+# row's timestamps, uuid and interval cost more in text than the whole claim's UPDATE)
 CLAIM_RUNS = "SELECT * FROM scrinalia.claim_runs(%s, %s, %s, %s)"
 
-# (run ids, lease tokens) -> one row per run; lost_reason is NULL while the lease holds
-HEARTBEAT_RUNS = "SELECT run_id, lost_reason FROM scrinalia.heartbeat_runs(%s, %s)"
+# The enum types among a run row's columns: in binary they would read as bytes unless
+# loaded as text (which they are in text).
+RUN_ROW_ENUMS = (
+    "SELECT DISTINCT a.atttypid::int FROM pg_catalog.pg_attribute a"
+    " JOIN pg_catalog.pg_type t ON t.oid = a.atttypid"
+    " WHERE a.attrelid = 'scrinalia.archive_worker_runs'::regclass AND a.attnum > 0 AND t.typtype = 'e'"
+)
 
-# (run ids, lease tokens, statuses, error texts, fingerprints) -> one row per run
+# (run ids, lease tokens) -> one row per run; lost_reason is NULL while the lease holds
+# (%b: arrays sent in binary, cheaper to build than their text)
+HEARTBEAT_RUNS = "SELECT run_id, lost_reason FROM scrinalia.heartbeat_runs(%b, %b)"
+
+# (run ids, lease tokens, statuses, error texts, fingerprints) -> one row per run; the
+# texts are None when no run of the batch has one (finish_runs reads NULLs)
 FINISH_RUNS = (
-    "SELECT run_id, status::text, lost_reason FROM scrinalia.finish_runs(%s, %s, %s::scrinalia.run_status[], %s, %s)"
+    "SELECT run_id, status::text, lost_reason FROM scrinalia.finish_runs(%b, %b, %b::scrinalia.run_status[], %s, %s)"
 )
 
 # (run ids, lease tokens) -> the runs given back to the queue, unstarted
-RELEASE_RUNS = "SELECT run_id FROM scrinalia.release_runs(%s, %s)"
+RELEASE_RUNS = "SELECT run_id FROM scrinalia.release_runs(%b, %b)"
 
 # (worker names or NULL) -> seconds until the next run of those workers can be claimed
 # (negative: one can be now; NULL: none is queued)
