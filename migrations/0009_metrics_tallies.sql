@@ -18,15 +18,17 @@ CREATE TABLE scrinalia.retry_tally (
     retries     bigint NOT NULL
 );
 
--- Append-only between folds, no index: a finish appends, a fold deletes what it read.
--- runs 0: no count changed, only the worker's periods (period = true).
+-- Append-only between folds, no index: a statement that finishes runs appends a row
+-- per (status, trigger, retry, runs, period) with its workers in an array, a fold
+-- deletes what it read. runs: what each worker's count moves by; 0: no count moved,
+-- only the worker's periods (period = true).
 CREATE TABLE scrinalia.run_tally_delta (
-    worker_name text NOT NULL,
-    status      scrinalia.run_status NOT NULL,
-    trigger     scrinalia.run_trigger NOT NULL,
-    retry       boolean NOT NULL,
-    runs        integer NOT NULL,
-    period      boolean NOT NULL
+    status       scrinalia.run_status NOT NULL,
+    trigger      scrinalia.run_trigger NOT NULL,
+    retry        boolean NOT NULL,
+    runs         integer NOT NULL,
+    period       boolean NOT NULL,
+    worker_names text[] NOT NULL
 );
 
 CREATE TABLE scrinalia.latest_period_tally (
