@@ -124,12 +124,6 @@ BEGIN
 END
 $$;
 
--- The deltas not folded yet, a row per worker.
-CREATE OR REPLACE VIEW scrinalia.run_tally_pending AS
-SELECT x.worker_name, d.status, d.trigger, d.retry, d.runs, d.period
-  FROM scrinalia.run_tally_delta d
- CROSS JOIN LATERAL unnest(d.worker_names) AS x(worker_name);
-
 CREATE OR REPLACE FUNCTION scrinalia.tally_insert_row()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER

@@ -20,7 +20,11 @@ AS $$
 #variable_conflict use_column
 BEGIN
     RETURN QUERY
-    WITH changed AS (SELECT DISTINCT d.worker_name FROM scrinalia.run_tally_pending d WHERE d.period)
+    -- (the workers whose periods changed since the last fold: 86_tallies.sql)
+    WITH changed AS (
+        SELECT DISTINCT d.worker_name
+          FROM scrinalia.run_tally_delta e CROSS JOIN LATERAL unnest(e.worker_names) AS d(worker_name)
+         WHERE e.period)
     SELECT t.worker_name, t.scheduled_for, t.run_ids, t.attempts, t.last_status, t.last_error, t.finished_at
       FROM scrinalia.archive_worker_schedules s
       JOIN scrinalia.latest_period_tally t ON t.worker_name = s.worker_name
@@ -110,7 +114,11 @@ BEGIN
     -- Set-based, no probe per worker: the tallies of 86_tallies.sql for the history, the
     -- live rows (one slot per worker) grouped once.
     RETURN QUERY
-    WITH changed AS (SELECT DISTINCT d.worker_name FROM scrinalia.run_tally_pending d WHERE d.period)
+    -- (the workers whose periods changed since the last fold: 86_tallies.sql)
+    WITH changed AS (
+        SELECT DISTINCT d.worker_name
+          FROM scrinalia.run_tally_delta e CROSS JOIN LATERAL unnest(e.worker_names) AS d(worker_name)
+         WHERE e.period)
     SELECT w.worker_name,
            (s.worker_name IS NOT NULL)::int,
            coalesce((NOT s.enabled)::int, 0),
@@ -141,7 +149,9 @@ BEGIN
              ON pf.worker_name = w.worker_name
       LEFT JOIN scrinalia.retry_tally rt ON rt.worker_name = w.worker_name
       LEFT JOIN (SELECT x.worker_name, sum(x.runs) AS retries
-                   FROM (SELECT d.worker_name, d.runs FROM scrinalia.run_tally_pending d WHERE d.retry AND d.runs <> 0
+                   FROM (SELECT d.worker_name, e.runs
+                           FROM scrinalia.run_tally_delta e CROSS JOIN LATERAL unnest(e.worker_names) AS d(worker_name)
+                          WHERE e.retry AND e.runs <> 0
                          UNION ALL  -- (attempt > 1: a retry, and the live rows' index, not the retries')
                          SELECT r.worker_name, 1 FROM scrinalia.archive_worker_runs r
                           WHERE r.status IN ('QUEUED', 'RUNNING') AND r.attempt > 1) x
@@ -171,8 +181,10 @@ BEGIN
     RETURN QUERY
     -- (a finished key, tallied or pending, is never a live one: three disjoint parts)
     WITH pending AS MATERIALIZED (
-        SELECT d.worker_name, d.status, d.trigger, sum(d.runs)::bigint AS runs
-          FROM scrinalia.run_tally_pending d WHERE d.runs <> 0 GROUP BY 1, 2, 3
+        SELECT d.worker_name, e.status, e.trigger, sum(e.runs)::bigint AS runs
+          FROM scrinalia.run_tally_delta e CROSS JOIN LATERAL unnest(e.worker_names) AS d(worker_name)
+         WHERE e.runs <> 0
+         GROUP BY 1, 2, 3
     )
     SELECT t.worker_name, t.status::text, t.trigger::text, t.runs
       FROM scrinalia.run_tally t
