@@ -137,11 +137,15 @@ BEGIN
               FROM scrinalia.archive_worker_runs r WHERE r.run_id = s.last_run_id AND r.attempt = 1
                AND r.created_at >= scrinalia.period_start() AND r.created_at < scrinalia.period_end()
                AND r.scheduled_for >= scrinalia.period_start() AND r.scheduled_for < scrinalia.period_end()),
-           q.pending, q.processed,
+           coalesce(q.pending, 0), coalesce(q.processed, 0),
            cw.wait
       FROM scrinalia.archive_workers w
       LEFT JOIN scrinalia.archive_worker_schedules s ON s.worker_name = w.worker_name
-      LEFT JOIN scrinalia.worker_queue_counters q ON q.worker_name = w.worker_name
+      -- (worker_queue_counters, grouped over the units alone: not a group per worker)
+      LEFT JOIN (SELECT u.worker_name, count(*) FILTER (WHERE u.processed_at IS NULL) AS pending,
+                        count(*) FILTER (WHERE u.processed_at IS NOT NULL) AS processed
+                   FROM scrinalia.archive_worker_units u GROUP BY u.worker_name) q
+             ON q.worker_name = w.worker_name
       LEFT JOIN scrinalia.overdue_schedules() o ON o.worker_name = w.worker_name
       LEFT JOIN changed ch ON ch.worker_name = w.worker_name
       LEFT JOIN scrinalia.latest_period_tally pt ON pt.worker_name = w.worker_name
