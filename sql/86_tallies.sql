@@ -263,7 +263,10 @@ BEGIN
 END
 $$;
 
--- The tallies from the ledger as it is: run by every migrate, under its lock.
+-- The tallies from the ledger as it is: run by every migrate, under its lock. Not while
+-- a fold holds tally_fold (a caller's transaction left open after worker_metrics()):
+-- waiting would hold the migrate, and the ledger's writers queued behind its lock, for
+-- as long as that session likes; the tallies kept by the triggers stay, with a notice.
 CREATE OR REPLACE FUNCTION scrinalia.rebuild_tallies()
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
@@ -271,7 +274,11 @@ SET search_path = pg_catalog, scrinalia, pg_temp
 SET jit = off
 AS $$
 BEGIN
-    PERFORM 1 FROM scrinalia.tally_fold FOR UPDATE;
+    PERFORM 1 FROM scrinalia.tally_fold FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RAISE NOTICE 'the metrics'' tallies were not rebuilt: a session holds their fold open (a transaction left open after worker_metrics() or run_counts()); they are kept as the triggers maintain them';
+        RETURN;
+    END IF;
     DELETE FROM scrinalia.run_tally_delta;
     DELETE FROM scrinalia.run_tally;
     DELETE FROM scrinalia.retry_tally;
@@ -289,10 +296,30 @@ END
 $$;
 
 -- The triggers, made once (CREATE TRIGGER locks the ledger; a trigger that exists is
--- left as it is), then the rebuild, with writers held back from the lock on.
+-- left as it is), then the rebuild, with writers held back from the lock on. The lock
+-- waits for the writers under way, not for ever: writers queue behind it, and a session
+-- idle in a transaction that wrote the ledger would stall them all. Once the triggers
+-- exist, a lock not had in time skips the rebuild (the tallies stay as kept); without
+-- them, the migrate fails and can be run again.
 DO $$
+DECLARE
+    installed boolean := (SELECT count(*) = 4 FROM pg_catalog.pg_trigger
+                           WHERE tgrelid = 'scrinalia.archive_worker_runs'::pg_catalog.regclass
+                             AND tgname IN ('tally_insert', 'tally_update', 'tally_delete', 'tally_truncate'));
+    previous text := pg_catalog.current_setting('lock_timeout');
 BEGIN
-    LOCK TABLE scrinalia.archive_worker_runs IN SHARE ROW EXCLUSIVE MODE;
+    BEGIN
+        PERFORM pg_catalog.set_config('lock_timeout', '5s', true);
+        LOCK TABLE scrinalia.archive_worker_runs IN SHARE ROW EXCLUSIVE MODE;
+    EXCEPTION WHEN lock_not_available THEN
+        PERFORM pg_catalog.set_config('lock_timeout', previous, true);
+        IF installed THEN
+            RAISE NOTICE 'the metrics'' tallies were not rebuilt: the ledger stayed locked by a writer for 5 s; they are kept as the triggers maintain them';
+            RETURN;
+        END IF;
+        RAISE;
+    END;
+    PERFORM pg_catalog.set_config('lock_timeout', previous, true);
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
                     WHERE tgrelid = 'scrinalia.archive_worker_runs'::pg_catalog.regclass
                       AND tgname = 'tally_insert') THEN

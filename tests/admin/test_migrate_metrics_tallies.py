@@ -76,3 +76,26 @@ def test_rolled_back_and_upgraded_again_the_tallies_are_rebuilt(empty_db_dsn):
     assert m.migrate(empty_db_dsn) == []
     with psycopg.connect(empty_db_dsn, autocommit=True) as c:
         assert c.execute(COUNTS).fetchall() == c.execute(LEDGER).fetchall()
+
+
+def test_a_session_left_open_does_not_hold_the_migrate(empty_db_dsn):
+    """A transaction left open after a fold, or after a write to the ledger: the migrate
+    keeps the tallies as the triggers maintain them and finishes, rather than waiting for
+    that session (and holding every writer of the ledger queued behind its lock)."""
+    m.migrate(empty_db_dsn)
+    with psycopg.connect(empty_db_dsn, autocommit=True) as c:
+        c.execute("INSERT INTO scrinalia.archive_workers (worker_name) VALUES ('ocr')")
+        _runs(c, "SUCCEEDED", 2)
+    with psycopg.connect(empty_db_dsn) as idle:
+        idle.execute("SET lock_timeout = '30s'")  # (the migrate must not be what waits)
+        idle.execute("SELECT * FROM scrinalia.worker_metrics()")  # folded: holds the fold
+        with psycopg.connect(empty_db_dsn, autocommit=True) as w:
+            _runs(w, "FAILED", 1)
+        assert m.migrate(empty_db_dsn, lock_timeout=10) == []
+        idle.rollback()
+        idle.execute("UPDATE scrinalia.archive_worker_runs SET error = 'x' WHERE status = 'FAILED'")  # a writer
+        assert m.migrate(empty_db_dsn, lock_timeout=10) == []
+        idle.rollback()
+    with psycopg.connect(empty_db_dsn, autocommit=True) as c:
+        assert c.execute(COUNTS).fetchall() == c.execute(LEDGER).fetchall()
+        assert c.execute(COUNTS).fetchall() == [("ocr", "FAILED", "MANUAL", 1), ("ocr", "SUCCEEDED", "MANUAL", 2)]
