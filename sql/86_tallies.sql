@@ -33,7 +33,8 @@
 -- Every migrate rebuilds the tallies from the ledger under a lock that holds writers
 -- back (SHARE ROW EXCLUSIVE, a second or two per million runs): after a rollback and a
 -- re-upgrade, or rows written with the triggers off (session_replication_role), no
--- drift survives a migrate.
+-- drift survives a migrate (one that can take its locks in time: see the end of this
+-- file).
 -- Out of the model: a retry chain spanning two workers (the tick never makes one) marks
 -- only the worker of the row that changed.
 
