@@ -65,6 +65,8 @@ BEGIN
        AND r.status = ANY (scrinalia.terminal_statuses())
        AND r.finished_at < cutoff AND NOT r.retry_pending;
     GET DIAGNOSTICS n = ROW_COUNT;
+    -- the deletes' deltas into the metrics' tallies now (86_tallies.sql), not at a scrape
+    PERFORM scrinalia.fold_tallies();
     RETURN n;
 END $$;
 

@@ -7,14 +7,9 @@
 -- PL/pgSQL: its session plans them once, where an SQL function's body is planned at
 -- every call.
 
--- The latest finished scheduled period of each worker that has one, with every
--- attempt's run id (a period is finished when no attempt of it is QUEUED/RUNNING and
--- no retry is owed). Latest by run id: the tick creates a worker's periods in their
--- order. A few index probes per schedule, no walk of the history: its newest finished
--- attempt 1 (ix_worker_runs_finished), then that attempt's retry and the retry's retry
--- (uq_worker_run_retry_of), the whole chain when attempts rise 1, 2, 3 as the tick makes
--- them. Only a worker whose newest period is still open (a retry owed or under way), or
--- whose chain was written by hand otherwise, walks its history below that attempt.
+-- The latest finished scheduled period of each scheduled worker that has one (see
+-- latest_finished_periods_of() in 86_tallies.sql for the definition): as the fold last
+-- kept it, and computed afresh for the workers whose runs changed since.
 CREATE OR REPLACE FUNCTION scrinalia.latest_finished_periods()
 RETURNS TABLE (worker_name text, scheduled_for timestamptz, run_ids bigint[], attempts integer,
                last_status scrinalia.run_status, last_error text, finished_at timestamptz)
@@ -25,72 +20,20 @@ AS $$
 #variable_conflict use_column
 BEGIN
     RETURN QUERY
-    WITH periods AS (
-        SELECT s.worker_name, h.run_id, h.scheduled_for,
-               array_remove(ARRAY[h.run_id, r2.run_id, r3.run_id], NULL) AS run_ids,
-               coalesce(r3.attempt, r2.attempt, h.attempt) AS attempts,
-               CASE WHEN r3.run_id IS NOT NULL THEN r3.status WHEN r2.run_id IS NOT NULL THEN r2.status
-                    ELSE h.status END AS last_status,
-               CASE WHEN r3.run_id IS NOT NULL THEN r3.error WHEN r2.run_id IS NOT NULL THEN r2.error
-                    ELSE h.error END AS last_error,
-               CASE WHEN r3.run_id IS NOT NULL THEN r3.finished_at WHEN r2.run_id IS NOT NULL THEN r2.finished_at
-                    ELSE h.finished_at END AS finished_at,
-               (h.retry_pending OR coalesce(r2.retry_pending OR r2.status IN ('QUEUED', 'RUNNING'), false)
-                OR coalesce(r3.retry_pending OR r3.status IN ('QUEUED', 'RUNNING'), false)) AS open,
-               -- (attempts rising along the chain, which ends at r3: else the walk below decides)
-               (r3.run_id IS NULL OR (r3.attempt > r2.attempt AND r4.run_id IS NULL)) AS plain
-          FROM scrinalia.archive_worker_schedules s
-         CROSS JOIN LATERAL (
-            SELECT a1.run_id, a1.scheduled_for, a1.attempt, a1.status, a1.error, a1.finished_at, a1.retry_pending
-              FROM scrinalia.archive_worker_runs a1
-             WHERE a1.worker_name = s.worker_name AND a1.attempt = 1 AND a1.scheduled_for IS NOT NULL
-               AND a1.status NOT IN ('QUEUED', 'RUNNING')
-             ORDER BY a1.run_id DESC
-             LIMIT 1
-         ) h
-          -- (OFFSET 0 keeps each a probe of the retry index: merged, a join reads every retry)
-          LEFT JOIN LATERAL (
-            SELECT r.run_id, r.attempt, r.status, r.error, r.finished_at, r.retry_pending
-              FROM scrinalia.archive_worker_runs r WHERE r.retry_of = h.run_id OFFSET 0) r2 ON true
-          LEFT JOIN LATERAL (
-            SELECT r.run_id, r.attempt, r.status, r.error, r.finished_at, r.retry_pending
-              FROM scrinalia.archive_worker_runs r WHERE r.retry_of = r2.run_id OFFSET 0) r3 ON true
-          LEFT JOIN LATERAL (
-            SELECT r.run_id FROM scrinalia.archive_worker_runs r WHERE r.retry_of = r3.run_id OFFSET 0) r4 ON true
-    )
-    SELECT p.worker_name, p.scheduled_for, p.run_ids, p.attempts, p.last_status, p.last_error, p.finished_at
-      FROM periods p
-     WHERE p.plain AND NOT p.open
+    -- (the workers whose periods changed since the last fold: 86_tallies.sql)
+    WITH changed AS (
+        SELECT DISTINCT d.worker_name
+          FROM scrinalia.run_tally_delta e CROSS JOIN LATERAL unnest(e.worker_names) AS d(worker_name)
+         WHERE e.period)
+    SELECT t.worker_name, t.scheduled_for, t.run_ids, t.attempts, t.last_status, t.last_error, t.finished_at
+      FROM scrinalia.archive_worker_schedules s
+      JOIN scrinalia.latest_period_tally t ON t.worker_name = s.worker_name
+     WHERE NOT EXISTS (SELECT 1 FROM changed c WHERE c.worker_name = s.worker_name)
     UNION ALL
-    SELECT p.worker_name, w.scheduled_for, w.run_ids, w.attempts, w.last_status, w.last_error, w.finished_at
-      FROM periods p
-     CROSS JOIN LATERAL (
-        SELECT a1.scheduled_for, c.run_ids, c.attempts, c.last_status, c.last_error, c.finished_at
-          FROM scrinalia.archive_worker_runs a1
-         CROSS JOIN LATERAL (
-            WITH RECURSIVE chain AS (
-                SELECT r.run_id, r.attempt, r.status, r.error, r.finished_at, r.retry_pending
-                  FROM scrinalia.archive_worker_runs r WHERE r.run_id = a1.run_id
-                UNION ALL
-                SELECT r.run_id, r.attempt, r.status, r.error, r.finished_at, r.retry_pending
-                  FROM scrinalia.archive_worker_runs r JOIN chain ON r.retry_of = chain.run_id
-            )
-            SELECT array_agg(chain.run_id ORDER BY chain.attempt) AS run_ids,
-                   max(chain.attempt) AS attempts,
-                   (array_agg(chain.status ORDER BY chain.attempt DESC))[1] AS last_status,
-                   (array_agg(chain.error ORDER BY chain.attempt DESC))[1] AS last_error,
-                   (array_agg(chain.finished_at ORDER BY chain.attempt DESC))[1] AS finished_at,
-                   bool_or(chain.retry_pending OR chain.status IN ('QUEUED', 'RUNNING')) AS open
-              FROM chain
-         ) c
-         WHERE a1.worker_name = p.worker_name AND a1.attempt = 1 AND a1.scheduled_for IS NOT NULL
-           AND a1.status NOT IN ('QUEUED', 'RUNNING')
-           AND (a1.run_id < p.run_id OR (a1.run_id = p.run_id AND NOT p.plain))
-           AND NOT c.open
-         ORDER BY a1.run_id DESC
-         LIMIT 1
-     ) w
-     WHERE NOT p.plain OR p.open;
+    SELECT f.worker_name, f.scheduled_for, f.run_ids, f.attempts, f.last_status, f.last_error, f.finished_at
+      FROM scrinalia.latest_finished_periods_of(ARRAY(
+            SELECT s.worker_name FROM scrinalia.archive_worker_schedules s
+              JOIN changed c ON c.worker_name = s.worker_name)) f;
 END
 $$;
 
@@ -160,22 +103,33 @@ RETURNS TABLE (worker_name text, scheduled integer, paused integer, overdue inte
                failed_after_all_attempts integer, retries_created bigint, periods_skipped bigint,
                last_lateness_seconds double precision, queue_pending bigint, queue_processed bigint,
                oldest_claimable_wait_seconds double precision)
-LANGUAGE plpgsql STABLE SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 SET jit = off
+SET work_mem = '64MB'  -- (a hash of every worker in one batch)
 AS $$
 #variable_conflict use_column
 BEGIN
+    PERFORM scrinalia.fold_tallies();
+    -- Set-based, no probe per worker: the tallies of 86_tallies.sql for the history, the
+    -- live rows (one slot per worker) grouped once.
     RETURN QUERY
+    -- (the workers whose periods changed since the last fold: 86_tallies.sql)
+    WITH changed AS (
+        SELECT DISTINCT d.worker_name
+          FROM scrinalia.run_tally_delta e CROSS JOIN LATERAL unnest(e.worker_names) AS d(worker_name)
+         WHERE e.period)
     SELECT w.worker_name,
            (s.worker_name IS NOT NULL)::int,
            coalesce((NOT s.enabled)::int, 0),
            (o.worker_name IS NOT NULL)::int,
            coalesce((s.enabled AND s.arm_error IS NOT NULL)::int, 0),
-           coalesce((p.last_status IN ('FAILED', 'INTERRUPTED'))::int, 0),
-           -- (ix_worker_runs_retries: the worker's retries, not every retry's row)
-           (SELECT count(*) FROM scrinalia.archive_worker_runs r
-             WHERE r.worker_name = w.worker_name AND r.retry_of IS NOT NULL),
+           -- (latest_finished_periods() inlined: as tallied, or afresh for a changed worker)
+           coalesce((CASE WHEN s.worker_name IS NULL THEN NULL
+                          WHEN ch.worker_name IS NOT NULL THEN pf.last_status
+                          ELSE pt.last_status END IN ('FAILED', 'INTERRUPTED'))::int, 0),
+           -- (the finished ones tallied, the deltas not folded yet, the live one)
+           coalesce(rt.retries, 0) + coalesce(rd.retries, 0),
            coalesce(s.skipped_count, 0),
            -- (unknown when either instant is hand-written outside the periods' range:
            -- an infinite one cannot be subtracted, and a lateness of millennia says nothing)
@@ -183,33 +137,76 @@ BEGIN
               FROM scrinalia.archive_worker_runs r WHERE r.run_id = s.last_run_id AND r.attempt = 1
                AND r.created_at >= scrinalia.period_start() AND r.created_at < scrinalia.period_end()
                AND r.scheduled_for >= scrinalia.period_start() AND r.scheduled_for < scrinalia.period_end()),
-           q.pending, q.processed,
-           -- (a hand-written -infinity counts from period_start(): old, and no error; a
-           -- future one, +infinity included, from now(): no wait yet)
-           (SELECT extract(epoch FROM now() - least(greatest(min(coalesce(r.not_before, r.created_at)),
-                                                             scrinalia.period_start()), now()))::float8
-              FROM scrinalia.archive_worker_runs r
-             WHERE r.worker_name = w.worker_name AND r.status = 'QUEUED'
-               AND (r.not_before IS NULL OR r.not_before <= now())
-            HAVING count(*) > 0)
+           coalesce(q.pending, 0), coalesce(q.processed, 0),
+           cw.wait
       FROM scrinalia.archive_workers w
       LEFT JOIN scrinalia.archive_worker_schedules s ON s.worker_name = w.worker_name
-      LEFT JOIN scrinalia.worker_queue_counters q ON q.worker_name = w.worker_name
+      -- (worker_queue_counters, grouped over the units alone: not a group per worker)
+      LEFT JOIN (SELECT u.worker_name, count(*) FILTER (WHERE u.processed_at IS NULL) AS pending,
+                        count(*) FILTER (WHERE u.processed_at IS NOT NULL) AS processed
+                   FROM scrinalia.archive_worker_units u GROUP BY u.worker_name) q
+             ON q.worker_name = w.worker_name
       LEFT JOIN scrinalia.overdue_schedules() o ON o.worker_name = w.worker_name
-      LEFT JOIN scrinalia.latest_finished_periods() p ON p.worker_name = w.worker_name;
+      LEFT JOIN changed ch ON ch.worker_name = w.worker_name
+      LEFT JOIN scrinalia.latest_period_tally pt ON pt.worker_name = w.worker_name
+      LEFT JOIN scrinalia.latest_finished_periods_of(ARRAY(SELECT c.worker_name FROM changed c)) pf
+             ON pf.worker_name = w.worker_name
+      LEFT JOIN scrinalia.retry_tally rt ON rt.worker_name = w.worker_name
+      LEFT JOIN (SELECT x.worker_name, sum(x.runs) AS retries
+                   FROM (SELECT d.worker_name, e.runs
+                           FROM scrinalia.run_tally_delta e CROSS JOIN LATERAL unnest(e.worker_names) AS d(worker_name)
+                          WHERE e.retry AND e.runs <> 0
+                         UNION ALL  -- (attempt > 1: a retry, and the live rows' index, not the retries')
+                         SELECT r.worker_name, 1 FROM scrinalia.archive_worker_runs r
+                          WHERE r.status IN ('QUEUED', 'RUNNING') AND r.attempt > 1) x
+                  GROUP BY x.worker_name) rd ON rd.worker_name = w.worker_name
+      -- (a hand-written -infinity counts from period_start(): old, and no error; a
+      -- future one, +infinity included, from now(): no wait yet)
+      LEFT JOIN (SELECT r.worker_name,
+                        extract(epoch FROM now() - least(greatest(min(coalesce(r.not_before, r.created_at)),
+                                                                  scrinalia.period_start()), now()))::float8 AS wait
+                   FROM scrinalia.archive_worker_runs r
+                  WHERE r.status = 'QUEUED' AND (r.not_before IS NULL OR r.not_before <= now())
+                  GROUP BY r.worker_name) cw ON cw.worker_name = w.worker_name;
 END
 $$;
 
--- Per (worker, status, trigger): how many runs the ledger holds (prune_runs lowers it).
+-- Per (worker, status, trigger): how many runs the ledger holds (prune_runs lowers it):
+-- the finished ones tallied, the deltas not folded yet, the live ones (86_tallies.sql).
 CREATE OR REPLACE FUNCTION scrinalia.run_counts()
 RETURNS TABLE (worker_name text, status text, trigger text, runs bigint)
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 SET jit = off
 AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM scrinalia.fold_tallies();
+    RETURN QUERY
+    -- (a finished key, tallied or pending, is never a live one: three disjoint parts)
+    WITH pending AS MATERIALIZED (
+        SELECT d.worker_name, e.status, e.trigger, sum(e.runs)::bigint AS runs
+          FROM scrinalia.run_tally_delta e CROSS JOIN LATERAL unnest(e.worker_names) AS d(worker_name)
+         WHERE e.runs <> 0
+         GROUP BY 1, 2, 3
+    )
+    SELECT t.worker_name, t.status::text, t.trigger::text, t.runs
+      FROM scrinalia.run_tally t
+     WHERE t.runs > 0
+       AND NOT EXISTS (SELECT 1 FROM pending p
+                        WHERE p.worker_name = t.worker_name AND p.status = t.status AND p.trigger = t.trigger)
+    UNION ALL
+    SELECT p.worker_name, p.status::text, p.trigger::text, p.runs + coalesce(t.runs, 0)
+      FROM pending p
+      LEFT JOIN scrinalia.run_tally t
+             ON t.worker_name = p.worker_name AND t.status = p.status AND t.trigger = p.trigger
+     WHERE p.runs + coalesce(t.runs, 0) > 0
+    UNION ALL
     SELECT r.worker_name, r.status::text, r.trigger::text, count(*)
       FROM scrinalia.archive_worker_runs r
-     GROUP BY 1, 2, 3
+     WHERE r.status IN ('QUEUED', 'RUNNING')
+     GROUP BY 1, 2, 3;
+END
 $$;
 
 -- The scheduler as one row of numbers (1 = true).

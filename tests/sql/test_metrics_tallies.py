@@ -1,0 +1,221 @@
+"""The metrics' tallies (sql/86_tallies.sql) answer what counting the ledger answered:
+run_counts(), worker_metrics()'s retries and failures, latest_finished_periods(),
+compared with the previous release's definitions after every path that changes a
+run (enqueue, enqueue_runs, tick, claim, finish, finish_runs, release, lease reaping,
+retries, cancel, prune, hand-written rows, TRUNCATE), folded or not, in a read-only
+transaction, with writers in other sessions committing around a fold."""
+
+from __future__ import annotations
+
+import random
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+from test_metrics_periods import OLD_DEFINITION, build_ledger
+
+from helpers import claim, finish, make_worker, put_schedule, set_next_run, tick
+
+# The previous release's run_counts() and retries_created, as they counted.
+OLD_COUNTS = (
+    "SELECT r.worker_name, r.status::text, r.trigger::text, count(*) "
+    "FROM scrinalia.archive_worker_runs r GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
+)
+OLD_WORKER = """
+SELECT w.worker_name,
+       coalesce((SELECT p.last_status IN ('FAILED', 'INTERRUPTED')
+                   FROM pg_temp.latest_finished_periods_before() p
+                  WHERE p.worker_name = w.worker_name)::int, 0),
+       (SELECT count(*) FROM scrinalia.archive_worker_runs r
+         WHERE r.worker_name = w.worker_name AND r.retry_of IS NOT NULL),
+       (SELECT count(*) FROM scrinalia.archive_worker_runs r
+         WHERE r.worker_name = w.worker_name AND r.status = 'QUEUED'
+           AND (r.not_before IS NULL OR r.not_before <= now())) > 0
+  FROM scrinalia.archive_workers w ORDER BY 1
+"""
+NEW_WORKER = (
+    "SELECT worker_name, failed_after_all_attempts, retries_created, oldest_claimable_wait_seconds IS NOT NULL "
+    "FROM scrinalia.worker_metrics() ORDER BY 1"
+)
+TALLIES = (
+    "SELECT (SELECT coalesce(array_agg(t ORDER BY t), '{}') FROM scrinalia.run_tally t WHERE t.runs <> 0)::text, "
+    "(SELECT coalesce(array_agg(t ORDER BY t), '{}') FROM scrinalia.retry_tally t WHERE t.retries <> 0)::text, "
+    "(SELECT coalesce(array_agg(t ORDER BY t), '{}') FROM scrinalia.latest_period_tally t)::text"
+)
+
+
+def same_as_before(conn: psycopg.Connection) -> None:
+    """The new readers against the old definitions, first unfolded, then folded."""
+    conn.execute(OLD_DEFINITION.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"))
+    periods = "SELECT * FROM {} ORDER BY 1"
+    assert (
+        conn.execute(periods.format("scrinalia.latest_finished_periods()")).fetchall()
+        == conn.execute(periods.format("pg_temp.latest_finished_periods_before()")).fetchall()
+    )
+    with conn.transaction():
+        conn.execute("SET TRANSACTION READ ONLY")  # no fold: the deltas are read as they are
+        assert (
+            conn.execute("SELECT * FROM scrinalia.run_counts() ORDER BY 1, 2, 3").fetchall()
+            == conn.execute(OLD_COUNTS).fetchall()
+        )
+        assert conn.execute(NEW_WORKER).fetchall() == conn.execute(OLD_WORKER).fetchall()
+    assert (
+        conn.execute("SELECT * FROM scrinalia.run_counts() ORDER BY 1, 2, 3").fetchall()
+        == conn.execute(OLD_COUNTS).fetchall()
+    )
+    assert conn.execute(NEW_WORKER).fetchall() == conn.execute(OLD_WORKER).fetchall()
+    assert (
+        conn.execute(periods.format("scrinalia.latest_finished_periods()")).fetchall()
+        == conn.execute(periods.format("pg_temp.latest_finished_periods_before()")).fetchall()
+    )
+    # folded, the tallies are what a rebuild from the ledger makes: no drift
+    assert conn.execute("SELECT count(*) FROM scrinalia.run_tally_delta").fetchone()[0] == 0
+    folded = conn.execute(TALLIES).fetchone()
+    conn.execute("SELECT scrinalia.rebuild_tallies()")
+    assert conn.execute(TALLIES).fetchone() == folded
+
+
+def scheduled(db, worker: str) -> None:
+    make_worker(db, worker)
+    put_schedule(db, worker, cron="0 * * * *", tz="UTC")
+    set_next_run(db, worker, "1 minute")
+
+
+def claim_all(db, runner: str = "r1") -> list[tuple]:
+    return db.execute(
+        "SELECT run_id, lease_token, worker_name FROM scrinalia.claim_runs(%s, '5 minutes'::interval, NULL, 100)",
+        (runner,),
+    ).fetchall()
+
+
+def test_every_path_that_writes_a_run(db):
+    workers = [f"w{i}" for i in range(6)]
+    for w in workers:
+        scheduled(db, w)
+    make_worker(db, "manual")
+    same_as_before(db)
+
+    tick(db)  # a SCHEDULE run each
+    db.execute("SELECT scrinalia.enqueue('manual', '{}'::jsonb, 'CLI', 'test')")
+    same_as_before(db)
+
+    runs = claim_all(db)
+    assert len(runs) == 7
+    by_worker = {r[2]: r for r in runs}
+    # one finish at a time (the previous release's runner), then a batch
+    finish(db, *by_worker["w0"][:2], "FAILED", "boom")
+    finish(db, *by_worker["manual"][:2], "SUCCEEDED")
+    rest = [by_worker[w] for w in ("w1", "w2", "w3")]
+    db.execute(
+        "SELECT * FROM scrinalia.finish_runs(%s, %s, %s::scrinalia.run_status[], %s)",
+        ([r[0] for r in rest], [r[1] for r in rest], ["FAILED", "SUCCEEDED", "INTERRUPTED"], ["bad", None, "shutdown"]),
+    )
+    # handed back, then its lease lost to the reaper
+    db.execute("SELECT * FROM scrinalia.release_runs(%s, %s)", ([by_worker["w4"][0]], [by_worker["w4"][1]]))
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() - interval '1 minute' WHERE run_id = %s",
+        (by_worker["w5"][0],),
+    )
+    assert db.execute("SELECT count(*) FROM scrinalia.reap_expired_leases()").fetchone()[0] == 1
+    same_as_before(db)
+
+    # the retries owed: created, claimed, failed again, to the last attempt
+    for _ in range(2):
+        db.execute(
+            "UPDATE scrinalia.archive_worker_runs SET not_before = now() - interval '1 second' "
+            "WHERE retry_pending OR status = 'QUEUED'"
+        )
+        db.execute("SELECT * FROM scrinalia.create_retries()")
+        db.execute("UPDATE scrinalia.archive_worker_runs SET not_before = NULL WHERE status = 'QUEUED'")
+        same_as_before(db)
+        for run_id, token, _ in claim_all(db):
+            finish(db, run_id, token, "FAILED", "again")
+        same_as_before(db)
+    failed = db.execute("SELECT count(*) FROM scrinalia.worker_metrics() WHERE failed_after_all_attempts = 1")
+    assert failed.fetchone()[0] >= 2
+    assert db.execute("SELECT sum(retries_created) FROM scrinalia.worker_metrics()").fetchone()[0] >= 4
+
+    # manual runs in bulk and one cancelled while queued
+    db.execute("SELECT * FROM scrinalia.enqueue_runs(ARRAY['manual'], NULL, 'MANUAL', 'test')")
+    [(queued,)] = db.execute(
+        "SELECT run_id FROM scrinalia.archive_worker_runs WHERE worker_name = 'manual' AND status = 'QUEUED'"
+    )
+    db.execute("SELECT scrinalia.cancel_run(%s, 'test')", (queued,))
+    same_as_before(db)
+
+    # pruned: everything old enough goes, the counts go down with it
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET finished_at = finished_at - interval '40 days' WHERE finished_at IS NOT NULL"
+    )
+    assert db.execute("SELECT scrinalia.prune_runs(interval '30 days')").fetchone()[0] > 0
+    assert db.execute("SELECT count(*) FROM scrinalia.run_tally_delta").fetchone()[0] == 0  # prune folded
+    same_as_before(db)
+
+
+@pytest.mark.parametrize("seed_value", [1, 2])
+def test_a_varied_ledger_written_by_hand(db, seed_value):
+    rng = random.Random(seed_value)
+    build_ledger(db, rng, 60)  # retries, open periods, every status, manual and CLI runs
+    same_as_before(db)
+    ids = [r[0] for r in db.execute("SELECT run_id FROM scrinalia.archive_worker_runs ORDER BY run_id")]
+    # rows changed the way no function does: a finished run requeued, a status rewritten,
+    # a retry no longer owed, a run moved to another worker, leaf runs deleted
+    for run_id in rng.sample(ids, 15):
+        db.execute(
+            "UPDATE scrinalia.archive_worker_runs SET status = CASE WHEN status IN ('QUEUED', 'RUNNING') THEN "
+            "'CANCELLED'::scrinalia.run_status ELSE 'SUCCEEDED' END, lease_token = NULL, "
+            "finished_at = coalesce(finished_at, now()) WHERE run_id = %s",
+            (run_id,),
+        )
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET retry_pending = false WHERE run_id IN "
+        "(SELECT run_id FROM scrinalia.archive_worker_runs WHERE retry_pending LIMIT 3)"
+    )
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET worker_name = 'w001' WHERE run_id IN (SELECT run_id FROM "
+        "scrinalia.archive_worker_runs WHERE trigger <> 'SCHEDULE' AND worker_name <> 'w001' LIMIT 3)"
+    )
+    db.execute(
+        "DELETE FROM scrinalia.archive_worker_runs r WHERE r.run_id IN (SELECT run_id FROM "
+        "scrinalia.archive_worker_runs x WHERE NOT EXISTS (SELECT FROM scrinalia.archive_worker_runs y "
+        "WHERE y.retry_of = x.run_id) ORDER BY run_id DESC LIMIT 20)"
+    )
+    same_as_before(db)
+    db.execute("TRUNCATE scrinalia.archive_worker_runs")
+    same_as_before(db)
+    assert db.execute("SELECT count(*) FROM scrinalia.run_counts()").fetchone()[0] == 0
+
+
+def test_writers_committing_around_a_fold(db_dsn, db):
+    """Deltas of a transaction still open while a fold runs are folded by a later one;
+    a fold never waits for a writer, nor a writer for a fold."""
+    for w in ("a", "b"):
+        scheduled(db, w)
+    tick(db)
+    runs = {r[2]: r for r in claim_all(db)}
+    with psycopg.connect(db_dsn) as writer, psycopg.connect(db_dsn) as reader:
+        finish(writer, *runs["a"][:2], "FAILED", "late")  # open, not committed
+        reader.execute("SET lock_timeout = '2s'")
+        reader.execute("SELECT * FROM scrinalia.worker_metrics()")  # folds without it
+        reader.commit()
+        finish(db, *runs["b"][:2], "SUCCEEDED")
+        with psycopg.connect(db_dsn) as folder:  # a fold in progress: the next caller reads
+            folder.execute("SELECT scrinalia.fold_tallies()")
+            reader.execute("SELECT * FROM scrinalia.run_counts()")
+            reader.commit()
+        writer.commit()
+    assert db.execute("SELECT count(*) FROM scrinalia.run_tally_delta WHERE 'a' = ANY (worker_names)").fetchone()[0] > 0
+    same_as_before(db)
+
+
+def test_a_read_only_caller_reads_without_folding(db_dsn, db):
+    make_worker(db, "ocr")
+    db.execute("SELECT scrinalia.enqueue('ocr', %s)", (Jsonb({}),))
+    run_id, token = claim(db)[:2]
+    finish(db, run_id, token, "SUCCEEDED")
+    with psycopg.connect(db_dsn, autocommit=True) as ro:
+        ro.execute("SET default_transaction_read_only = on")
+        assert ro.execute("SELECT runs FROM scrinalia.run_counts() WHERE status = 'SUCCEEDED'").fetchone()[0] == 1
+        assert ro.execute("SELECT retries_created FROM scrinalia.worker_metrics()").fetchone()[0] == 0
+    assert db.execute("SELECT count(*) FROM scrinalia.run_tally_delta").fetchone()[0] == 1
+    same_as_before(db)
