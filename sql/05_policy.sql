@@ -340,3 +340,12 @@ RETURNS interval
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT interval '1 hour' $$;
+
+-- How long a rebuild of the metrics' tallies waits for the ledger's writers under way:
+-- writers queue behind its lock, so a session idle in a transaction that wrote the
+-- ledger must not stall them all for longer.
+CREATE OR REPLACE FUNCTION scrinalia.tally_rebuild_lock_wait()
+RETURNS interval
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT interval '5 seconds' $$;

@@ -264,21 +264,36 @@ BEGIN
 END
 $$;
 
--- The tallies from the ledger as it is: run by every migrate, under its lock. Not while
--- a fold holds tally_fold (a caller's transaction left open after worker_metrics()):
--- waiting would hold the migrate, and the ledger's writers queued behind its lock, for
--- as long as that session likes; the tallies kept by the triggers stay, with a notice.
+-- The tallies from the ledger as it is, under a lock that holds the ledger's writers
+-- back (not its readers): by the migrate that installs the triggers, and by the owner
+-- as the cure for tallies that drifted (runs written with the triggers off). The lock
+-- waits tally_rebuild_lock_wait() for the writers under way, not for ever: writers
+-- queue behind it. Nor while a fold holds tally_fold (a caller's transaction left open
+-- after worker_metrics()): waiting would hold the ledger's writers for as long as that
+-- session likes. Either way it fails, saying why, and changes nothing.
 CREATE OR REPLACE FUNCTION scrinalia.rebuild_tallies()
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 SET jit = off
 AS $$
+DECLARE
+    previous text := pg_catalog.current_setting('lock_timeout');
 BEGIN
+    PERFORM pg_catalog.set_config('lock_timeout',
+                                  (extract(epoch FROM scrinalia.tally_rebuild_lock_wait()) * 1000)::bigint::text, true);
+    BEGIN
+        LOCK TABLE scrinalia.archive_worker_runs IN SHARE ROW EXCLUSIVE MODE;
+    EXCEPTION WHEN lock_not_available THEN
+        RAISE EXCEPTION 'the metrics'' tallies were not rebuilt: the ledger stayed locked by a writer for %; run it again',
+                        scrinalia.tally_rebuild_lock_wait()
+              USING ERRCODE = 'lock_not_available';
+    END;
+    PERFORM pg_catalog.set_config('lock_timeout', previous, true);
     PERFORM 1 FROM scrinalia.tally_fold FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
-        RAISE NOTICE 'the metrics'' tallies were not rebuilt: a session holds their fold open (a transaction left open after worker_metrics() or run_counts()); they are kept as the triggers maintain them';
-        RETURN;
+        RAISE EXCEPTION 'the metrics'' tallies were not rebuilt: a session holds their fold (a transaction left open after worker_metrics() or run_counts()); run it again once that session ends'
+              USING ERRCODE = 'lock_not_available';
     END IF;
     DELETE FROM scrinalia.run_tally_delta;
     DELETE FROM scrinalia.run_tally;
@@ -296,31 +311,20 @@ BEGIN
 END
 $$;
 
--- The triggers, made once (CREATE TRIGGER locks the ledger; a trigger that exists is
--- left as it is), then the rebuild, with writers held back from the lock on. The lock
--- waits for the writers under way, not for ever: writers queue behind it, and a session
--- idle in a transaction that wrote the ledger would stall them all. Once the triggers
--- exist, a lock not had in time skips the rebuild (the tallies stay as kept); without
--- them, the migrate fails and can be run again.
+-- The triggers, made when one is missing (the first migrate of 0009, or the one after
+-- a rollback: what was written meanwhile no trigger saw), with the rebuild, under the
+-- rebuild's lock; a migrate that finds them installed leaves the ledger's writers alone.
+-- A lock not had in time fails the migrate, which can be run again.
 DO $$
-DECLARE
-    installed boolean := (SELECT count(*) = 4 FROM pg_catalog.pg_trigger
-                           WHERE tgrelid = 'scrinalia.archive_worker_runs'::pg_catalog.regclass
-                             AND tgname IN ('tally_insert', 'tally_update', 'tally_delete', 'tally_truncate'));
-    previous text := pg_catalog.current_setting('lock_timeout');
 BEGIN
-    BEGIN
-        PERFORM pg_catalog.set_config('lock_timeout', '5s', true);
-        LOCK TABLE scrinalia.archive_worker_runs IN SHARE ROW EXCLUSIVE MODE;
-    EXCEPTION WHEN lock_not_available THEN
-        PERFORM pg_catalog.set_config('lock_timeout', previous, true);
-        IF installed THEN
-            RAISE NOTICE 'the metrics'' tallies were not rebuilt: the ledger stayed locked by a writer for 5 s; they are kept as the triggers maintain them';
-            RETURN;
-        END IF;
-        RAISE;
-    END;
-    PERFORM pg_catalog.set_config('lock_timeout', previous, true);
+    IF (SELECT count(*) = 4 FROM pg_catalog.pg_trigger
+         WHERE tgrelid = 'scrinalia.archive_worker_runs'::pg_catalog.regclass
+           AND tgname IN ('tally_insert', 'tally_update', 'tally_delete', 'tally_truncate')) THEN
+        RETURN;
+    END IF;
+    -- first: its lock (the one CREATE TRIGGER takes) holds every writer back until the
+    -- migrate commits, so no run is written between the rebuild and the triggers
+    PERFORM scrinalia.rebuild_tallies();
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
                     WHERE tgrelid = 'scrinalia.archive_worker_runs'::pg_catalog.regclass
                       AND tgname = 'tally_insert') THEN
@@ -348,6 +352,5 @@ BEGIN
         CREATE TRIGGER tally_truncate AFTER TRUNCATE ON scrinalia.archive_worker_runs
             FOR EACH STATEMENT EXECUTE FUNCTION scrinalia.tally_truncate_statement();
     END IF;
-    PERFORM scrinalia.rebuild_tallies();
 END
 $$;

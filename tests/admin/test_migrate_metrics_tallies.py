@@ -1,10 +1,12 @@
 """0009_metrics_tallies: rolled back, the ledger is the previous release's (no trigger, no
 tally left); runs written meanwhile, by hand or by that release, are counted again by
-the next migrate, which rebuilds the tallies from the ledger: no drift."""
+the next migrate, which installs the triggers again and rebuilds the tallies from the
+ledger: no drift. A migrate that finds the triggers installed leaves the ledger alone."""
 
 from __future__ import annotations
 
 import psycopg
+import pytest
 
 from scrinalia_workers.admin import migrate as m
 
@@ -67,15 +69,47 @@ def test_rolled_back_and_upgraded_again_the_tallies_are_rebuilt(empty_db_dsn):
     with psycopg.connect(empty_db_dsn, autocommit=True) as c:
         assert c.execute(COUNTS).fetchall() == c.execute(LEDGER).fetchall()
         assert c.execute(RETRIES).fetchall() == [("idle", 0, 0), ("ocr", 1, 1)]
-        # and a migrate of the same release rebuilds them as well: rows written with the
-        # triggers off (a restore, session_replication_role = replica) are counted again
+        # a migrate that finds the triggers installed leaves the ledger's writers alone;
+        # rows written with the triggers off (a restore, session_replication_role =
+        # replica) are the owner's rebuild_tallies() to count again
         c.execute("SET session_replication_role = replica")
         _runs(c, "FAILED", 4)
         c.execute("RESET session_replication_role")
         assert c.execute(COUNTS).fetchall() != c.execute(LEDGER).fetchall()
     assert m.migrate(empty_db_dsn) == []
     with psycopg.connect(empty_db_dsn, autocommit=True) as c:
+        assert c.execute(COUNTS).fetchall() != c.execute(LEDGER).fetchall()
+        c.execute("SELECT scrinalia.rebuild_tallies()")
         assert c.execute(COUNTS).fetchall() == c.execute(LEDGER).fetchall()
+
+
+def test_a_migrate_with_the_triggers_installed_takes_no_lock_on_the_ledger(empty_db_dsn):
+    """A writer left idle in its transaction holds a lock no rebuild could take: the
+    migrate that finds the triggers in place does not try, and finishes at once."""
+    m.migrate(empty_db_dsn)
+    with psycopg.connect(empty_db_dsn, autocommit=True) as c:
+        c.execute("INSERT INTO scrinalia.archive_workers (worker_name) VALUES ('ocr')")
+    with psycopg.connect(empty_db_dsn) as idle:
+        _runs(idle, "SUCCEEDED", 1)  # ROW EXCLUSIVE on the ledger, held
+        assert m.migrate(empty_db_dsn, lock_timeout=10) == []
+        idle.commit()
+
+
+def test_a_rebuild_that_cannot_lock_fails_and_says_why(empty_db_dsn):
+    m.migrate(empty_db_dsn)
+    with psycopg.connect(empty_db_dsn, autocommit=True) as c:
+        c.execute("INSERT INTO scrinalia.archive_workers (worker_name) VALUES ('ocr')")
+    with psycopg.connect(empty_db_dsn) as idle:
+        _runs(idle, "SUCCEEDED", 1)
+        with psycopg.connect(empty_db_dsn, autocommit=True) as c:
+            with pytest.raises(psycopg.errors.LockNotAvailable, match="not rebuilt: the ledger stayed locked"):
+                c.execute("SELECT scrinalia.rebuild_tallies()")
+        idle.rollback()
+        idle.execute("SELECT * FROM scrinalia.worker_metrics()")  # folded: holds the fold
+        with psycopg.connect(empty_db_dsn, autocommit=True) as c:
+            with pytest.raises(psycopg.errors.LockNotAvailable, match="a session holds their fold"):
+                c.execute("SELECT scrinalia.rebuild_tallies()")
+        idle.rollback()
 
 
 def test_a_session_left_open_does_not_hold_the_migrate(empty_db_dsn):

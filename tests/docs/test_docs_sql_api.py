@@ -66,6 +66,14 @@ INTERNAL = {
     "store_missing_cron_masks",
     "tick_instant_refusal",
     "zone_loads",
+    "latest_finished_periods_of",
+    "fold_tallies",
+    "rebuild_tallies",
+    "tally_insert_row",
+    "tally_update_statement",
+    "tally_delete_statement",
+    "tally_truncate_statement",
+    "tally_rebuild_lock_wait",
 }
 
 # Blocks (by a fragment of their SQL) that fail as their documented role because of a

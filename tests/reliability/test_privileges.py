@@ -131,7 +131,7 @@ def _functions(conn) -> list[tuple[str, str]]:
                                                   ', ' ORDER BY i)
                                   FROM unnest(p.proargtypes::oid[]) WITH ORDINALITY AS a(t, i)), ''))
           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-         WHERE n.nspname = 'scrinalia' AND p.prokind = 'f'
+         WHERE n.nspname = 'scrinalia' AND p.prokind = 'f' AND p.prorettype <> 'trigger'::regtype
          ORDER BY 1, 3""").fetchall()
 
 
