@@ -8,9 +8,9 @@
 -- How the slot's current holder reads in an error message: the QUEUED/RUNNING run,
 -- or else a failed scheduled attempt whose retry is owed (ADR 0015: the retry owns
 -- the slot from the moment of the failure, whether or not a scheduler runs). NULL
--- when the slot is free. PL/pgSQL: enqueue asks at every call, and a SQL function that
--- cannot be inlined (its SET clause) is parsed and planned again each time. Its plan
--- is kept for the session, so it must not depend on the ledger's statistics: planned
+-- when the slot is free. PL/pgSQL: enqueue asks at every busy slot, and a SQL function
+-- that cannot be inlined (its SET clause) is parsed and planned again each time. Its
+-- plan is kept for the session, so it must not depend on the ledger's statistics: planned
 -- while they said the ledger was empty (analyzed empty, or pruned), a scan of the
 -- whole ledger would make each call of a long transaction slower than the last as its
 -- runs accumulate. No sequential scan, and the owed retry looked up in its partial
@@ -56,11 +56,26 @@ CREATE OR REPLACE FUNCTION scrinalia.enqueue(p_worker_name text, p_request jsonb
 RETURNS scrinalia.archive_worker_runs
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
+-- its plans are kept for the session: none may scan the ledger whole for having been
+-- made while the statistics said it was empty (see describe_slot_holder)
+SET enable_seqscan = off
 AS $$
 DECLARE
     req jsonb;
+    d jsonb;            -- the layers: the signature default, the persisted settings,
+    s jsonb;            -- the worker's presets, the chosen preset's values
+    presets jsonb;
+    pv jsonb;
+    engine_src text;
+    preset_src text;
+    head jsonb;
+    od jsonb; os jsonb; op jsonb; oq jsonb;   -- options of each layer
+    ed jsonb; es jsonb; ep jsonb; eq jsonb;   -- engine_options of each layer
+    cfg jsonb;
+    src_o jsonb := '{}';
+    src_e jsonb := '{}';
+    k text;
     run scrinalia.archive_worker_runs;
-    active text;
 BEGIN
     IF p_trigger IS NULL OR p_trigger NOT IN ('MANUAL', 'CLI') THEN
         RAISE EXCEPTION USING ERRCODE = 'SW002',
@@ -68,14 +83,12 @@ BEGIN
             HINT = 'SCHEDULE runs are created by the scheduler''s tick';
     END IF;
     -- an empty request is valid for every worker (validate_request would return it
-    -- after require_worker's check): the common case saves the rest of the checks
+    -- after require_worker's check): the common case's check is the lookup below
     IF coalesce(p_request, '{}') = '{}' THEN
-        PERFORM scrinalia.require_worker(p_worker_name);
         req := '{}';
     ELSE
         req := scrinalia.validate_request(p_worker_name, p_request);
     END IF;
-    PERFORM scrinalia.check_actor('requested_by', p_requested_by);
     -- The worker's slot is taken for this transaction's decision before its run is
     -- inserted: the catalogue row FOR SHARE (create_retries skips a worker so held),
     -- the schedule's row FOR KEY SHARE (the tick's FOR UPDATE ... SKIP LOCKED skips
@@ -85,11 +98,59 @@ BEGIN
     -- inserter; the wait would cost every worker of the tick's chunk). Neither lock
     -- stops a foreign-key check (KEY SHARE) or put_schedule's update (NO KEY UPDATE).
     -- First, so that the check below sees what a tick deciding this worker committed.
-    PERFORM FROM scrinalia.archive_workers w WHERE w.worker_name = p_worker_name FOR SHARE;
-    PERFORM FROM scrinalia.archive_worker_schedules s WHERE s.worker_name = p_worker_name FOR KEY SHARE;
-    active := scrinalia.describe_slot_holder(p_worker_name);
-    IF active IS NOT NULL THEN
-        PERFORM scrinalia.raise_slot_busy(p_worker_name, active);
+    -- The catalogue row's lookup reads the config's layers too.
+    SELECT coalesce(wk.default_config, '{}'), coalesce(st.settings, '{}'), coalesce(wk.presets, '{}')
+      INTO d, s, presets
+      FROM scrinalia.archive_workers wk
+      LEFT JOIN scrinalia.archive_worker_settings st ON st.worker_name = wk.worker_name
+     WHERE wk.worker_name = p_worker_name
+       FOR SHARE OF wk;
+    IF NOT FOUND THEN
+        PERFORM scrinalia.require_worker(p_worker_name);  -- raises its SW001
+    END IF;
+    PERFORM scrinalia.check_actor('requested_by', p_requested_by);
+    PERFORM FROM scrinalia.archive_worker_schedules sc WHERE sc.worker_name = p_worker_name FOR KEY SHARE;
+    IF EXISTS (SELECT FROM scrinalia.archive_worker_runs a
+                WHERE a.worker_name = p_worker_name AND a.status IN ('QUEUED', 'RUNNING'))
+       OR EXISTS (SELECT FROM scrinalia.archive_worker_runs o
+                   WHERE o.worker_name = p_worker_name AND o.retry_pending) THEN
+        PERFORM scrinalia.raise_slot_busy(p_worker_name,
+                    coalesce(scrinalia.describe_slot_holder(p_worker_name), 'a concurrent run'));
+    END IF;
+    -- The config: resolve_configs()'s rule for this one pair, written out in
+    -- assignments (a test holds the two equal): each a simple expression, where that
+    -- function's query cost more to start than the whole of the rest of enqueue.
+    engine_src := CASE WHEN req ? 'engine' THEN 'request' WHEN s ? 'engine' THEN 'settings'
+                       WHEN d ? 'engine' THEN 'default' END;
+    preset_src := CASE WHEN req ? 'preset' THEN 'request' WHEN s ? 'preset' THEN 'settings'
+                       WHEN d ? 'preset' THEN 'default' END;
+    head := CASE WHEN engine_src IS NULL THEN '{}'::jsonb
+                 ELSE jsonb_build_object('engine', CASE engine_src WHEN 'request' THEN req
+                                         WHEN 'settings' THEN s ELSE d END -> 'engine') END
+            || CASE WHEN preset_src IS NULL THEN '{}'::jsonb
+                    ELSE jsonb_build_object('preset', CASE preset_src WHEN 'request' THEN req
+                                            WHEN 'settings' THEN s ELSE d END -> 'preset') END;
+    pv := coalesce(presets -> (head ->> 'preset'), '{}');
+    od := CASE WHEN jsonb_typeof(d -> 'options') = 'object' THEN d -> 'options' ELSE '{}' END;
+    os := CASE WHEN jsonb_typeof(s -> 'options') = 'object' THEN s -> 'options' ELSE '{}' END;
+    op := CASE WHEN jsonb_typeof(pv -> 'options') = 'object' THEN pv -> 'options' ELSE '{}' END;
+    oq := CASE WHEN jsonb_typeof(req -> 'options') = 'object' THEN req -> 'options' ELSE '{}' END;
+    ed := CASE WHEN jsonb_typeof(d -> 'engine_options') = 'object' THEN d -> 'engine_options' ELSE '{}' END;
+    es := CASE WHEN jsonb_typeof(s -> 'engine_options') = 'object' THEN s -> 'engine_options' ELSE '{}' END;
+    ep := CASE WHEN jsonb_typeof(pv -> 'engine_options') = 'object' THEN pv -> 'engine_options' ELSE '{}' END;
+    eq := CASE WHEN jsonb_typeof(req -> 'engine_options') = 'object' THEN req -> 'engine_options' ELSE '{}' END;
+    cfg := head || jsonb_build_object('options', od || os || op || oq, 'engine_options', ed || es || ep || eq);
+    IF cfg -> 'options' <> '{}' THEN
+        FOR k IN SELECT jsonb_object_keys(cfg -> 'options') LOOP
+            src_o := src_o || jsonb_build_object(k, CASE WHEN oq ? k THEN 'request' WHEN op ? k THEN 'preset'
+                                                         WHEN os ? k THEN 'settings' ELSE 'default' END);
+        END LOOP;
+    END IF;
+    IF cfg -> 'engine_options' <> '{}' THEN
+        FOR k IN SELECT jsonb_object_keys(cfg -> 'engine_options') LOOP
+            src_e := src_e || jsonb_build_object(k, CASE WHEN eq ? k THEN 'request' WHEN ep ? k THEN 'preset'
+                                                         WHEN es ? k THEN 'settings' ELSE 'default' END);
+        END LOOP;
     END IF;
     -- No subtransaction (an EXCEPTION block) on the way of every call: in a long
     -- transaction each one's XID stayed locked until its end and overflowed the
@@ -103,8 +164,10 @@ BEGIN
     IF current_setting('transaction_isolation') = 'read committed' THEN
         INSERT INTO scrinalia.archive_worker_runs
                (worker_name, trigger, request, config, config_sources, requested_by)
-        SELECT p_worker_name, p_trigger, req, rc.config, rc.sources, p_requested_by
-          FROM scrinalia.resolve_configs(ARRAY[p_worker_name], ARRAY[req]) rc
+        VALUES (p_worker_name, p_trigger, req, cfg,
+                jsonb_strip_nulls(jsonb_build_object('engine', engine_src, 'preset', preset_src))
+                || jsonb_build_object('options', src_o, 'engine_options', src_e),
+                p_requested_by)
         ON CONFLICT DO NOTHING
         RETURNING * INTO run;
         IF NOT FOUND THEN
@@ -115,8 +178,10 @@ BEGIN
         BEGIN
             INSERT INTO scrinalia.archive_worker_runs
                    (worker_name, trigger, request, config, config_sources, requested_by)
-            SELECT p_worker_name, p_trigger, req, rc.config, rc.sources, p_requested_by
-              FROM scrinalia.resolve_configs(ARRAY[p_worker_name], ARRAY[req]) rc
+            VALUES (p_worker_name, p_trigger, req, cfg,
+                    jsonb_strip_nulls(jsonb_build_object('engine', engine_src, 'preset', preset_src))
+                    || jsonb_build_object('options', src_o, 'engine_options', src_e),
+                    p_requested_by)
             RETURNING * INTO run;
         EXCEPTION WHEN unique_violation THEN
             PERFORM scrinalia.raise_slot_busy(p_worker_name,
