@@ -108,15 +108,10 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM scrinalia.require_worker(p_worker_name);  -- raises its SW001
     END IF;
-    PERFORM scrinalia.check_actor('requested_by', p_requested_by);
-    PERFORM FROM scrinalia.archive_worker_schedules sc WHERE sc.worker_name = p_worker_name FOR KEY SHARE;
-    IF EXISTS (SELECT FROM scrinalia.archive_worker_runs a
-                WHERE a.worker_name = p_worker_name AND a.status IN ('QUEUED', 'RUNNING'))
-       OR EXISTS (SELECT FROM scrinalia.archive_worker_runs o
-                   WHERE o.worker_name = p_worker_name AND o.retry_pending) THEN
-        PERFORM scrinalia.raise_slot_busy(p_worker_name,
-                    coalesce(scrinalia.describe_slot_holder(p_worker_name), 'a concurrent run'));
+    IF length(p_requested_by) > scrinalia.max_actor_length() THEN  -- (a call costs more than the test)
+        PERFORM scrinalia.check_actor('requested_by', p_requested_by);  -- raises its SW002
     END IF;
+    PERFORM FROM scrinalia.archive_worker_schedules sc WHERE sc.worker_name = p_worker_name FOR KEY SHARE;
     -- The config: resolve_configs()'s rule for this one pair, written out in
     -- assignments (a test holds the two equal): each a simple expression, where that
     -- function's query cost more to start than the whole of the rest of enqueue.
@@ -152,41 +147,46 @@ BEGIN
                                                          WHEN es ? k THEN 'settings' ELSE 'default' END);
         END LOOP;
     END IF;
+    -- The slot is free when the worker has no QUEUED/RUNNING run (the one-slot index
+    -- answers) and no owed retry (looked up): the insert checks both, and no row
+    -- inserted means it is not, which describe_slot_holder says why.
     -- No subtransaction (an EXCEPTION block) on the way of every call: in a long
     -- transaction each one's XID stayed locked until its end and overflowed the
     -- session's subtransaction cache, so that every call cost more than the one
-    -- before, and every other session's snapshot checks too. A run committed after
-    -- the check above (a concurrent enqueue or tick; the insert waits for an
-    -- uncommitted one) is a conflict of the one-slot index, which DO NOTHING answers
-    -- with no row. Under REPEATABLE READ or SERIALIZABLE, DO NOTHING would raise a
-    -- serialization failure for a run its snapshot cannot see: the exception block
-    -- there, to answer SW010 as always.
+    -- before, and every other session's snapshot checks too. A QUEUED/RUNNING run is a
+    -- conflict of the one-slot index, which DO NOTHING answers with no row (the insert
+    -- waits for an uncommitted one). Under REPEATABLE READ or SERIALIZABLE, DO NOTHING
+    -- would raise a serialization failure for a run its snapshot cannot see: the
+    -- exception block there, to answer SW010 as always.
     IF current_setting('transaction_isolation') = 'read committed' THEN
         INSERT INTO scrinalia.archive_worker_runs
                (worker_name, trigger, request, config, config_sources, requested_by)
-        VALUES (p_worker_name, p_trigger, req, cfg,
-                jsonb_strip_nulls(jsonb_build_object('engine', engine_src, 'preset', preset_src))
-                || jsonb_build_object('options', src_o, 'engine_options', src_e),
-                p_requested_by)
-        ON CONFLICT DO NOTHING
+        SELECT p_worker_name, p_trigger, req, cfg,
+               jsonb_strip_nulls(jsonb_build_object('engine', engine_src, 'preset', preset_src))
+               || jsonb_build_object('options', src_o, 'engine_options', src_e),
+               p_requested_by
+         WHERE NOT EXISTS (SELECT FROM scrinalia.archive_worker_runs o
+                            WHERE o.worker_name = p_worker_name AND o.retry_pending)
+        ON CONFLICT (worker_name) WHERE status IN ('QUEUED', 'RUNNING') DO NOTHING
         RETURNING * INTO run;
-        IF NOT FOUND THEN
-            PERFORM scrinalia.raise_slot_busy(p_worker_name,
-                        coalesce(scrinalia.describe_slot_holder(p_worker_name), 'a concurrent run'));
-        END IF;
     ELSE
         BEGIN
             INSERT INTO scrinalia.archive_worker_runs
                    (worker_name, trigger, request, config, config_sources, requested_by)
-            VALUES (p_worker_name, p_trigger, req, cfg,
-                    jsonb_strip_nulls(jsonb_build_object('engine', engine_src, 'preset', preset_src))
-                    || jsonb_build_object('options', src_o, 'engine_options', src_e),
-                    p_requested_by)
+            SELECT p_worker_name, p_trigger, req, cfg,
+                   jsonb_strip_nulls(jsonb_build_object('engine', engine_src, 'preset', preset_src))
+                   || jsonb_build_object('options', src_o, 'engine_options', src_e),
+                   p_requested_by
+             WHERE NOT EXISTS (SELECT FROM scrinalia.archive_worker_runs o
+                                WHERE o.worker_name = p_worker_name AND o.retry_pending)
             RETURNING * INTO run;
         EXCEPTION WHEN unique_violation THEN
-            PERFORM scrinalia.raise_slot_busy(p_worker_name,
-                        coalesce(scrinalia.describe_slot_holder(p_worker_name), 'a concurrent run'));
+            run := NULL;
         END;
+    END IF;
+    IF run.run_id IS NULL THEN
+        PERFORM scrinalia.raise_slot_busy(p_worker_name,
+                    coalesce(scrinalia.describe_slot_holder(p_worker_name), 'a concurrent run'));
     END IF;
     PERFORM pg_notify('scrinalia_runs', p_worker_name);
     RETURN run;

@@ -7,6 +7,8 @@ import json
 
 from psycopg.types.json import Jsonb
 
+from helpers import raises_sqlstate
+
 OPTION_SPECS = {"dpi": {"type": "integer"}, "lang": {"type": "string"}, "deskew": {"type": "boolean"}}
 ENGINES = {
     "tesseract": {"engine_options": {"psm": {"type": "integer"}, "oem": {"type": "integer"}}},
@@ -70,3 +72,23 @@ def test_enqueue_resolves_every_layer_combination_as_resolve_configs(db):
             db.execute("DELETE FROM scrinalia.archive_worker_runs WHERE worker_name = %s", (name,))
             compared += 1
     assert compared == len(REQUESTS) * len(combos)
+
+
+def test_enqueue_checks_in_its_order_and_answers_with_the_same_errors(db):
+    db.execute("SELECT scrinalia.register_worker('ok', '{}', '{}', %s)", (Jsonb(OPTION_SPECS),))
+    long_name = "x" * 201
+    cases = [
+        # the worker first, then the request, then requested_by, then the slot
+        (("nobody", {}, "MANUAL", long_name), "SW001", "unknown worker 'nobody'"),
+        ((None, {}, "MANUAL", None), "SW001", "unknown worker NULL"),
+        (("nobody", {"options": {"dpi": 1}}, "MANUAL", long_name), "SW001", "unknown worker 'nobody'"),
+        (("ok", {"options": {"dpi": "high"}}, "MANUAL", long_name), "SW002", "invalid request for worker 'ok'"),
+        (("ok", {}, "MANUAL", long_name), "SW002", "requested_by is 201 characters long: at most 200"),
+        (("ok", {}, "SCHEDULE", None), "SW002", "enqueue takes trigger MANUAL or CLI, not SCHEDULE"),
+    ]
+    for args, sqlstate, fragment in cases:
+        with raises_sqlstate(sqlstate, fragment):
+            db.execute("SELECT scrinalia.enqueue(%s, %s, %s, %s)", (args[0], Jsonb(args[1]), args[2], args[3]))
+    run_id = db.execute("SELECT run_id FROM scrinalia.enqueue('ok', '{}', 'MANUAL', %s)", ("y" * 200,)).fetchone()[0]
+    with raises_sqlstate("SW010", f"worker 'ok' is busy: run #{run_id} QUEUED (MANUAL)"):
+        db.execute("SELECT scrinalia.enqueue('ok', '{}', 'CLI')")
