@@ -273,14 +273,21 @@ BEGIN
         -- engines, presets, options and configured engines alone (the name is only
         -- in its message): one call per distinct combination, its first element, in
         -- the order of those first elements, finds the first element refused.
-        FOR r IN SELECT min(s.i)::integer AS i, (array_agg(s.w ORDER BY s.i))[1] AS w, s.q
-                   FROM unnest(workers, requests) WITH ORDINALITY AS s(w, q, i)
-                   JOIN scrinalia.archive_workers aw ON aw.worker_name = s.w
-                   LEFT JOIN scrinalia.archive_worker_settings st ON st.worker_name = s.w
-                  WHERE s.q <> '{}'
-                  GROUP BY s.q, aw.engines, aw.presets, aw.options, aw.default_config -> 'engine',
-                           st.settings -> 'engine'
-                  ORDER BY 1 LOOP
+        -- The catalogue read by key for each element (OFFSET 0: not joined to the
+        -- whole catalogue by a hash or merge join sized for every element of the batch).
+        FOR r IN SELECT g.i, workers[g.i] AS w, g.q
+                   FROM (SELECT min(s.i)::integer AS i, s.q
+                           FROM unnest(workers, requests) WITH ORDINALITY AS s(w, q, i)
+                          CROSS JOIN LATERAL (SELECT aw.engines, aw.presets, aw.options,
+                                                     aw.default_config -> 'engine' AS de
+                                                FROM scrinalia.archive_workers aw
+                                               WHERE aw.worker_name = s.w OFFSET 0) a
+                           LEFT JOIN LATERAL (SELECT st.settings -> 'engine' AS se
+                                                FROM scrinalia.archive_worker_settings st
+                                               WHERE st.worker_name = s.w OFFSET 0) t ON true
+                          WHERE s.q <> '{}'
+                          GROUP BY s.q, a.engines, a.presets, a.options, a.de, t.se) g
+                  ORDER BY g.i LOOP
             at_i := r.i;
             at_worker := r.w;
             PERFORM scrinalia.validate_request(r.w, r.q);
@@ -310,14 +317,21 @@ BEGIN
                 OR EXISTS (SELECT FROM scrinalia.archive_worker_runs p
                             WHERE p.worker_name = s.w AND p.retry_pending)) b;
     IF at_i IS NULL THEN
+        -- The foreign-key check on the worker runs once per inserted row, and under this
+        -- function's force_custom_plan it was planned anew for each (a tenth of the
+        -- call): auto from here on, where it keeps its plan (a lookup by primary key);
+        -- the insert itself, planned with the arrays' values, goes as a one-shot
+        -- statement (a constant text, the values its parameters).
+        PERFORM set_config('plan_cache_mode', 'auto', true);
         BEGIN
-            RETURN QUERY
-            INSERT INTO scrinalia.archive_worker_runs AS n
-                   (worker_name, trigger, request, config, config_sources, requested_by)
-            SELECT rc.worker_name, p_trigger, rc.request, rc.config, rc.sources, p_requested_by
-              FROM scrinalia.resolve_configs(workers, requests) rc
-             ORDER BY rc.worker_name
-            RETURNING n.*;
+            RETURN QUERY EXECUTE
+                'INSERT INTO scrinalia.archive_worker_runs AS n
+                        (worker_name, trigger, request, config, config_sources, requested_by)
+                 SELECT rc.worker_name, $3, rc.request, rc.config, rc.sources, $4
+                   FROM scrinalia.resolve_configs($1, $2) rc
+                  ORDER BY rc.worker_name
+                 RETURNING n.*'
+                USING workers, requests, p_trigger, p_requested_by;
         EXCEPTION WHEN unique_violation THEN
             -- a concurrent enqueue or tick took a slot after the check above: the key
             -- of the conflict names it (a worker name has no parenthesis), or else the
