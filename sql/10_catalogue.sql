@@ -174,6 +174,9 @@ END $$;
 -- catalogue resolves against empty layers. PL/pgSQL with one generic plan, kept: one
 -- pair (an enqueue) costs microseconds, not a planning of this query per call; the
 -- plan has no join that a wrong size estimate could make quadratic.
+-- enqueue() writes this rule out for its one pair in simple expressions, cheaper than
+-- starting this query (tests/sql/test_enqueue_config.py holds the two equal): a change
+-- here is a change there.
 CREATE OR REPLACE FUNCTION scrinalia.resolve_configs(p_workers text[], p_requests jsonb[])
 RETURNS TABLE (worker_name text, request jsonb, config jsonb, sources jsonb)
 LANGUAGE plpgsql STABLE

@@ -8,9 +8,9 @@
 -- How the slot's current holder reads in an error message: the QUEUED/RUNNING run,
 -- or else a failed scheduled attempt whose retry is owed (ADR 0015: the retry owns
 -- the slot from the moment of the failure, whether or not a scheduler runs). NULL
--- when the slot is free. PL/pgSQL: enqueue asks at every call, and a SQL function that
--- cannot be inlined (its SET clause) is parsed and planned again each time. Its plan
--- is kept for the session, so it must not depend on the ledger's statistics: planned
+-- when the slot is free. PL/pgSQL: enqueue asks at every busy slot, and a SQL function
+-- that cannot be inlined (its SET clause) is parsed and planned again each time. Its
+-- plan is kept for the session, so it must not depend on the ledger's statistics: planned
 -- while they said the ledger was empty (analyzed empty, or pruned), a scan of the
 -- whole ledger would make each call of a long transaction slower than the last as its
 -- runs accumulate. No sequential scan, and the owed retry looked up in its partial
@@ -56,11 +56,26 @@ CREATE OR REPLACE FUNCTION scrinalia.enqueue(p_worker_name text, p_request jsonb
 RETURNS scrinalia.archive_worker_runs
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
+-- its plans are kept for the session: none may scan the ledger whole for having been
+-- made while the statistics said it was empty (see describe_slot_holder)
+SET enable_seqscan = off
 AS $$
 DECLARE
     req jsonb;
+    d jsonb;            -- the layers: the signature default, the persisted settings,
+    s jsonb;            -- the worker's presets, the chosen preset's values
+    presets jsonb;
+    pv jsonb;
+    engine_src text;
+    preset_src text;
+    head jsonb;
+    od jsonb; os jsonb; op jsonb; oq jsonb;   -- options of each layer
+    ed jsonb; es jsonb; ep jsonb; eq jsonb;   -- engine_options of each layer
+    cfg jsonb;
+    src_o jsonb := '{}';
+    src_e jsonb := '{}';
+    k text;
     run scrinalia.archive_worker_runs;
-    active text;
 BEGIN
     IF p_trigger IS NULL OR p_trigger NOT IN ('MANUAL', 'CLI') THEN
         RAISE EXCEPTION USING ERRCODE = 'SW002',
@@ -68,14 +83,12 @@ BEGIN
             HINT = 'SCHEDULE runs are created by the scheduler''s tick';
     END IF;
     -- an empty request is valid for every worker (validate_request would return it
-    -- after require_worker's check): the common case saves the rest of the checks
+    -- after require_worker's check): the common case's check is the lookup below
     IF coalesce(p_request, '{}') = '{}' THEN
-        PERFORM scrinalia.require_worker(p_worker_name);
         req := '{}';
     ELSE
         req := scrinalia.validate_request(p_worker_name, p_request);
     END IF;
-    PERFORM scrinalia.check_actor('requested_by', p_requested_by);
     -- The worker's slot is taken for this transaction's decision before its run is
     -- inserted: the catalogue row FOR SHARE (create_retries skips a worker so held),
     -- the schedule's row FOR KEY SHARE (the tick's FOR UPDATE ... SKIP LOCKED skips
@@ -85,43 +98,95 @@ BEGIN
     -- inserter; the wait would cost every worker of the tick's chunk). Neither lock
     -- stops a foreign-key check (KEY SHARE) or put_schedule's update (NO KEY UPDATE).
     -- First, so that the check below sees what a tick deciding this worker committed.
-    PERFORM FROM scrinalia.archive_workers w WHERE w.worker_name = p_worker_name FOR SHARE;
-    PERFORM FROM scrinalia.archive_worker_schedules s WHERE s.worker_name = p_worker_name FOR KEY SHARE;
-    active := scrinalia.describe_slot_holder(p_worker_name);
-    IF active IS NOT NULL THEN
-        PERFORM scrinalia.raise_slot_busy(p_worker_name, active);
+    -- The catalogue row's lookup reads the config's layers too.
+    SELECT coalesce(wk.default_config, '{}'), coalesce(st.settings, '{}'), coalesce(wk.presets, '{}')
+      INTO d, s, presets
+      FROM scrinalia.archive_workers wk
+      LEFT JOIN scrinalia.archive_worker_settings st ON st.worker_name = wk.worker_name
+     WHERE wk.worker_name = p_worker_name
+       FOR SHARE OF wk;
+    IF NOT FOUND THEN
+        PERFORM scrinalia.require_worker(p_worker_name);  -- raises its SW001
     END IF;
+    IF length(p_requested_by) > scrinalia.max_actor_length() THEN  -- (a call costs more than the test)
+        PERFORM scrinalia.check_actor('requested_by', p_requested_by);  -- raises its SW002
+    END IF;
+    PERFORM FROM scrinalia.archive_worker_schedules sc WHERE sc.worker_name = p_worker_name FOR KEY SHARE;
+    -- The config: resolve_configs()'s rule for this one pair, written out in
+    -- assignments (a test holds the two equal): each a simple expression, where that
+    -- function's query cost more to start than the whole of the rest of enqueue.
+    engine_src := CASE WHEN req ? 'engine' THEN 'request' WHEN s ? 'engine' THEN 'settings'
+                       WHEN d ? 'engine' THEN 'default' END;
+    preset_src := CASE WHEN req ? 'preset' THEN 'request' WHEN s ? 'preset' THEN 'settings'
+                       WHEN d ? 'preset' THEN 'default' END;
+    head := CASE WHEN engine_src IS NULL THEN '{}'::jsonb
+                 ELSE jsonb_build_object('engine', CASE engine_src WHEN 'request' THEN req
+                                         WHEN 'settings' THEN s ELSE d END -> 'engine') END
+            || CASE WHEN preset_src IS NULL THEN '{}'::jsonb
+                    ELSE jsonb_build_object('preset', CASE preset_src WHEN 'request' THEN req
+                                            WHEN 'settings' THEN s ELSE d END -> 'preset') END;
+    pv := coalesce(presets -> (head ->> 'preset'), '{}');
+    od := CASE WHEN jsonb_typeof(d -> 'options') = 'object' THEN d -> 'options' ELSE '{}' END;
+    os := CASE WHEN jsonb_typeof(s -> 'options') = 'object' THEN s -> 'options' ELSE '{}' END;
+    op := CASE WHEN jsonb_typeof(pv -> 'options') = 'object' THEN pv -> 'options' ELSE '{}' END;
+    oq := CASE WHEN jsonb_typeof(req -> 'options') = 'object' THEN req -> 'options' ELSE '{}' END;
+    ed := CASE WHEN jsonb_typeof(d -> 'engine_options') = 'object' THEN d -> 'engine_options' ELSE '{}' END;
+    es := CASE WHEN jsonb_typeof(s -> 'engine_options') = 'object' THEN s -> 'engine_options' ELSE '{}' END;
+    ep := CASE WHEN jsonb_typeof(pv -> 'engine_options') = 'object' THEN pv -> 'engine_options' ELSE '{}' END;
+    eq := CASE WHEN jsonb_typeof(req -> 'engine_options') = 'object' THEN req -> 'engine_options' ELSE '{}' END;
+    cfg := head || jsonb_build_object('options', od || os || op || oq, 'engine_options', ed || es || ep || eq);
+    IF cfg -> 'options' <> '{}' THEN
+        FOR k IN SELECT jsonb_object_keys(cfg -> 'options') LOOP
+            src_o := src_o || jsonb_build_object(k, CASE WHEN oq ? k THEN 'request' WHEN op ? k THEN 'preset'
+                                                         WHEN os ? k THEN 'settings' ELSE 'default' END);
+        END LOOP;
+    END IF;
+    IF cfg -> 'engine_options' <> '{}' THEN
+        FOR k IN SELECT jsonb_object_keys(cfg -> 'engine_options') LOOP
+            src_e := src_e || jsonb_build_object(k, CASE WHEN eq ? k THEN 'request' WHEN ep ? k THEN 'preset'
+                                                         WHEN es ? k THEN 'settings' ELSE 'default' END);
+        END LOOP;
+    END IF;
+    -- The slot is free when the worker has no QUEUED/RUNNING run (the one-slot index
+    -- answers) and no owed retry (looked up): the insert checks both, and no row
+    -- inserted means it is not, which describe_slot_holder says why.
     -- No subtransaction (an EXCEPTION block) on the way of every call: in a long
     -- transaction each one's XID stayed locked until its end and overflowed the
     -- session's subtransaction cache, so that every call cost more than the one
-    -- before, and every other session's snapshot checks too. A run committed after
-    -- the check above (a concurrent enqueue or tick; the insert waits for an
-    -- uncommitted one) is a conflict of the one-slot index, which DO NOTHING answers
-    -- with no row. Under REPEATABLE READ or SERIALIZABLE, DO NOTHING would raise a
-    -- serialization failure for a run its snapshot cannot see: the exception block
-    -- there, to answer SW010 as always.
+    -- before, and every other session's snapshot checks too. A QUEUED/RUNNING run is a
+    -- conflict of the one-slot index, which DO NOTHING answers with no row (the insert
+    -- waits for an uncommitted one). Under REPEATABLE READ or SERIALIZABLE, DO NOTHING
+    -- would raise a serialization failure for a run its snapshot cannot see: the
+    -- exception block there, to answer SW010 as always.
     IF current_setting('transaction_isolation') = 'read committed' THEN
         INSERT INTO scrinalia.archive_worker_runs
                (worker_name, trigger, request, config, config_sources, requested_by)
-        SELECT p_worker_name, p_trigger, req, rc.config, rc.sources, p_requested_by
-          FROM scrinalia.resolve_configs(ARRAY[p_worker_name], ARRAY[req]) rc
-        ON CONFLICT DO NOTHING
+        SELECT p_worker_name, p_trigger, req, cfg,
+               jsonb_strip_nulls(jsonb_build_object('engine', engine_src, 'preset', preset_src))
+               || jsonb_build_object('options', src_o, 'engine_options', src_e),
+               p_requested_by
+         WHERE NOT EXISTS (SELECT FROM scrinalia.archive_worker_runs o
+                            WHERE o.worker_name = p_worker_name AND o.retry_pending)
+        ON CONFLICT (worker_name) WHERE status IN ('QUEUED', 'RUNNING') DO NOTHING
         RETURNING * INTO run;
-        IF NOT FOUND THEN
-            PERFORM scrinalia.raise_slot_busy(p_worker_name,
-                        coalesce(scrinalia.describe_slot_holder(p_worker_name), 'a concurrent run'));
-        END IF;
     ELSE
         BEGIN
             INSERT INTO scrinalia.archive_worker_runs
                    (worker_name, trigger, request, config, config_sources, requested_by)
-            SELECT p_worker_name, p_trigger, req, rc.config, rc.sources, p_requested_by
-              FROM scrinalia.resolve_configs(ARRAY[p_worker_name], ARRAY[req]) rc
+            SELECT p_worker_name, p_trigger, req, cfg,
+                   jsonb_strip_nulls(jsonb_build_object('engine', engine_src, 'preset', preset_src))
+                   || jsonb_build_object('options', src_o, 'engine_options', src_e),
+                   p_requested_by
+             WHERE NOT EXISTS (SELECT FROM scrinalia.archive_worker_runs o
+                                WHERE o.worker_name = p_worker_name AND o.retry_pending)
             RETURNING * INTO run;
         EXCEPTION WHEN unique_violation THEN
-            PERFORM scrinalia.raise_slot_busy(p_worker_name,
-                        coalesce(scrinalia.describe_slot_holder(p_worker_name), 'a concurrent run'));
+            run := NULL;
         END;
+    END IF;
+    IF run.run_id IS NULL THEN
+        PERFORM scrinalia.raise_slot_busy(p_worker_name,
+                    coalesce(scrinalia.describe_slot_holder(p_worker_name), 'a concurrent run'));
     END IF;
     PERFORM pg_notify('scrinalia_runs', p_worker_name);
     RETURN run;
@@ -208,14 +273,21 @@ BEGIN
         -- engines, presets, options and configured engines alone (the name is only
         -- in its message): one call per distinct combination, its first element, in
         -- the order of those first elements, finds the first element refused.
-        FOR r IN SELECT min(s.i)::integer AS i, (array_agg(s.w ORDER BY s.i))[1] AS w, s.q
-                   FROM unnest(workers, requests) WITH ORDINALITY AS s(w, q, i)
-                   JOIN scrinalia.archive_workers aw ON aw.worker_name = s.w
-                   LEFT JOIN scrinalia.archive_worker_settings st ON st.worker_name = s.w
-                  WHERE s.q <> '{}'
-                  GROUP BY s.q, aw.engines, aw.presets, aw.options, aw.default_config -> 'engine',
-                           st.settings -> 'engine'
-                  ORDER BY 1 LOOP
+        -- The catalogue read by key for each element (OFFSET 0: not joined to the
+        -- whole catalogue by a hash or merge join sized for every element of the batch).
+        FOR r IN SELECT g.i, workers[g.i] AS w, g.q
+                   FROM (SELECT min(s.i)::integer AS i, s.q
+                           FROM unnest(workers, requests) WITH ORDINALITY AS s(w, q, i)
+                          CROSS JOIN LATERAL (SELECT aw.engines, aw.presets, aw.options,
+                                                     aw.default_config -> 'engine' AS de
+                                                FROM scrinalia.archive_workers aw
+                                               WHERE aw.worker_name = s.w OFFSET 0) a
+                           LEFT JOIN LATERAL (SELECT st.settings -> 'engine' AS se
+                                                FROM scrinalia.archive_worker_settings st
+                                               WHERE st.worker_name = s.w OFFSET 0) t ON true
+                          WHERE s.q <> '{}'
+                          GROUP BY s.q, a.engines, a.presets, a.options, a.de, t.se) g
+                  ORDER BY g.i LOOP
             at_i := r.i;
             at_worker := r.w;
             PERFORM scrinalia.validate_request(r.w, r.q);
@@ -245,14 +317,21 @@ BEGIN
                 OR EXISTS (SELECT FROM scrinalia.archive_worker_runs p
                             WHERE p.worker_name = s.w AND p.retry_pending)) b;
     IF at_i IS NULL THEN
+        -- The foreign-key check on the worker runs once per inserted row, and under this
+        -- function's force_custom_plan it was planned anew for each (a tenth of the
+        -- call): auto from here on, where it keeps its plan (a lookup by primary key);
+        -- the insert itself, planned with the arrays' values, goes as a one-shot
+        -- statement (a constant text, the values its parameters).
+        PERFORM set_config('plan_cache_mode', 'auto', true);
         BEGIN
-            RETURN QUERY
-            INSERT INTO scrinalia.archive_worker_runs AS n
-                   (worker_name, trigger, request, config, config_sources, requested_by)
-            SELECT rc.worker_name, p_trigger, rc.request, rc.config, rc.sources, p_requested_by
-              FROM scrinalia.resolve_configs(workers, requests) rc
-             ORDER BY rc.worker_name
-            RETURNING n.*;
+            RETURN QUERY EXECUTE
+                'INSERT INTO scrinalia.archive_worker_runs AS n
+                        (worker_name, trigger, request, config, config_sources, requested_by)
+                 SELECT rc.worker_name, $3, rc.request, rc.config, rc.sources, $4
+                   FROM scrinalia.resolve_configs($1, $2) rc
+                  ORDER BY rc.worker_name
+                 RETURNING n.*'
+                USING workers, requests, p_trigger, p_requested_by;
         EXCEPTION WHEN unique_violation THEN
             -- a concurrent enqueue or tick took a slot after the check above: the key
             -- of the conflict names it (a worker name has no parenthesis), or else the
