@@ -166,17 +166,72 @@ END $$;
 -- explicit request > persisted settings > signature default, part by part; a preset
 -- contributes its options between the settings and the request's own options. Never
 -- raises: a pinned request that a later catalogue change made stale still resolves.
--- The one home of the rule, for many (worker, request) pairs at once (one row per
--- distinct pair): the tick and the retries resolve all their runs in one pass, and
--- resolve_config() below is this for one pair. The result depends only on the four
--- layers' values (signature default, settings, presets, request), so it is computed
--- once per distinct combination of them and shared. A worker missing from the
--- catalogue resolves against empty layers. PL/pgSQL with one generic plan, kept: one
--- pair (an enqueue) costs microseconds, not a planning of this query per call; the
--- plan has no join that a wrong size estimate could make quadratic.
--- enqueue() writes this rule out for its one pair in simple expressions, cheaper than
--- starting this query (tests/sql/test_enqueue_config.py holds the two equal): a change
--- here is a change there.
+-- The one home of the rule: the config and its sources from the four layers' values
+-- (signature default, settings, presets, request; NULL is '{}'). Assignments only,
+-- each a simple expression with its plan kept for the session: an enqueue pays a few
+-- microseconds where starting a query's executor cost more than the rest of it.
+CREATE OR REPLACE FUNCTION scrinalia.config_of(d jsonb, s jsonb, presets jsonb, req jsonb,
+                                               OUT config jsonb, OUT sources jsonb)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    engine_src text;
+    preset_src text;
+    head jsonb;
+    pv jsonb;                                 -- the chosen preset's values
+    od jsonb; os jsonb; op jsonb; oq jsonb;   -- options of each layer
+    ed jsonb; es jsonb; ep jsonb; eq jsonb;   -- engine_options of each layer
+    src_o jsonb := '{}';
+    src_e jsonb := '{}';
+    k text;
+BEGIN
+    d := coalesce(d, '{}'); s := coalesce(s, '{}'); presets := coalesce(presets, '{}'); req := coalesce(req, '{}');
+    -- engine and preset: the first layer that has the key gives it, as a whole
+    engine_src := CASE WHEN req ? 'engine' THEN 'request' WHEN s ? 'engine' THEN 'settings'
+                       WHEN d ? 'engine' THEN 'default' END;
+    preset_src := CASE WHEN req ? 'preset' THEN 'request' WHEN s ? 'preset' THEN 'settings'
+                       WHEN d ? 'preset' THEN 'default' END;
+    head := CASE WHEN engine_src IS NULL THEN '{}'::jsonb
+                 ELSE jsonb_build_object('engine', CASE engine_src WHEN 'request' THEN req
+                                         WHEN 'settings' THEN s ELSE d END -> 'engine') END
+            || CASE WHEN preset_src IS NULL THEN '{}'::jsonb
+                    ELSE jsonb_build_object('preset', CASE preset_src WHEN 'request' THEN req
+                                            WHEN 'settings' THEN s ELSE d END -> 'preset') END;
+    -- options and engine_options, each merged key by key: default < settings < preset <
+    -- request; a layer whose part is not an object contributes nothing
+    pv := coalesce(presets -> (head ->> 'preset'), '{}');
+    od := CASE WHEN jsonb_typeof(d -> 'options') = 'object' THEN d -> 'options' ELSE '{}' END;
+    os := CASE WHEN jsonb_typeof(s -> 'options') = 'object' THEN s -> 'options' ELSE '{}' END;
+    op := CASE WHEN jsonb_typeof(pv -> 'options') = 'object' THEN pv -> 'options' ELSE '{}' END;
+    oq := CASE WHEN jsonb_typeof(req -> 'options') = 'object' THEN req -> 'options' ELSE '{}' END;
+    ed := CASE WHEN jsonb_typeof(d -> 'engine_options') = 'object' THEN d -> 'engine_options' ELSE '{}' END;
+    es := CASE WHEN jsonb_typeof(s -> 'engine_options') = 'object' THEN s -> 'engine_options' ELSE '{}' END;
+    ep := CASE WHEN jsonb_typeof(pv -> 'engine_options') = 'object' THEN pv -> 'engine_options' ELSE '{}' END;
+    eq := CASE WHEN jsonb_typeof(req -> 'engine_options') = 'object' THEN req -> 'engine_options' ELSE '{}' END;
+    config := head || jsonb_build_object('options', od || os || op || oq, 'engine_options', ed || es || ep || eq);
+    IF config -> 'options' <> '{}' THEN
+        FOR k IN SELECT jsonb_object_keys(config -> 'options') LOOP
+            src_o := src_o || jsonb_build_object(k, CASE WHEN oq ? k THEN 'request' WHEN op ? k THEN 'preset'
+                                                         WHEN os ? k THEN 'settings' ELSE 'default' END);
+        END LOOP;
+    END IF;
+    IF config -> 'engine_options' <> '{}' THEN
+        FOR k IN SELECT jsonb_object_keys(config -> 'engine_options') LOOP
+            src_e := src_e || jsonb_build_object(k, CASE WHEN eq ? k THEN 'request' WHEN ep ? k THEN 'preset'
+                                                         WHEN es ? k THEN 'settings' ELSE 'default' END);
+        END LOOP;
+    END IF;
+    sources := jsonb_strip_nulls(jsonb_build_object('engine', engine_src, 'preset', preset_src))
+               || jsonb_build_object('options', src_o, 'engine_options', src_e);
+END $$;
+
+-- config_of() for many (worker, request) pairs at once (one row per distinct pair):
+-- the tick, the retries and enqueue_runs resolve all their runs in one pass. The
+-- result depends only on the four layers' values, so it is computed once per distinct
+-- combination of them and shared. A worker missing from the catalogue resolves
+-- against empty layers. PL/pgSQL with one generic plan, kept; the plan has no join
+-- that a wrong size estimate could make quadratic.
 CREATE OR REPLACE FUNCTION scrinalia.resolve_configs(p_workers text[], p_requests jsonb[])
 RETURNS TABLE (worker_name text, request jsonb, config jsonb, sources jsonb)
 LANGUAGE plpgsql STABLE
@@ -189,63 +244,20 @@ BEGIN
     RETURN QUERY
     WITH pairs AS (
         SELECT DISTINCT i.w, i.r FROM unnest(p_workers, p_requests) AS i(w, r)
-    ), layers AS (
-        -- q: the request; d, s: the signature default and the persisted settings
-        SELECT p.w, p.r, coalesce(p.r, '{}') AS q, coalesce(wk.default_config, '{}') AS d,
-               coalesce(st.settings, '{}') AS s, coalesce(wk.presets, '{}') AS presets
+    ), combos AS MATERIALIZED (
+        SELECT coalesce(p.r, '{}') AS q, coalesce(wk.default_config, '{}') AS d,
+               coalesce(st.settings, '{}') AS s, coalesce(wk.presets, '{}') AS presets,
+               array_agg(p.w) AS ws, array_agg(p.r) AS rs
           FROM pairs p
           LEFT JOIN scrinalia.archive_workers wk ON wk.worker_name = p.w
           LEFT JOIN scrinalia.archive_worker_settings st ON st.worker_name = p.w
-    ), tops AS MATERIALIZED (
-        -- engine and preset: the first layer that has the key gives it, as a whole
-        SELECT u.*,
-               CASE WHEN u.q ? 'engine' THEN 'request' WHEN u.s ? 'engine' THEN 'settings'
-                    WHEN u.d ? 'engine' THEN 'default' END AS engine_src,
-               CASE WHEN u.q ? 'preset' THEN 'request' WHEN u.s ? 'preset' THEN 'settings'
-                    WHEN u.d ? 'preset' THEN 'default' END AS preset_src
-          FROM (SELECT l.q, l.d, l.s, l.presets, array_agg(l.w) AS ws, array_agg(l.r) AS rs
-                  FROM layers l GROUP BY l.q, l.d, l.s, l.presets) u
-    ), heads AS MATERIALIZED (
-        SELECT t.*,
-               CASE WHEN t.engine_src IS NULL THEN '{}'::jsonb
-                    ELSE jsonb_build_object('engine', CASE t.engine_src WHEN 'request' THEN t.q
-                                            WHEN 'settings' THEN t.s ELSE t.d END -> 'engine') END
-               || CASE WHEN t.preset_src IS NULL THEN '{}'::jsonb
-                       ELSE jsonb_build_object('preset', CASE t.preset_src WHEN 'request' THEN t.q
-                                               WHEN 'settings' THEN t.s ELSE t.d END -> 'preset') END AS head
-          FROM tops t
-    ), parts AS MATERIALIZED (
-        -- options and engine_options, each merged key by key: default < settings <
-        -- preset < request; a layer whose part is not an object contributes nothing
-        SELECT h.*, o.*
-          FROM heads h
-         CROSS JOIN LATERAL (SELECT coalesce(h.presets -> (h.head ->> 'preset'), '{}') AS pv) pr
-         CROSS JOIN LATERAL (SELECT
-               CASE WHEN jsonb_typeof(h.d -> 'options') = 'object' THEN h.d -> 'options' ELSE '{}' END AS od,
-               CASE WHEN jsonb_typeof(h.s -> 'options') = 'object' THEN h.s -> 'options' ELSE '{}' END AS os,
-               CASE WHEN jsonb_typeof(pr.pv -> 'options') = 'object' THEN pr.pv -> 'options' ELSE '{}' END AS op,
-               CASE WHEN jsonb_typeof(h.q -> 'options') = 'object' THEN h.q -> 'options' ELSE '{}' END AS oq,
-               CASE WHEN jsonb_typeof(h.d -> 'engine_options') = 'object' THEN h.d -> 'engine_options' ELSE '{}' END AS ed,
-               CASE WHEN jsonb_typeof(h.s -> 'engine_options') = 'object' THEN h.s -> 'engine_options' ELSE '{}' END AS es,
-               CASE WHEN jsonb_typeof(pr.pv -> 'engine_options') = 'object' THEN pr.pv -> 'engine_options' ELSE '{}' END AS ep,
-               CASE WHEN jsonb_typeof(h.q -> 'engine_options') = 'object' THEN h.q -> 'engine_options' ELSE '{}' END AS eq) o
-    ), resolved AS MATERIALIZED (
-        SELECT x.ws, x.rs,
-               x.head || jsonb_build_object('options', x.od || x.os || x.op || x.oq,
-                                            'engine_options', x.ed || x.es || x.ep || x.eq) AS config,
-               jsonb_strip_nulls(jsonb_build_object('engine', x.engine_src, 'preset', x.preset_src))
-               || jsonb_build_object(
-                    'options', (SELECT coalesce(jsonb_object_agg(k, CASE WHEN x.oq ? k THEN 'request'
-                                    WHEN x.op ? k THEN 'preset' WHEN x.os ? k THEN 'settings' ELSE 'default' END), '{}')
-                                  FROM jsonb_object_keys(x.od || x.os || x.op || x.oq) k),
-                    'engine_options', (SELECT coalesce(jsonb_object_agg(k, CASE WHEN x.eq ? k THEN 'request'
-                                    WHEN x.ep ? k THEN 'preset' WHEN x.es ? k THEN 'settings' ELSE 'default' END), '{}')
-                                  FROM jsonb_object_keys(x.ed || x.es || x.ep || x.eq) k)) AS sources
-          FROM parts x
+         GROUP BY 1, 2, 3, 4
     )
     -- back to the pairs without a join on the values: no plan can turn quadratic
-    SELECT u.w, u.r, v.config, v.sources
-      FROM resolved v CROSS JOIN LATERAL unnest(v.ws, v.rs) AS u(w, r);
+    SELECT u.w, u.r, c.config, c.sources
+      FROM combos x
+     CROSS JOIN LATERAL scrinalia.config_of(x.d, x.s, x.presets, x.q) c
+     CROSS JOIN LATERAL unnest(x.ws, x.rs) AS u(w, r);
 END $$;
 
 -- resolve_configs() for one pair.

@@ -63,18 +63,9 @@ AS $$
 DECLARE
     req jsonb;
     d jsonb;            -- the layers: the signature default, the persisted settings,
-    s jsonb;            -- the worker's presets, the chosen preset's values
+    s jsonb;            -- the worker's presets
     presets jsonb;
-    pv jsonb;
-    engine_src text;
-    preset_src text;
-    head jsonb;
-    od jsonb; os jsonb; op jsonb; oq jsonb;   -- options of each layer
-    ed jsonb; es jsonb; ep jsonb; eq jsonb;   -- engine_options of each layer
-    cfg jsonb;
-    src_o jsonb := '{}';
-    src_e jsonb := '{}';
-    k text;
+    resolved record;    -- config_of(): the config and its sources
     run scrinalia.archive_worker_runs;
 BEGIN
     IF p_trigger IS NULL OR p_trigger NOT IN ('MANUAL', 'CLI') THEN
@@ -112,41 +103,7 @@ BEGIN
         PERFORM scrinalia.check_actor('requested_by', p_requested_by);  -- raises its SW002
     END IF;
     PERFORM FROM scrinalia.archive_worker_schedules sc WHERE sc.worker_name = p_worker_name FOR KEY SHARE;
-    -- The config: resolve_configs()'s rule for this one pair, written out in
-    -- assignments (a test holds the two equal): each a simple expression, where that
-    -- function's query cost more to start than the whole of the rest of enqueue.
-    engine_src := CASE WHEN req ? 'engine' THEN 'request' WHEN s ? 'engine' THEN 'settings'
-                       WHEN d ? 'engine' THEN 'default' END;
-    preset_src := CASE WHEN req ? 'preset' THEN 'request' WHEN s ? 'preset' THEN 'settings'
-                       WHEN d ? 'preset' THEN 'default' END;
-    head := CASE WHEN engine_src IS NULL THEN '{}'::jsonb
-                 ELSE jsonb_build_object('engine', CASE engine_src WHEN 'request' THEN req
-                                         WHEN 'settings' THEN s ELSE d END -> 'engine') END
-            || CASE WHEN preset_src IS NULL THEN '{}'::jsonb
-                    ELSE jsonb_build_object('preset', CASE preset_src WHEN 'request' THEN req
-                                            WHEN 'settings' THEN s ELSE d END -> 'preset') END;
-    pv := coalesce(presets -> (head ->> 'preset'), '{}');
-    od := CASE WHEN jsonb_typeof(d -> 'options') = 'object' THEN d -> 'options' ELSE '{}' END;
-    os := CASE WHEN jsonb_typeof(s -> 'options') = 'object' THEN s -> 'options' ELSE '{}' END;
-    op := CASE WHEN jsonb_typeof(pv -> 'options') = 'object' THEN pv -> 'options' ELSE '{}' END;
-    oq := CASE WHEN jsonb_typeof(req -> 'options') = 'object' THEN req -> 'options' ELSE '{}' END;
-    ed := CASE WHEN jsonb_typeof(d -> 'engine_options') = 'object' THEN d -> 'engine_options' ELSE '{}' END;
-    es := CASE WHEN jsonb_typeof(s -> 'engine_options') = 'object' THEN s -> 'engine_options' ELSE '{}' END;
-    ep := CASE WHEN jsonb_typeof(pv -> 'engine_options') = 'object' THEN pv -> 'engine_options' ELSE '{}' END;
-    eq := CASE WHEN jsonb_typeof(req -> 'engine_options') = 'object' THEN req -> 'engine_options' ELSE '{}' END;
-    cfg := head || jsonb_build_object('options', od || os || op || oq, 'engine_options', ed || es || ep || eq);
-    IF cfg -> 'options' <> '{}' THEN
-        FOR k IN SELECT jsonb_object_keys(cfg -> 'options') LOOP
-            src_o := src_o || jsonb_build_object(k, CASE WHEN oq ? k THEN 'request' WHEN op ? k THEN 'preset'
-                                                         WHEN os ? k THEN 'settings' ELSE 'default' END);
-        END LOOP;
-    END IF;
-    IF cfg -> 'engine_options' <> '{}' THEN
-        FOR k IN SELECT jsonb_object_keys(cfg -> 'engine_options') LOOP
-            src_e := src_e || jsonb_build_object(k, CASE WHEN eq ? k THEN 'request' WHEN ep ? k THEN 'preset'
-                                                         WHEN es ? k THEN 'settings' ELSE 'default' END);
-        END LOOP;
-    END IF;
+    resolved := scrinalia.config_of(d, s, presets, req);
     -- The slot is free when the worker has no QUEUED/RUNNING run (the one-slot index
     -- answers) and no owed retry (looked up): the insert checks both, and no row
     -- inserted means it is not, which describe_slot_holder says why.
@@ -161,10 +118,7 @@ BEGIN
     IF current_setting('transaction_isolation') = 'read committed' THEN
         INSERT INTO scrinalia.archive_worker_runs
                (worker_name, trigger, request, config, config_sources, requested_by)
-        SELECT p_worker_name, p_trigger, req, cfg,
-               jsonb_strip_nulls(jsonb_build_object('engine', engine_src, 'preset', preset_src))
-               || jsonb_build_object('options', src_o, 'engine_options', src_e),
-               p_requested_by
+        SELECT p_worker_name, p_trigger, req, resolved.config, resolved.sources, p_requested_by
          WHERE NOT EXISTS (SELECT FROM scrinalia.archive_worker_runs o
                             WHERE o.worker_name = p_worker_name AND o.retry_pending)
         ON CONFLICT (worker_name) WHERE status IN ('QUEUED', 'RUNNING') DO NOTHING
@@ -173,10 +127,7 @@ BEGIN
         BEGIN
             INSERT INTO scrinalia.archive_worker_runs
                    (worker_name, trigger, request, config, config_sources, requested_by)
-            SELECT p_worker_name, p_trigger, req, cfg,
-                   jsonb_strip_nulls(jsonb_build_object('engine', engine_src, 'preset', preset_src))
-                   || jsonb_build_object('options', src_o, 'engine_options', src_e),
-                   p_requested_by
+            SELECT p_worker_name, p_trigger, req, resolved.config, resolved.sources, p_requested_by
              WHERE NOT EXISTS (SELECT FROM scrinalia.archive_worker_runs o
                                 WHERE o.worker_name = p_worker_name AND o.retry_pending)
             RETURNING * INTO run;

@@ -28,6 +28,7 @@ INTERNAL = {
     "check_options",
     "option_value_problem",
     "resolve_config",
+    "config_of",
     "describe_slot_holder",
     "raise_slot_busy",
     "check_runner",

@@ -1,4 +1,6 @@
-"""enqueue() writes its config out for its one run: it must resolve exactly as resolve_configs() does."""
+"""The config rule (config_of(), sql/10_catalogue.sql) as enqueue() and resolve_configs()
+apply it, against the rule as docs/sql-api.md states it, written out here in Python:
+every layer shape, every source."""
 
 from __future__ import annotations
 
@@ -44,7 +46,44 @@ REQUESTS = [
 ]
 
 
-def test_enqueue_resolves_every_layer_combination_as_resolve_configs(db):
+def _obj(layer: dict, part: str) -> dict:
+    value = layer.get(part)
+    return value if isinstance(value, dict) else {}
+
+
+def expected(default: dict, settings: dict | None, presets: dict, request: dict) -> tuple[dict, dict]:
+    """request > settings > signature default, part by part; a preset's options between
+    the settings and the request's; engine and preset taken whole from the first layer
+    that has them; a part that is not an object contributes nothing."""
+    d, s, q = default, settings or {}, request
+    layers = (("request", q), ("settings", s), ("default", d))
+    head, sources = {}, {}
+    for key in ("engine", "preset"):
+        for source, layer in layers:
+            if key in layer:
+                head[key], sources[key] = layer[key], source
+                break
+    chosen = head.get("preset")
+    # ->> of the preset's value: a string as itself, any other JSON as its text
+    pv = presets.get(chosen if isinstance(chosen, str) else json.dumps(chosen), {}) if chosen is not None else {}
+    pv = pv if isinstance(pv, dict) else {}
+    config = dict(head)
+    for part in ("options", "engine_options"):
+        order = (
+            ("default", _obj(d, part)),
+            ("settings", _obj(s, part)),
+            ("preset", _obj(pv, part)),
+            ("request", _obj(q, part)),
+        )
+        merged, from_ = {}, {}
+        for source, values in order:
+            for k, v in values.items():
+                merged[k], from_[k] = v, source
+        config[part], sources[part] = merged, from_
+    return config, sources
+
+
+def test_enqueue_and_resolve_configs_resolve_every_layer_combination_by_the_rule(db):
     combos = list(itertools.product(range(len(DEFAULTS)), range(len(SETTINGS))))
     for d, s in combos:
         name = f"cfg{d}{s}"
@@ -61,10 +100,12 @@ def test_enqueue_resolves_every_layer_combination_as_resolve_configs(db):
     for request in REQUESTS:
         for d, s in combos:
             name = f"cfg{d}{s}"
+            want = expected(DEFAULTS[d], SETTINGS[s], PRESETS, request)
             got = db.execute(
                 "SELECT config, config_sources FROM scrinalia.enqueue(%s, %s)", (name, Jsonb(request))
             ).fetchone()
-            want = db.execute(
+            assert got == want, (DEFAULTS[d], SETTINGS[s], request)
+            got = db.execute(
                 "SELECT config, sources FROM scrinalia.resolve_configs(ARRAY[%s], ARRAY[%s::jsonb])",
                 (name, json.dumps(request)),
             ).fetchone()
