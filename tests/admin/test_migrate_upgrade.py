@@ -40,9 +40,15 @@ def test_upgrade_in_place_keeps_the_data_and_reaches_the_head(empty_db_dsn, prev
         assert old_cols == 1
     monkeypatch.delenv("SCRINALIA_ROOT")
     applied = migrate(empty_db_dsn)
-    assert applied == ["0005_health", "0006_ledger_indexes", "0007_cron_masks", "0008_metrics_indexes"]
+    assert applied == [
+        "0005_health",
+        "0006_ledger_indexes",
+        "0007_cron_masks",
+        "0008_metrics_indexes",
+        "0009_metrics_tallies",
+    ]
     with psycopg.connect(empty_db_dsn, autocommit=True) as c:
-        assert c.execute("SELECT scrinalia.schema_head()").fetchone()[0] == "0008_metrics_indexes"
+        assert c.execute("SELECT scrinalia.schema_head()").fetchone()[0] == "0009_metrics_tallies"
         st = c.execute("SELECT holder_role, heartbeat_at FROM scrinalia.scheduler_status()").fetchone()
         assert st == (None, None)
         assert (

@@ -19,6 +19,7 @@ HEAD = [
     "0006_ledger_indexes",
     "0007_cron_masks",
     "0008_metrics_indexes",
+    "0009_metrics_tallies",
 ]
 
 
@@ -64,7 +65,8 @@ def test_rolls_back_cleanly_and_applies_again(empty_db_dsn):
 
 def test_partial_rollback_then_forward(empty_db_dsn):
     m.migrate(empty_db_dsn)
-    assert m.rollback(empty_db_dsn, count=6) == [
+    assert m.rollback(empty_db_dsn, count=7) == [
+        "0009_metrics_tallies",
         "0008_metrics_indexes",
         "0007_cron_masks",
         "0006_ledger_indexes",
@@ -85,6 +87,7 @@ def test_partial_rollback_then_forward(empty_db_dsn):
         "0006_ledger_indexes",
         "0007_cron_masks",
         "0008_metrics_indexes",
+        "0009_metrics_tallies",
     ]
 
 

@@ -13,7 +13,13 @@ pytestmark = pytest.mark.slow  # the real runner process
 def test_a_runner_left_running_after_a_rollback_exits_2_saying_why(db_dsn, procs):
     runner = procs.runner(db_dsn, "demo_handlers", "--runner-id", "left-behind")
     runner.wait_event("runner started", timeout=30)
-    assert m.rollback(db_dsn, 4) == ["0008_metrics_indexes", "0007_cron_masks", "0006_ledger_indexes", "0005_health"]
+    assert m.rollback(db_dsn, 5) == [
+        "0009_metrics_tallies",
+        "0008_metrics_indexes",
+        "0007_cron_masks",
+        "0006_ledger_indexes",
+        "0005_health",
+    ]
     runner.popen.wait(60)  # its next claim (or its idle wake-up) meets the rolled-back code
     assert runner.popen.returncode == 2, runner.raw
     text = "".join(runner.raw)
