@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -22,13 +23,14 @@ from psycopg.rows import dict_row
 
 from scrinalia_workers.errors import NOT_LOCK_HOLDER, InvalidTickCall, LockLost
 from scrinalia_workers.gateway.statements import scheduler as sql
-from scrinalia_workers.logs import EventLog, one_line
+from scrinalia_workers.logs import EventLog, Lines, one_line
 from scrinalia_workers.scheduler.occurrences import Occurrences
 
 # Due schedules per tick transaction. Each chunk costs a transaction, a due query over
-# all that is still due and a planning: a minute's usual load fits in one; a spike's
-# first half is visible about twice as early as its last.
-TICK_CHUNK = 5000
+# all that is still due, a planning and a config resolution, about a tenth of a 5,000
+# chunk's work: a minute's usual load fits in one; a larger spike's first runs are
+# visible while the rest is decided (one at a known instant is prepared ahead anyway).
+TICK_CHUNK = 20_000
 # Chunks per pass at most (a million schedules); the next pass goes on at once.
 MAX_CHUNKS = 1000
 # How often a holder looks for stored instants no cron or policy produces (a clock
@@ -80,9 +82,40 @@ class Pass:
         self.log = log
         self.check_lock = check_lock
         self.occurrences = Occurrences()  # shared by the chunks of this pass and their log
+        # a chunk's lines are formatted and written by one thread, in order, while the
+        # next chunk runs in the database; run() returns once every line is written
+        self._lines: ThreadPoolExecutor | None = None
+        self._queued: list[Future[None]] = []
+        self._lines_error: BaseException | None = None
 
     def run(self) -> bool:
         """Reap, retries, then the due schedules. True when it decided anything."""
+        try:
+            progressed = self._run()
+        finally:
+            self._wait_lines(0)
+            if self._lines is not None:
+                self._lines.shutdown()
+        if self._lines_error is not None:
+            # the pass went on (the other chunks' lines are written), and says so now
+            raise self._lines_error
+        return progressed
+
+    def _queue_lines(self, *chunk: Any) -> None:
+        """The lines of a committed chunk, to the thread (at most one more waiting)."""
+        self._wait_lines(1)
+        if self._lines is None:
+            self._lines = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tick-lines")
+        self._queued.append(self._lines.submit(self._log_chunk, *chunk))
+
+    def _wait_lines(self, left: int) -> None:
+        """Until at most `left` chunks' lines are waiting; the first error is kept."""
+        while len(self._queued) > left:
+            error = self._queued.pop(0).exception()
+            if error is not None and self._lines_error is None:
+                self._lines_error = error
+
+    def _run(self) -> bool:
         # binary results, and the arrays below sent binary (%b): psycopg writes a large
         # array of timestamps far faster in binary than as text
         cur = self.conn.cursor(row_factory=dict_row, binary=True)
@@ -141,23 +174,30 @@ class Pass:
                 rows = cur.execute(
                     sql.TICK, ([d["worker_name"] for d, _ in ok], [n for _, n in ok], self.name)
                 ).fetchall()
-        crons = {d["worker_name"]: (d["cron"], d["timezone"]) for d in due}
-        with self.log.batch():
-            for a in aside:
-                self.log(
-                    "schedule set aside",
-                    level="error",
-                    worker=a["worker_name"],
-                    reason=a["arm_error"],
-                    since=a["arm_error_since"],
-                    retry_at=a["arm_retry_at"],
-                )
-            for r in rows:
-                log_decision(self.log, r, crons[r["worker_name"]], db_now, self.occurrences)
+        self._queue_lines(due, aside, rows, db_now)
         return bool(rows or aside), len(due) >= TICK_CHUNK
 
+    def _log_chunk(self, due: list[Row], aside: list[Row], rows: list[Row], db_now: datetime) -> None:
+        """The lines of one chunk committed: its schedules set aside, its decisions."""
+        lines = Lines(self.log)
+        for a in aside:
+            lines(
+                "schedule set aside",
+                level="error",
+                worker=a["worker_name"],
+                reason=a["arm_error"],
+                since=a["arm_error_since"],
+                retry_at=a["arm_retry_at"],
+            )
+        crons = {d["worker_name"]: (d["cron"], d["timezone"]) for d in due}
+        for r in rows:
+            log_decision(lines, r, crons[r["worker_name"]], db_now, self.occurrences)
+        lines.write()
 
-def log_decision(log: EventLog, r: Row, cron_tz: tuple[str, str], db_now: datetime, occurrences: Occurrences) -> None:
+
+def log_decision(
+    log: Callable[..., None], r: Row, cron_tz: tuple[str, str], db_now: datetime, occurrences: Occurrences
+) -> None:
     """The log line of one tick decision (armed, enqueued and maybe catch-up, refused,
     skipped)."""
     nxt = r["next_run_at"].isoformat() if r["next_run_at"] else None
