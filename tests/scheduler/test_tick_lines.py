@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import threading
 import time
 
 import pytest
@@ -69,7 +70,8 @@ def test_lines_carry_the_instant_each_was_logged(monkeypatch):
 
 
 @pytest.fixture
-def holder(db_dsn):
+def holder(db_dsn, monkeypatch):
+    monkeypatch.setattr(tick, "THREAD_LINES", 1)  # every chunk's lines through the thread
     out = io.StringIO()
     s = Scheduler(db_dsn, name="lines", log=EventLog(json_lines=True, stream=out))
     assert s._acquire()
@@ -147,3 +149,20 @@ def test_an_error_while_logging_is_raised_by_the_pass_after_the_others_lines(db,
     assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 7
     # the first chunk's lines stopped at the error; the next chunks' were all written
     assert len(_enqueued(holder)) == 4
+
+
+def test_a_small_chunk_is_logged_before_the_pass_goes_on(db, holder, monkeypatch):
+    monkeypatch.setattr(tick, "THREAD_LINES", 3)
+    monkeypatch.setattr(tick, "TICK_CHUNK", 3)
+    _due(db, make_workers(db, 5))  # a chunk of 3 through the thread, then one of 2 at once
+    threads = []
+    real = tick.log_decision
+
+    def where(*args):
+        threads.append(threading.current_thread() is threading.main_thread())
+        real(*args)
+
+    monkeypatch.setattr(tick, "log_decision", where)
+    assert holder.tick()
+    assert threads == [False, False, False, True, True]
+    assert len(_enqueued(holder)) == 5

@@ -31,6 +31,9 @@ from scrinalia_workers.scheduler.occurrences import Occurrences
 # chunk's work: a minute's usual load fits in one; a larger spike's first runs are
 # visible while the rest is decided (one at a known instant is prepared ahead anyway).
 TICK_CHUNK = 20_000
+# A chunk with fewer decisions is logged at once, not by the thread: it would gain
+# nothing, and its lines come out as soon as it is committed.
+THREAD_LINES = 1000
 # Chunks per pass at most (a million schedules); the next pass goes on at once.
 MAX_CHUNKS = 1000
 # How often a holder looks for stored instants no cron or policy produces (a clock
@@ -101,12 +104,19 @@ class Pass:
             raise self._lines_error
         return progressed
 
-    def _queue_lines(self, *chunk: Any) -> None:
-        """The lines of a committed chunk, to the thread (at most one more waiting)."""
+    def _queue_lines(
+        self, due: list[tuple], aside: list[Row], columns: list[str], decided: list[tuple], db_now: datetime
+    ) -> None:
+        """The lines of a committed chunk, to the thread (at most one more waiting); a
+        small one's written at once (after those before it), as the pass goes on."""
+        if len(decided) < THREAD_LINES:
+            self._wait_lines(0)
+            self._log_chunk(due, aside, columns, decided, db_now)
+            return
         self._wait_lines(1)
         if self._lines is None:
             self._lines = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tick-lines")
-        self._queued.append(self._lines.submit(self._log_chunk, *chunk))
+        self._queued.append(self._lines.submit(self._log_chunk, due, aside, columns, decided, db_now))
 
     def _wait_lines(self, left: int) -> None:
         """Until at most `left` chunks' lines are waiting; the first error is kept."""
@@ -151,34 +161,41 @@ class Pass:
     def chunk(self, cur: psycopg.Cursor[Row]) -> tuple[bool, bool]:
         """One tick transaction over at most TICK_CHUNK due schedules. Returns (decided
         anything, the chunk was full: more may be due)."""
+        # the due rows and the decisions as tuples (the columns of DUE_SCHEDULES and
+        # TICK, in order): the thread that logs them makes them rows
+        plain = self.conn.cursor(binary=True)
         with self.conn.transaction():
             check_lock_in_transaction(cur, self.lock_pid)
-            due = cur.execute(sql.DUE_SCHEDULES, (TICK_CHUNK,)).fetchall()
+            due = plain.execute(sql.DUE_SCHEDULES, (TICK_CHUNK,)).fetchall()
             if not due:
                 return False, False
-            db_now = due[0]["db_now"]
-            nexts = self.occurrences.after_each([(d["cron"], d["timezone"]) for d in due], db_now)
-            ok = [(d, n) for d, n in zip(due, nexts) if not isinstance(n, Exception)]
-            bad = [(d, n) for d, n in zip(due, nexts) if isinstance(n, Exception)]
+            db_now = due[0][3]
+            nexts = self.occurrences.after_each([(d[1], d[2]) for d in due], db_now)
+            names = [d[0] for d in due]
             aside: list[Row] = []
-            if bad:
+            if any(isinstance(n, Exception) for n in nexts):
+                bad = [(w, n) for w, n in zip(names, nexts) if isinstance(n, Exception)]
                 aside = cur.execute(
                     sql.SET_SCHEDULES_ASIDE,
-                    (
-                        [d["worker_name"] for d, _ in bad],
-                        [f"cannot compute the next occurrence here: {one_line(e)}" for _, e in bad],
-                    ),
+                    ([w for w, _ in bad], [f"cannot compute the next occurrence here: {one_line(e)}" for _, e in bad]),
                 ).fetchall()
-            rows: list[Row] = []
-            if ok:
-                rows = cur.execute(
-                    sql.TICK, ([d["worker_name"] for d, _ in ok], [n for _, n in ok], self.name)
-                ).fetchall()
-        self._queue_lines(due, aside, rows, db_now)
-        return bool(rows or aside), len(due) >= TICK_CHUNK
+                names, nexts = (
+                    [w for w, n in zip(names, nexts) if not isinstance(n, Exception)],
+                    [n for n in nexts if not isinstance(n, Exception)],
+                )
+            decided: list[tuple] = []
+            columns: list[str] = []
+            if names:
+                decided = plain.execute(sql.TICK, (names, nexts, self.name)).fetchall()
+                columns = [c.name for c in plain.description or ()]
+        self._queue_lines(due, aside, columns, decided, db_now)
+        return bool(decided or aside), len(due) >= TICK_CHUNK
 
-    def _log_chunk(self, due: list[Row], aside: list[Row], rows: list[Row], db_now: datetime) -> None:
+    def _log_chunk(
+        self, due: list[tuple], aside: list[Row], columns: list[str], decided: list[tuple], db_now: datetime
+    ) -> None:
         """The lines of one chunk committed: its schedules set aside, its decisions."""
+        rows = [dict(zip(columns, r)) for r in decided]
         lines = Lines(self.log)
         for a in aside:
             lines(
@@ -189,7 +206,7 @@ class Pass:
                 since=a["arm_error_since"],
                 retry_at=a["arm_retry_at"],
             )
-        crons = {d["worker_name"]: (d["cron"], d["timezone"]) for d in due}
+        crons = {d[0]: (d[1], d[2]) for d in due}
         for r in rows:
             log_decision(lines, r, crons[r["worker_name"]], db_now, self.occurrences)
         lines.write()
