@@ -17,6 +17,8 @@ LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 _ENCODER = json.JSONEncoder(default=str)
 # what for_terminal() escapes but a newline: whether a text of many lines needs it at all
 _ACTS_BUT_NEWLINE = re.compile(_ACTING.pattern.replace("\x00-\x1f", "\x00-\x09\x0b-\x1f", 1))
+# the same for an ASCII text (the usual one), a far shorter class to look for
+_ASCII_ACTS_BUT_NEWLINE = re.compile("[\x00-\x09\x0b-\x1f\x7f]")
 
 
 class EventLog:
@@ -108,7 +110,7 @@ class Lines:
             # the whole text below keeps the lines' own newlines only
             lines.append(line.replace("\n", "\\x0a") if "\n" in line else line)
         text = "\n".join(lines) + "\n"
-        if not as_json and _ACTS_BUT_NEWLINE.search(text):
+        if not as_json and (_ASCII_ACTS_BUT_NEWLINE if text.isascii() else _ACTS_BUT_NEWLINE).search(text):
             text = for_terminal(text, keep="\n")
         return text
 

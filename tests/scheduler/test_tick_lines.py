@@ -9,6 +9,7 @@ import json
 import re
 import threading
 import time
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -166,3 +167,34 @@ def test_a_small_chunk_is_logged_before_the_pass_goes_on(db, holder, monkeypatch
     assert holder.tick()
     assert threads == [False, False, False, True, True]
     assert len(_enqueued(holder)) == 5
+
+
+@pytest.mark.parametrize("value", ["ascii\x1b[31mred\rback\x7f", "caf\u00e9\x1b]0;title\x07"])
+def test_an_acting_character_is_escaped_in_an_ascii_text_and_in_any_other(value):
+    out = io.StringIO()
+    lines = Lines(EventLog(stream=out))
+    lines("skipped", worker=value, reason="plain")
+    lines.write()
+    text = out.getvalue()
+    assert text.count("\n") == 1 and not re.search("[\x00-\x09\x0b-\x1f\x7f]", text)
+    assert "\\x1b" in text
+
+
+def test_a_next_occurrence_reads_at_its_own_offset():
+
+    at = datetime(2026, 12, 4, 22, 0, tzinfo=UTC)
+    out = io.StringIO()
+    lines = Lines(EventLog(json_lines=True, stream=out))
+    for t in (at, at.astimezone(timezone(timedelta(hours=1)))):  # equal instants
+        tick.log_decision(
+            lines,
+            {"worker_name": "w", "decision": "ARMED", "next_run_at": t, "scheduled_for": None},
+            ("* * * * *", "UTC"),
+            at,
+            None,
+        )
+    lines.write()
+    assert [json.loads(x)["next_run_at"] for x in out.getvalue().splitlines()] == [
+        "2026-12-04T22:00:00+00:00",
+        "2026-12-04T23:00:00+01:00",
+    ]

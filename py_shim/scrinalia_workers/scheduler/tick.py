@@ -12,10 +12,11 @@ alone. A schedule whose next occurrence cannot be computed here is set aside
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -212,13 +213,24 @@ class Pass:
         lines.write()
 
 
+def _iso(t: datetime) -> str:
+    """A next occurrence as the lines write it: thousands of decisions share a few."""
+    return _iso_at(t, t.utcoffset())  # (equal instants at other offsets read otherwise)
+
+
+@functools.lru_cache(maxsize=4096)
+def _iso_at(t: datetime, offset: timedelta | None) -> str:
+    return t.isoformat()
+
+
 def log_decision(
     log: Callable[..., None], r: Row, cron_tz: tuple[str, str], db_now: datetime, occurrences: Occurrences
 ) -> None:
     """The log line of one tick decision (armed, enqueued and maybe catch-up, refused,
     skipped)."""
-    nxt = r["next_run_at"].isoformat() if r["next_run_at"] else None
+    nxt = _iso(r["next_run_at"]) if r["next_run_at"] else None
     sched_for = r["scheduled_for"]
+    sched_iso = sched_for.isoformat() if sched_for else None
     if r["decision"] == "ARMED":
         log("armed", worker=r["worker_name"], next_run_at=nxt)
     elif r["decision"] == "REFUSED":
@@ -230,7 +242,7 @@ def log_decision(
             worker=r["worker_name"],
             cron=cron_tz[0],
             timezone=cron_tz[1],
-            scheduled_for=sched_for.isoformat() if sched_for else None,
+            scheduled_for=sched_iso,
             reason=r["reason"],
         )
     elif r["decision"] == "ENQUEUED":
@@ -239,7 +251,7 @@ def log_decision(
             "enqueued",
             worker=r["worker_name"],
             run_id=r["run_id"],
-            scheduled_for=sched_for.isoformat(),
+            scheduled_for=sched_iso,
             next_run_at=nxt,
             catch_up=catch_up,
         )
@@ -248,14 +260,14 @@ def log_decision(
                 "catch-up",
                 worker=r["worker_name"],
                 run_id=r["run_id"],
-                scheduled_for=sched_for.isoformat(),
+                scheduled_for=sched_iso,
                 reason="periods were missed: one run, not a replay",
             )
     else:
         log(
             "skipped",
             worker=r["worker_name"],
-            scheduled_for=sched_for.isoformat() if sched_for else None,
+            scheduled_for=sched_iso,
             next_run_at=nxt,
             reason=r["reason"],
         )
