@@ -128,6 +128,7 @@ DECLARE
                s.request, s.cron, s.timezone, i.next_at, a.run_id AS active_run_id, o.run_id AS owed_run_id
           FROM unnest($1, $2) AS i(worker_name, next_at)
           JOIN scrinalia.archive_worker_schedules s ON s.worker_name = i.worker_name
+                                                   AND s.worker_name = ANY ($1)
           -- the slot (the predicate of uq_worker_run_active) and the owed retries
           LEFT JOIN scrinalia.archive_worker_runs a
                  ON a.worker_name = s.worker_name AND a.status IN ('QUEUED', 'RUNNING')
@@ -224,7 +225,7 @@ DECLARE
                arm_error_since = CASE WHEN x.decision = 'REFUSED' THEN coalesce(s.arm_error_since, now()) END,
                arm_retry_at = CASE WHEN x.decision = 'REFUSED' THEN now() + scrinalia.arm_retry_interval() END
           FROM decided x
-         WHERE s.worker_name = x.worker_name
+         WHERE s.worker_name = x.worker_name AND s.worker_name = ANY ($1)
         RETURNING s.worker_name, x.decision, x.run_id, x.was,
                   CASE WHEN x.decision = 'REFUSED' THEN s.next_run_at ELSE x.next_at END, x.reason
     )

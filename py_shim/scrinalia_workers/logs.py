@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
+import threading
+import time
 from datetime import UTC, datetime
 
-from scrinalia_workers.text import for_terminal
+from scrinalia_workers.text import _ACTING, for_terminal
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 # json.dumps(default=...) builds an encoder per call; the daemons write a line per run
 _ENCODER = json.JSONEncoder(default=str)
+# what for_terminal() escapes but a newline: whether a text of many lines needs it at all
+_ACTS_BUT_NEWLINE = re.compile(_ACTING.pattern.replace("\x00-\x1f", "\x00-\x09\x0b-\x1f", 1))
+# the same for an ASCII text (the usual one), a far shorter class to look for
+_ASCII_ACTS_BUT_NEWLINE = re.compile("[\x00-\x09\x0b-\x1f\x7f]")
 
 
 class EventLog:
@@ -20,6 +27,8 @@ class EventLog:
         self.threshold = LEVELS.get(level.lower(), 20)
         self.stream = stream or sys.stderr
         self._batched = 0
+        # a Lines written from another thread goes out whole, never inside another line
+        self._writing = threading.Lock()
 
     def __call__(self, event: str, level: str = "info", **fields) -> None:
         if LEVELS.get(level, 20) < self.threshold:
@@ -33,9 +42,10 @@ class EventLog:
             # and no newline in it forges a line of its own
             line = for_terminal(f"{ts} {level.upper()} {event}" + (f" {parts}" if parts else ""), keep="")
         try:
-            self.stream.write(line + "\n")
-            if not self._batched:
-                self.stream.flush()
+            with self._writing:
+                self.stream.write(line + "\n")
+                if not self._batched:
+                    self.stream.flush()
         except (OSError, ValueError):
             pass  # a closed pipe must not stop the daemon
 
@@ -53,6 +63,56 @@ class EventLog:
                     self.stream.flush()
                 except (OSError, ValueError):
                     pass
+
+
+class Lines:
+    """Lines for `log`, collected by calls like the log's own and written together by
+    write(): the same lines as one by one (each with the instant it was logged), with
+    one escaping pass and one write for thousands of them. It touches no state of the
+    log but its stream (under its lock), so another thread may fill and write it."""
+
+    def __init__(self, log: EventLog):
+        self.log = log
+        self._records: list[tuple[float, str, str, dict]] = []
+
+    def __call__(self, event: str, level: str = "info", **fields) -> None:
+        if LEVELS.get(level, 20) >= self.log.threshold:
+            self._records.append((time.time(), event, level, fields))
+
+    def write(self) -> None:
+        """Writes the lines collected so far (and forgets them)."""
+        records, self._records = self._records, []
+        if not records:
+            return
+        text = self._text(records)
+        try:
+            with self.log._writing:
+                self.log.stream.write(text)
+                self.log.stream.flush()
+        except (OSError, ValueError):
+            pass  # a closed pipe must not stop the daemon
+
+    def _text(self, records: list[tuple[float, str, str, dict]]) -> str:
+        as_json = self.log.json_lines
+        stamps: dict[int, str] = {}  # per millisecond: the lines of a batch share a few
+        lines = []
+        for t, event, level, fields in records:
+            ms = int(t * 1000)
+            ts = stamps.get(ms)
+            if ts is None:
+                ts = stamps[ms] = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+            if as_json:
+                lines.append(_ENCODER.encode({"ts": ts, "event": event, "level": level, **fields}))
+                continue
+            parts = " ".join(f"{k}={v}" for k, v in fields.items())
+            line = f"{ts} {level.upper()} {event}" + (f" {parts}" if parts else "")
+            # a value's newline escaped as for_terminal(keep="") does: the one pass over
+            # the whole text below keeps the lines' own newlines only
+            lines.append(line.replace("\n", "\\x0a") if "\n" in line else line)
+        text = "\n".join(lines) + "\n"
+        if not as_json and (_ASCII_ACTS_BUT_NEWLINE if text.isascii() else _ACTS_BUT_NEWLINE).search(text):
+            text = for_terminal(text, keep="\n")
+        return text
 
 
 def one_line(text: object, width: int | None = None) -> str | None:

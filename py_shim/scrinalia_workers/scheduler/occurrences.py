@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import threading
 from datetime import datetime, timedelta
 
 from scrinalia_workers import cron
@@ -18,6 +19,8 @@ class Occurrences:
     def __init__(self) -> None:
         # per (cron, zone): its windows (start, first occurrence after it), by start
         self._windows: dict[tuple[str, str], list[tuple[datetime, datetime]]] = {}
+        # the pass computes a chunk's next occurrences while a thread logs the last one's
+        self._lock = threading.Lock()
 
     def _known(self, pair: tuple[str, str], t: datetime) -> datetime | None:
         windows = self._windows.get(pair, [])
@@ -29,27 +32,29 @@ class Occurrences:
 
     def after(self, pair: tuple[str, str], t: datetime) -> datetime:
         """cron.next_occurrence(cron, zone, t), raising as it does."""
-        nxt = self._known(pair, t)
-        if nxt is None:
-            nxt = cron.next_occurrence(*pair, t)
-            self._keep(pair, t, nxt)
-        return nxt
+        with self._lock:
+            nxt = self._known(pair, t)
+            if nxt is None:
+                nxt = cron.next_occurrence(*pair, t)
+                self._keep(pair, t, nxt)
+            return nxt
 
     def after_each(self, pairs: list[tuple[str, str]], t: datetime) -> list[datetime | Exception]:
         """cron.try_next_occurrences(pairs, t): each distinct pair once, an error in its
         pair's place; what an earlier chunk computed is reused."""
         out: dict[tuple[str, str], datetime | Exception] = {}
         todo = []
-        for p in set(pairs):
-            known = self._known(p, t)
-            if known is None:
-                todo.append(p)
-            else:
-                out[p] = known
-        for p, n in zip(todo, cron.try_next_occurrences(todo, t)):
-            out[p] = n
-            if not isinstance(n, Exception):
-                self._keep(p, t, n)
+        with self._lock:
+            for p in set(pairs):
+                known = self._known(p, t)
+                if known is None:
+                    todo.append(p)
+                else:
+                    out[p] = known
+            for p, n in zip(todo, cron.try_next_occurrences(todo, t)):
+                out[p] = n
+                if not isinstance(n, Exception):
+                    self._keep(p, t, n)
         return [out[p] for p in pairs]
 
     def missed(self, pair: tuple[str, str], sched_for: datetime, db_now: datetime) -> bool:

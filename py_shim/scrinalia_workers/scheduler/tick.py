@@ -12,9 +12,11 @@ alone. A schedule whose next occurrence cannot be computed here is set aside
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
-from datetime import datetime
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -22,13 +24,17 @@ from psycopg.rows import dict_row
 
 from scrinalia_workers.errors import NOT_LOCK_HOLDER, InvalidTickCall, LockLost
 from scrinalia_workers.gateway.statements import scheduler as sql
-from scrinalia_workers.logs import EventLog, one_line
+from scrinalia_workers.logs import EventLog, Lines, one_line
 from scrinalia_workers.scheduler.occurrences import Occurrences
 
 # Due schedules per tick transaction. Each chunk costs a transaction, a due query over
-# all that is still due and a planning: a minute's usual load fits in one; a spike's
-# first half is visible about twice as early as its last.
-TICK_CHUNK = 5000
+# all that is still due, a planning and a config resolution, about a tenth of a 5,000
+# chunk's work: a minute's usual load fits in one; a larger spike's first runs are
+# visible while the rest is decided (one at a known instant is prepared ahead anyway).
+TICK_CHUNK = 20_000
+# A chunk with fewer decisions is logged at once, not by the thread: it would gain
+# nothing, and its lines come out as soon as it is committed.
+THREAD_LINES = 1000
 # Chunks per pass at most (a million schedules); the next pass goes on at once.
 MAX_CHUNKS = 1000
 # How often a holder looks for stored instants no cron or policy produces (a clock
@@ -80,9 +86,47 @@ class Pass:
         self.log = log
         self.check_lock = check_lock
         self.occurrences = Occurrences()  # shared by the chunks of this pass and their log
+        # a chunk's lines are formatted and written by one thread, in order, while the
+        # next chunk runs in the database; run() returns once every line is written
+        self._lines: ThreadPoolExecutor | None = None
+        self._queued: list[Future[None]] = []
+        self._lines_error: BaseException | None = None
 
     def run(self) -> bool:
         """Reap, retries, then the due schedules. True when it decided anything."""
+        try:
+            progressed = self._run()
+        finally:
+            self._wait_lines(0)
+            if self._lines is not None:
+                self._lines.shutdown()
+        if self._lines_error is not None:
+            # the pass went on (the other chunks' lines are written), and says so now
+            raise self._lines_error
+        return progressed
+
+    def _queue_lines(
+        self, due: list[tuple], aside: list[Row], columns: list[str], decided: list[tuple], db_now: datetime
+    ) -> None:
+        """The lines of a committed chunk, to the thread (at most one more waiting); a
+        small one's written at once (after those before it), as the pass goes on."""
+        if len(decided) < THREAD_LINES:
+            self._wait_lines(0)
+            self._log_chunk(due, aside, columns, decided, db_now)
+            return
+        self._wait_lines(1)
+        if self._lines is None:
+            self._lines = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tick-lines")
+        self._queued.append(self._lines.submit(self._log_chunk, due, aside, columns, decided, db_now))
+
+    def _wait_lines(self, left: int) -> None:
+        """Until at most `left` chunks' lines are waiting; the first error is kept."""
+        while len(self._queued) > left:
+            error = self._queued.pop(0).exception()
+            if error is not None and self._lines_error is None:
+                self._lines_error = error
+
+    def _run(self) -> bool:
         # binary results, and the arrays below sent binary (%b): psycopg writes a large
         # array of timestamps far faster in binary than as text
         cur = self.conn.cursor(row_factory=dict_row, binary=True)
@@ -118,50 +162,75 @@ class Pass:
     def chunk(self, cur: psycopg.Cursor[Row]) -> tuple[bool, bool]:
         """One tick transaction over at most TICK_CHUNK due schedules. Returns (decided
         anything, the chunk was full: more may be due)."""
+        # the due rows and the decisions as tuples (the columns of DUE_SCHEDULES and
+        # TICK, in order): the thread that logs them makes them rows
+        plain = self.conn.cursor(binary=True)
         with self.conn.transaction():
             check_lock_in_transaction(cur, self.lock_pid)
-            due = cur.execute(sql.DUE_SCHEDULES, (TICK_CHUNK,)).fetchall()
+            due = plain.execute(sql.DUE_SCHEDULES, (TICK_CHUNK,)).fetchall()
             if not due:
                 return False, False
-            db_now = due[0]["db_now"]
-            nexts = self.occurrences.after_each([(d["cron"], d["timezone"]) for d in due], db_now)
-            ok = [(d, n) for d, n in zip(due, nexts) if not isinstance(n, Exception)]
-            bad = [(d, n) for d, n in zip(due, nexts) if isinstance(n, Exception)]
+            db_now = due[0][3]
+            nexts = self.occurrences.after_each([(d[1], d[2]) for d in due], db_now)
+            names = [d[0] for d in due]
             aside: list[Row] = []
-            if bad:
+            if any(isinstance(n, Exception) for n in nexts):
+                bad = [(w, n) for w, n in zip(names, nexts) if isinstance(n, Exception)]
                 aside = cur.execute(
                     sql.SET_SCHEDULES_ASIDE,
-                    (
-                        [d["worker_name"] for d, _ in bad],
-                        [f"cannot compute the next occurrence here: {one_line(e)}" for _, e in bad],
-                    ),
+                    ([w for w, _ in bad], [f"cannot compute the next occurrence here: {one_line(e)}" for _, e in bad]),
                 ).fetchall()
-            rows: list[Row] = []
-            if ok:
-                rows = cur.execute(
-                    sql.TICK, ([d["worker_name"] for d, _ in ok], [n for _, n in ok], self.name)
-                ).fetchall()
-        crons = {d["worker_name"]: (d["cron"], d["timezone"]) for d in due}
-        with self.log.batch():
-            for a in aside:
-                self.log(
-                    "schedule set aside",
-                    level="error",
-                    worker=a["worker_name"],
-                    reason=a["arm_error"],
-                    since=a["arm_error_since"],
-                    retry_at=a["arm_retry_at"],
+                names, nexts = (
+                    [w for w, n in zip(names, nexts) if not isinstance(n, Exception)],
+                    [n for n in nexts if not isinstance(n, Exception)],
                 )
-            for r in rows:
-                log_decision(self.log, r, crons[r["worker_name"]], db_now, self.occurrences)
-        return bool(rows or aside), len(due) >= TICK_CHUNK
+            decided: list[tuple] = []
+            columns: list[str] = []
+            if names:
+                decided = plain.execute(sql.TICK, (names, nexts, self.name)).fetchall()
+                columns = [c.name for c in plain.description or ()]
+        self._queue_lines(due, aside, columns, decided, db_now)
+        return bool(decided or aside), len(due) >= TICK_CHUNK
+
+    def _log_chunk(
+        self, due: list[tuple], aside: list[Row], columns: list[str], decided: list[tuple], db_now: datetime
+    ) -> None:
+        """The lines of one chunk committed: its schedules set aside, its decisions."""
+        rows = [dict(zip(columns, r)) for r in decided]
+        lines = Lines(self.log)
+        for a in aside:
+            lines(
+                "schedule set aside",
+                level="error",
+                worker=a["worker_name"],
+                reason=a["arm_error"],
+                since=a["arm_error_since"],
+                retry_at=a["arm_retry_at"],
+            )
+        crons = {d[0]: (d[1], d[2]) for d in due}
+        for r in rows:
+            log_decision(lines, r, crons[r["worker_name"]], db_now, self.occurrences)
+        lines.write()
 
 
-def log_decision(log: EventLog, r: Row, cron_tz: tuple[str, str], db_now: datetime, occurrences: Occurrences) -> None:
+def _iso(t: datetime) -> str:
+    """A next occurrence as the lines write it: thousands of decisions share a few."""
+    return _iso_at(t, t.utcoffset())  # (equal instants at other offsets read otherwise)
+
+
+@functools.lru_cache(maxsize=4096)
+def _iso_at(t: datetime, offset: timedelta | None) -> str:
+    return t.isoformat()
+
+
+def log_decision(
+    log: Callable[..., None], r: Row, cron_tz: tuple[str, str], db_now: datetime, occurrences: Occurrences
+) -> None:
     """The log line of one tick decision (armed, enqueued and maybe catch-up, refused,
     skipped)."""
-    nxt = r["next_run_at"].isoformat() if r["next_run_at"] else None
+    nxt = _iso(r["next_run_at"]) if r["next_run_at"] else None
     sched_for = r["scheduled_for"]
+    sched_iso = sched_for.isoformat() if sched_for else None
     if r["decision"] == "ARMED":
         log("armed", worker=r["worker_name"], next_run_at=nxt)
     elif r["decision"] == "REFUSED":
@@ -173,7 +242,7 @@ def log_decision(log: EventLog, r: Row, cron_tz: tuple[str, str], db_now: dateti
             worker=r["worker_name"],
             cron=cron_tz[0],
             timezone=cron_tz[1],
-            scheduled_for=sched_for.isoformat() if sched_for else None,
+            scheduled_for=sched_iso,
             reason=r["reason"],
         )
     elif r["decision"] == "ENQUEUED":
@@ -182,7 +251,7 @@ def log_decision(log: EventLog, r: Row, cron_tz: tuple[str, str], db_now: dateti
             "enqueued",
             worker=r["worker_name"],
             run_id=r["run_id"],
-            scheduled_for=sched_for.isoformat(),
+            scheduled_for=sched_iso,
             next_run_at=nxt,
             catch_up=catch_up,
         )
@@ -191,14 +260,14 @@ def log_decision(log: EventLog, r: Row, cron_tz: tuple[str, str], db_now: dateti
                 "catch-up",
                 worker=r["worker_name"],
                 run_id=r["run_id"],
-                scheduled_for=sched_for.isoformat(),
+                scheduled_for=sched_iso,
                 reason="periods were missed: one run, not a replay",
             )
     else:
         log(
             "skipped",
             worker=r["worker_name"],
-            scheduled_for=sched_for.isoformat() if sched_for else None,
+            scheduled_for=sched_iso,
             next_run_at=nxt,
             reason=r["reason"],
         )
