@@ -267,6 +267,11 @@ BEGIN
     -- can conflict. Then the whole statement again, ON
     -- CONFLICT DO NOTHING, in a fresh snapshot: nothing of the first attempt remains
     -- (its rows were not returned yet: the final ORDER BY needs every row first).
+    -- The foreign-key check on each inserted run would be planned anew for every row
+    -- under force_custom_plan: auto from here on, where it keeps its plan (a lookup by
+    -- primary key). The statement itself is a one-shot EXECUTE, planned with the
+    -- arrays' values either way; the function's SET clause restores the mode at exit.
+    PERFORM set_config('plan_cache_mode', 'auto', true);
     BEGIN
         RETURN QUERY EXECUTE format(stmt, '') USING p_workers, p_next, p_due_at;
     EXCEPTION WHEN unique_violation THEN
