@@ -2,7 +2,7 @@
 release rolls back to its head, its migrate completes and its scheduler ticks, then
 this release migrates forward again; the history is intact throughout and this
 release's scheduler, left running, exits 2 with the advice. Run for the previous
-release (0.2.0) and the one before (0.1.0, whose yoyo tables live in the public schema)."""
+release (0.3.0) and the ones before (0.2.0; 0.1.0, whose yoyo tables live in the public schema)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from scrinalia_workers.testkit.waiting import wait_for
 ROOT = Path(__file__).resolve().parents[2]
 # (commit, its version, its schema head, whether its yoyo tables are in public)
 RELEASES = {
+    "0.3.0": ("97f3a12", "0008_metrics_indexes", False),
     "0.2.0": ("cb01a6d", "0006_ledger_indexes", False),
     "0.1.0": ("5ba9e6d", "0004_roles", True),
 }

@@ -36,9 +36,9 @@ from scrinalia_workers.testkit.waiting import wait_for
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-# the previous release (0.2.0) and the one before (0.1.0): each release's daemons must live
+# the previous release (0.3.0) and the ones before (0.2.0, 0.1.0): each release's daemons must live
 # through the next one's migrate, and a deploy may skip a release
-PREVIOUS = ("cb01a6d", "5ba9e6d")
+PREVIOUS = ("97f3a12", "cb01a6d", "5ba9e6d")
 PERIODS = 24
 FIRST_AT = 3
 FAIL_EVERY = 6

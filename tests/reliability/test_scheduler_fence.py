@@ -20,8 +20,8 @@ from scrinalia_workers.testkit.procs import Proc
 
 pytestmark = pytest.mark.slow
 
-PREVIOUS = "cb01a6d"  # the previous release (0.2.0), whose scheduler may run while this SQL is installed
-PREVIOUS_HEAD = "0006_ledger_indexes"
+PREVIOUS = "97f3a12"  # the previous release (0.3.0), whose scheduler may run while this SQL is installed
+PREVIOUS_HEAD = "0008_metrics_indexes"
 REPO = Path(__file__).resolve().parents[2]
 
 
