@@ -21,6 +21,17 @@ _ACTS_BUT_NEWLINE = re.compile(_ACTING.pattern.replace("\x00-\x1f", "\x00-\x09\x
 _ASCII_ACTS_BUT_NEWLINE = re.compile("[\x00-\x09\x0b-\x1f\x7f]")
 
 
+def json_line(ts: str, event: str, level: str, fields: dict) -> str:
+    """A line as --json writes it (the one home of its fields' order and encoding)."""
+    return _ENCODER.encode({"ts": ts, "event": event, "level": level, **fields})
+
+
+def plain_line(ts: str, event: str, level: str, fields: dict) -> str:
+    """A plain line before its escaping: `ts LEVEL event key=value ...`."""
+    parts = " ".join(f"{k}={v}" for k, v in fields.items())
+    return f"{ts} {level.upper()} {event}" + (f" {parts}" if parts else "")
+
+
 class EventLog:
     def __init__(self, json_lines: bool = False, level: str = "info", stream=None):
         self.json_lines = json_lines
@@ -35,12 +46,11 @@ class EventLog:
             return
         ts = datetime.now(UTC).isoformat(timespec="milliseconds")
         if self.json_lines:
-            line = _ENCODER.encode({"ts": ts, "event": event, "level": level, **fields})
+            line = json_line(ts, event, level, fields)
         else:
-            parts = " ".join(f"{k}={v}" for k, v in fields.items())
             # a value read from the database may hold anything: nothing in it acts on a terminal,
             # and no newline in it forges a line of its own
-            line = for_terminal(f"{ts} {level.upper()} {event}" + (f" {parts}" if parts else ""), keep="")
+            line = for_terminal(plain_line(ts, event, level, fields), keep="")
         try:
             with self._writing:
                 self.stream.write(line + "\n")
@@ -102,10 +112,9 @@ class Lines:
             if ts is None:
                 ts = stamps[ms] = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
             if as_json:
-                lines.append(_ENCODER.encode({"ts": ts, "event": event, "level": level, **fields}))
+                lines.append(json_line(ts, event, level, fields))
                 continue
-            parts = " ".join(f"{k}={v}" for k, v in fields.items())
-            line = f"{ts} {level.upper()} {event}" + (f" {parts}" if parts else "")
+            line = plain_line(ts, event, level, fields)
             # a value's newline escaped as for_terminal(keep="") does: the one pass over
             # the whole text below keeps the lines' own newlines only
             lines.append(line.replace("\n", "\\x0a") if "\n" in line else line)
