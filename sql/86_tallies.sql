@@ -204,6 +204,21 @@ BEGIN
 END
 $$;
 
+-- Every tally and delta gone (the caller holds tally_fold): a TRUNCATE of the ledger,
+-- and a rebuild before it counts afresh.
+CREATE OR REPLACE FUNCTION scrinalia.clear_tallies()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    DELETE FROM scrinalia.run_tally_delta;
+    DELETE FROM scrinalia.run_tally;
+    DELETE FROM scrinalia.retry_tally;
+    DELETE FROM scrinalia.latest_period_tally;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION scrinalia.tally_truncate_statement()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
@@ -211,10 +226,7 @@ SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 BEGIN
     PERFORM 1 FROM scrinalia.tally_fold FOR UPDATE;
-    DELETE FROM scrinalia.run_tally_delta;
-    DELETE FROM scrinalia.run_tally;
-    DELETE FROM scrinalia.retry_tally;
-    DELETE FROM scrinalia.latest_period_tally;
+    PERFORM scrinalia.clear_tallies();
     RETURN NULL;
 END
 $$;
@@ -295,10 +307,7 @@ BEGIN
         RAISE EXCEPTION 'the metrics'' tallies were not rebuilt: a session holds their fold (a transaction left open after worker_metrics() or run_counts()); run it again once that session ends'
               USING ERRCODE = 'lock_not_available';
     END IF;
-    DELETE FROM scrinalia.run_tally_delta;
-    DELETE FROM scrinalia.run_tally;
-    DELETE FROM scrinalia.retry_tally;
-    DELETE FROM scrinalia.latest_period_tally;
+    PERFORM scrinalia.clear_tallies();
     INSERT INTO scrinalia.run_tally (worker_name, status, trigger, runs)
     SELECT r.worker_name, r.status, r.trigger, count(*) FROM scrinalia.archive_worker_runs r
      WHERE r.status NOT IN ('QUEUED', 'RUNNING') GROUP BY 1, 2, 3;

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -163,6 +164,32 @@ def table_fingerprints(conn: psycopg.Connection) -> dict[str, tuple[int, str]]:
 # cannot see a minute boundary (a minutely cron's next occurrence passing mid-test)
 # re-due one or move it past what the test expects.
 YEARLY = "0 0 1 1 *"
+
+
+def due_yearly(conn, names: list[str]) -> None:
+    """Schedules for `names` on YEARLY, due 30 seconds ago."""
+    conn.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
+        " SELECT w, %s, 'UTC', now() - interval '30 seconds' FROM unnest(%s::text[]) w",
+        (YEARLY, names),
+    )
+
+
+@contextmanager
+def lock_holding_scheduler(dsn: str, name: str):
+    """A Scheduler holding the lock in this process, its events captured as JSON lines
+    (`.events()`)."""
+    from scrinalia_workers.logs import EventLog
+    from scrinalia_workers.scheduler import Scheduler
+
+    out = io.StringIO()
+    s = Scheduler(dsn, name=name, log=EventLog(json_lines=True, stream=out))
+    assert s._acquire()
+    s.events = lambda: [json.loads(x) for x in out.getvalue().splitlines()]  # type: ignore[attr-defined]
+    try:
+        yield s
+    finally:
+        s._close()
 
 
 def scheduled_run(conn, worker: str) -> int:

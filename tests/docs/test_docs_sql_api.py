@@ -70,6 +70,7 @@ INTERNAL = {
     "latest_finished_periods_of",
     "fold_tallies",
     "rebuild_tallies",
+    "clear_tallies",
     "tally_insert_row",
     "tally_update_statement",
     "tally_delete_statement",

@@ -3,38 +3,26 @@ before the next, so the first runs of a spike are visible while the rest is deci
 
 from __future__ import annotations
 
-import io
-import json
 import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from helpers import YEARLY, make_workers
+from helpers import due_yearly, lock_holding_scheduler, make_workers
 from scrinalia_workers import cron
 from scrinalia_workers.errors import LockLost
-from scrinalia_workers.logs import EventLog
-from scrinalia_workers.scheduler import Scheduler, tick
+from scrinalia_workers.scheduler import tick
 from scrinalia_workers.scheduler.occurrences import Occurrences
 
 
 @pytest.fixture
 def holder(db_dsn):
     """A Scheduler holding the lock in this process, its events captured as JSON lines."""
-    out = io.StringIO()
-    s = Scheduler(db_dsn, name="chunks", log=EventLog(json_lines=True, stream=out))
-    assert s._acquire()
-    s.events = lambda: [json.loads(x) for x in out.getvalue().splitlines()]
-    yield s
-    s._close()
+    with lock_holding_scheduler(db_dsn, "chunks") as s:
+        yield s
 
 
-def _due(db, names):
-    db.execute(
-        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
-        " SELECT w, %s, 'UTC', now() - interval '30 seconds' FROM unnest(%s::text[]) w",
-        (YEARLY, names),
-    )
+_due = due_yearly
 
 
 def test_a_spike_is_ticked_in_committed_chunks_each_once(db, holder, monkeypatch):

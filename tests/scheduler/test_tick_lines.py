@@ -13,10 +13,10 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from helpers import YEARLY, make_workers
+from helpers import due_yearly, lock_holding_scheduler, make_workers
 from scrinalia_workers.errors import LockLost
 from scrinalia_workers.logs import EventLog, Lines
-from scrinalia_workers.scheduler import Scheduler, tick
+from scrinalia_workers.scheduler import tick
 
 # hostile text as a database value may hold it: a forged line, escapes, a bidi override
 HOSTILE = "w\n2026-12-04T00:00:00.000+00:00 INFO enqueued worker=forged\x1b[2J\r\u202e\x9b\u2028end"
@@ -72,21 +72,13 @@ def test_lines_carry_the_instant_each_was_logged(monkeypatch):
 
 @pytest.fixture
 def holder(db_dsn, monkeypatch):
+    """A Scheduler holding the lock in this process, its events captured as JSON lines."""
     monkeypatch.setattr(tick, "THREAD_LINES", 1)  # every chunk's lines through the thread
-    out = io.StringIO()
-    s = Scheduler(db_dsn, name="lines", log=EventLog(json_lines=True, stream=out))
-    assert s._acquire()
-    s.events = lambda: [json.loads(x) for x in out.getvalue().splitlines()]
-    yield s
-    s._close()
+    with lock_holding_scheduler(db_dsn, "lines") as s:
+        yield s
 
 
-def _due(db, names):
-    db.execute(
-        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
-        " SELECT w, %s, 'UTC', now() - interval '30 seconds' FROM unnest(%s::text[]) w",
-        (YEARLY, names),
-    )
+_due = due_yearly
 
 
 def _enqueued(holder) -> list[str]:
