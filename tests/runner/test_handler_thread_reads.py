@@ -4,11 +4,13 @@ there abandoned the whole batch, its runs given back or left to their leases).""
 
 from __future__ import annotations
 
+import sys
+
 from scrinalia_workers.runner.handler_thread import HandlerThread
 from scrinalia_workers.runner.wakeup import Wakeup
 from scrinalia_workers.testkit.waiting import wait_for
 
-BATCH = 2000
+BATCH = 300
 
 
 def _quick(run: dict) -> None:
@@ -16,7 +18,17 @@ def _quick(run: dict) -> None:
 
 
 def test_waiting_and_current_read_while_the_thread_takes_runs():
-    threads = HandlerThread(Wakeup(), max_threads=1)
+    # the threads switch often (the default 5 ms slice let the handler thread take about
+    # one run a slice): many reads meet a take, and the test ends in seconds
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        _reads_while_taking(HandlerThread(Wakeup(), max_threads=1))
+    finally:
+        sys.setswitchinterval(previous)
+
+
+def _reads_while_taking(threads: HandlerThread) -> None:
     for batch in range(20):
         ids = [batch * BATCH + i for i in range(BATCH)]
         id_set = set(ids)
