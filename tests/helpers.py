@@ -192,6 +192,22 @@ def lock_holding_scheduler(dsn: str, name: str):
         s._close()
 
 
+def two_attempt_period(conn, last_status: str, error: str | None = None) -> None:
+    """Workers ocr and idle; ocr's 2026-01-01 period: attempt 1 FAILED, its retry
+    ended `last_status` (written by hand, as a restore would)."""
+    conn.execute("INSERT INTO scrinalia.archive_workers (worker_name) VALUES ('ocr'), ('idle')")
+    [(first,)] = conn.execute(
+        "INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, status, scheduled_for, finished_at) "
+        "VALUES ('ocr', 'SCHEDULE', 'FAILED', '2026-01-01', now()) RETURNING run_id"
+    ).fetchall()
+    conn.execute(
+        "INSERT INTO scrinalia.archive_worker_runs "
+        "(worker_name, trigger, status, attempt, retry_of, scheduled_for, finished_at, error) "
+        "VALUES ('ocr', 'SCHEDULE', %s, 2, %s, '2026-01-01', now(), %s)",
+        (last_status, first, error),
+    )
+
+
 def scheduled_run(conn, worker: str) -> int:
     """A SCHEDULE run of the worker (a schedule armed, then moved due, then ticked); its run_id."""
     put_schedule(conn, worker, "* * * * *", "UTC")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import psycopg
 
+from helpers import two_attempt_period
 from scrinalia_workers.admin import migrate as m
 from scrinalia_workers.gateway.statements import cli as cli_sql
 
@@ -21,17 +22,7 @@ RETRIES = "SELECT worker_name, retries_created FROM scrinalia.worker_metrics() O
 
 
 def _ledger(c) -> None:
-    c.execute("INSERT INTO scrinalia.archive_workers (worker_name) VALUES ('ocr'), ('idle')")
-    [(first,)] = c.execute(
-        "INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, status, scheduled_for, finished_at) "
-        "VALUES ('ocr', 'SCHEDULE', 'FAILED', '2026-01-01', now()) RETURNING run_id"
-    ).fetchall()
-    c.execute(
-        "INSERT INTO scrinalia.archive_worker_runs "
-        "(worker_name, trigger, status, attempt, retry_of, scheduled_for, finished_at) "
-        "VALUES ('ocr', 'SCHEDULE', 'SUCCEEDED', 2, %s, '2026-01-01', now())",
-        (first,),
-    )
+    two_attempt_period(c, "SUCCEEDED")
 
 
 def test_the_retry_index_is_made_and_rolled_back(empty_db_dsn):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from helpers import two_attempt_period
 from scrinalia_workers.admin import migrate as m
 
 TALLY_OBJECTS = (
@@ -36,17 +37,7 @@ def test_rolled_back_and_upgraded_again_the_tallies_are_rebuilt(empty_db_dsn):
     m.migrate(empty_db_dsn)
     with psycopg.connect(empty_db_dsn, autocommit=True) as c:
         assert c.execute(TALLY_OBJECTS).fetchone() == (4, 9)  # 4 triggers; 5 tables, 4 primary keys
-        c.execute("INSERT INTO scrinalia.archive_workers (worker_name) VALUES ('ocr'), ('idle')")
-        [(first,)] = c.execute(
-            "INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, status, scheduled_for, finished_at) "
-            "VALUES ('ocr', 'SCHEDULE', 'FAILED', '2026-01-01', now()) RETURNING run_id"
-        ).fetchall()
-        c.execute(
-            "INSERT INTO scrinalia.archive_worker_runs "
-            "(worker_name, trigger, status, attempt, retry_of, scheduled_for, finished_at, error) "
-            "VALUES ('ocr', 'SCHEDULE', 'FAILED', 2, %s, '2026-01-01', now(), 'boom')",
-            (first,),
-        )
+        two_attempt_period(c, "FAILED", "boom")
         c.execute(
             "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone) VALUES ('ocr', '0 * * * *', 'UTC')"
         )
