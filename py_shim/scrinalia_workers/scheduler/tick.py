@@ -106,18 +106,23 @@ class Pass:
         return progressed
 
     def _queue_lines(
-        self, due: list[tuple], aside: list[Row], columns: list[str], decided: list[tuple], db_now: datetime
+        self,
+        crons: dict[str, tuple[str, str]],
+        aside: list[Row],
+        columns: list[str],
+        decided: list[tuple],
+        db_now: datetime,
     ) -> None:
         """The lines of a committed chunk, to the thread (at most one more waiting); a
         small one's written at once (after those before it), as the pass goes on."""
         if len(decided) < THREAD_LINES:
             self._wait_lines(0)
-            self._log_chunk(due, aside, columns, decided, db_now)
+            self._log_chunk(crons, aside, columns, decided, db_now)
             return
         self._wait_lines(1)
         if self._lines is None:
             self._lines = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tick-lines")
-        self._queued.append(self._lines.submit(self._log_chunk, due, aside, columns, decided, db_now))
+        self._queued.append(self._lines.submit(self._log_chunk, crons, aside, columns, decided, db_now))
 
     def _wait_lines(self, left: int) -> None:
         """Until at most `left` chunks' lines are waiting; the first error is kept."""
@@ -162,17 +167,19 @@ class Pass:
     def chunk(self, cur: psycopg.Cursor[Row]) -> tuple[bool, bool]:
         """One tick transaction over at most TICK_CHUNK due schedules. Returns (decided
         anything, the chunk was full: more may be due)."""
-        # the due rows and the decisions as tuples (the columns of DUE_SCHEDULES and
-        # TICK, in order): the thread that logs them makes them rows
+        # the due rows and the decisions as tuples, their columns found by name (a dict
+        # per row costs more than the rest of a decision's Python); the thread that logs
+        # the decisions makes them rows
         plain = self.conn.cursor(binary=True)
         with self.conn.transaction():
             check_lock_in_transaction(cur, self.lock_pid)
             due = plain.execute(sql.DUE_SCHEDULES, (TICK_CHUNK,)).fetchall()
             if not due:
                 return False, False
-            db_now = due[0][3]
-            nexts = self.occurrences.after_each([(d[1], d[2]) for d in due], db_now)
-            names = [d[0] for d in due]
+            w, c, z, t = _positions(plain, "worker_name", "cron", "timezone", "db_now")
+            db_now = due[0][t]
+            nexts = self.occurrences.after_each([(d[c], d[z]) for d in due], db_now)
+            names = [d[w] for d in due]
             aside: list[Row] = []
             if any(isinstance(n, Exception) for n in nexts):
                 bad = [(w, n) for w, n in zip(names, nexts) if isinstance(n, Exception)]
@@ -189,11 +196,17 @@ class Pass:
             if names:
                 decided = plain.execute(sql.TICK, (names, nexts, self.name)).fetchall()
                 columns = [c.name for c in plain.description or ()]
-        self._queue_lines(due, aside, columns, decided, db_now)
+        crons = {d[w]: (d[c], d[z]) for d in due}
+        self._queue_lines(crons, aside, columns, decided, db_now)
         return bool(decided or aside), len(due) >= TICK_CHUNK
 
     def _log_chunk(
-        self, due: list[tuple], aside: list[Row], columns: list[str], decided: list[tuple], db_now: datetime
+        self,
+        crons: dict[str, tuple[str, str]],
+        aside: list[Row],
+        columns: list[str],
+        decided: list[tuple],
+        db_now: datetime,
     ) -> None:
         """The lines of one chunk committed: its schedules set aside, its decisions."""
         rows = [dict(zip(columns, r)) for r in decided]
@@ -207,10 +220,15 @@ class Pass:
                 since=a["arm_error_since"],
                 retry_at=a["arm_retry_at"],
             )
-        crons = {d[0]: (d[1], d[2]) for d in due}
         for r in rows:
             log_decision(lines, r, crons[r["worker_name"]], db_now, self.occurrences)
         lines.write()
+
+
+def _positions(cur: psycopg.Cursor[Any], *names: str) -> tuple[int, ...]:
+    """Where the named columns are in the rows `cur` just fetched as tuples."""
+    found = [col.name for col in cur.description or ()]
+    return tuple(found.index(n) for n in names)
 
 
 def _iso(t: datetime) -> str:
