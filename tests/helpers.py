@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import array
+import fcntl
 import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import termios
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -287,3 +290,21 @@ def code_digest(conn) -> str:
         " ORDER BY p.proname, pg_get_function_identity_arguments(p.oid)))"
         " FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'scrinalia'"
     ).fetchone()[0]
+
+
+def blocked_writing_its_log(p: subprocess.Popen) -> bool:
+    """The process's log pipe (its stderr, never read) is at least half full and one of
+    its threads sits in a system call on fd 2: a write that waits for a reader."""
+    assert p.stderr is not None
+    unread = array.array("i", [0])
+    fcntl.ioctl(p.stderr.fileno(), termios.FIONREAD, unread)
+    if unread[0] < fcntl.fcntl(p.stderr.fileno(), fcntl.F_GETPIPE_SZ) // 2:
+        return False
+    for task in Path(f"/proc/{p.pid}/task").iterdir():
+        try:
+            fields = (task / "syscall").read_text().split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        if len(fields) > 1 and fields[1] == "0x2":
+            return True
+    return False

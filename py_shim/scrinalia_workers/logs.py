@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import sys
 import threading
@@ -44,20 +45,52 @@ class EventLog:
     def __call__(self, event: str, level: str = "info", **fields) -> None:
         if LEVELS.get(level, 20) < self.threshold:
             return
+        self.write_text(self._line(event, level, fields) + "\n")
+
+    def _line(self, event: str, level: str, fields: dict) -> str:
         ts = datetime.now(UTC).isoformat(timespec="milliseconds")
         if self.json_lines:
-            line = json_line(ts, event, level, fields)
-        else:
-            # a value read from the database may hold anything: nothing in it acts on a terminal,
-            # and no newline in it forges a line of its own
-            line = for_terminal(plain_line(ts, event, level, fields), keep="")
+            return json_line(ts, event, level, fields)
+        # a value read from the database may hold anything: nothing in it acts on a terminal,
+        # and no newline in it forges a line of its own
+        return for_terminal(plain_line(ts, event, level, fields), keep="")
+
+    def write_text(self, text: str, *, flush: bool = False) -> None:
+        """Whole lines, already formatted, written under the lock (another thread's
+        lines never land inside them); flushed unless a batch() flushes later."""
         try:
             with self._writing:
-                self.stream.write(line + "\n")
-                if not self._batched:
+                self.stream.write(text)
+                if flush or not self._batched:
                     self.stream.flush()
         except (OSError, ValueError):
             pass  # a closed pipe must not stop the daemon
+
+    def last_words(self, event: str, level: str = "warning", **fields) -> None:
+        """A line written from a signal handler on the way out. It never waits for the
+        lock: the code the signal interrupted may hold it, and would never let go.
+        Without the lock it goes straight to the file descriptor, after a newline in
+        case it lands behind half a line; a blocked write is the caller's to bound."""
+        if LEVELS.get(level, 20) < self.threshold:
+            return
+        line = self._line(event, level, fields) + "\n"
+        held = self._writing.acquire(blocking=False)
+        try:
+            if held:
+                with contextlib.suppress(OSError, ValueError, RuntimeError):
+                    self.stream.flush()  # the lines before it first (os._exit flushes nothing)
+            try:
+                fd = self.stream.fileno()
+            except (OSError, ValueError, AttributeError):  # an in-memory stream
+                if held:
+                    self.stream.write(line)
+                return
+            os.write(fd, (line if held else "\n" + line).encode("utf-8", "backslashreplace"))
+        except (OSError, ValueError, RuntimeError):
+            pass  # leaving anyway
+        finally:
+            if held:
+                self._writing.release()
 
     @contextlib.contextmanager
     def batch(self):
@@ -94,13 +127,7 @@ class Lines:
         records, self._records = self._records, []
         if not records:
             return
-        text = self._text(records)
-        try:
-            with self.log._writing:
-                self.log.stream.write(text)
-                self.log.stream.flush()
-        except (OSError, ValueError):
-            pass  # a closed pipe must not stop the daemon
+        self.log.write_text(self._text(records), flush=True)
 
     def _text(self, records: list[tuple[float, str, str, dict]]) -> str:
         as_json = self.log.json_lines

@@ -9,10 +9,13 @@ the real process's signals, exit codes and log lines."""
 from __future__ import annotations
 
 import signal
+import subprocess
+import time
 
 import pytest
 
-from helpers import make_worker, run_row, scheduled_run
+from helpers import blocked_writing_its_log, make_worker, make_workers, run_row, scheduled_run
+from scrinalia_workers.testkit.procs import runner_argv
 
 pytestmark = pytest.mark.slow
 
@@ -71,6 +74,31 @@ def test_a_second_signal_exits_at_once(db, db_dsn, procs):
     assert p.count("grace over") == 0
     # nothing was reported: the run is left to its lease (the reaper ends it)
     assert run_row(db, run_id)["status"] == "RUNNING"
+
+
+def test_a_second_signal_exits_while_the_log_pipe_is_full(db, db_dsn):
+    # nobody reads the runner's log: the pipe fills and the main thread blocks in a log
+    # write, holding the log's lock; the second signal must still end the process
+    names = make_workers(db, 3000)
+    db.execute("SELECT scrinalia.enqueue(name) FROM unnest(%s::text[]) AS name", (names,))
+    p = subprocess.Popen(
+        runner_argv(db_dsn, "every_worker_handlers"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + EXIT_WITHIN
+        while not blocked_writing_its_log(p):
+            assert p.poll() is None and time.monotonic() < deadline, "the runner never blocked on its log"
+            time.sleep(0.01)
+        p.send_signal(signal.SIGTERM)
+        p.send_signal(signal.SIGINT)
+        # both wait on the blocked write, and Python runs pending handlers in signal
+        # order: the exit code is that of whichever was handled second
+        assert p.wait(EXIT_WITHIN) in (128 + signal.SIGINT, 128 + signal.SIGTERM)
+    finally:
+        p.kill()
+        p.wait()
+        assert p.stderr is not None
+        p.stderr.close()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

@@ -5,12 +5,14 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
-from helpers import YEARLY, make_worker, put_schedule, set_next_run
+from helpers import YEARLY, blocked_writing_its_log, due_yearly, make_worker, make_workers, put_schedule, set_next_run
 from scrinalia_workers.gateway import connection as swdb
 from scrinalia_workers.sqlfiles import head
+from scrinalia_workers.testkit.procs import scheduler_argv
 from scrinalia_workers.testkit.waiting import wait_for
 
 
@@ -157,6 +159,27 @@ def test_sigterm_exits_0_and_releases_lock(db, db_dsn, procs):
     assert a.stop() == 0
     assert a.count("stopping") == 1
     assert not db.execute("SELECT lock_held FROM scrinalia.scheduler_status()").fetchone()[0]
+
+
+def test_a_second_signal_exits_while_the_log_pipe_is_full(db, db_dsn):
+    # nobody reads the scheduler's log: its decision lines fill the pipe and a write
+    # blocks holding the log's lock; the second signal must still end the process
+    due_yearly(db, make_workers(db, 3000))
+    p = subprocess.Popen(scheduler_argv(db_dsn), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not blocked_writing_its_log(p):
+            assert p.poll() is None and time.monotonic() < deadline, "the scheduler never blocked on its log"
+            time.sleep(0.01)
+        p.send_signal(signal.SIGTERM)
+        p.send_signal(signal.SIGINT)
+        # pending handlers run in signal order: the code is that of the one handled second
+        assert p.wait(60) in (128 + signal.SIGINT, 128 + signal.SIGTERM)
+    finally:
+        p.kill()
+        p.wait()
+        assert p.stderr is not None
+        p.stderr.close()
 
 
 def _asleep(db) -> bool:

@@ -31,7 +31,6 @@ its lease. The command line and the signals: runner/command.py.
 
 from __future__ import annotations
 
-import os
 import signal
 from datetime import timedelta
 
@@ -39,6 +38,7 @@ import psycopg
 
 from scrinalia_workers.clock import SYSTEM, Clock
 from scrinalia_workers.errors import ConfigError, DatabaseUnavailable, MissingPrivilege, SchemaMismatch
+from scrinalia_workers.exits import exit_at_once
 from scrinalia_workers.gateway.backoff import Backoff, is_transient
 from scrinalia_workers.gateway.checks import schema_moved
 from scrinalia_workers.logs import EventLog, one_line
@@ -147,15 +147,13 @@ class Runner:
         """First SIGTERM/SIGINT: stop after the grace. Second: exit at once."""
         self._signals += 1
         if self._signals > 1:
-            try:  # the main thread may have been inside a log write: never let that stop us
-                self.log(
-                    "exiting at once",
-                    level="warning",
-                    signal=signal.Signals(signum).name,
-                    reason="second signal; a running run is left to its lease",
-                )
-            finally:
-                os._exit(128 + signum)
+            exit_at_once(
+                128 + signum,
+                self.log,
+                "exiting at once",
+                signal=signal.Signals(signum).name,
+                reason="second signal; a running run is left to its lease",
+            )
         self.stopping = True
         self.wakeup.ring()  # in case the C-level ring was drained before this ran
 

@@ -27,14 +27,6 @@ def _stamp() -> str:
     return _quote(datetime.now(UTC).isoformat(timespec="milliseconds"))
 
 
-def _write(log: EventLog, text: str) -> None:
-    with log.batch():  # flushed at its end, unless an enclosing batch flushes later
-        try:
-            log.stream.write(text)
-        except (OSError, ValueError):
-            pass  # a closed pipe must not stop the daemon
-
-
 def log_claimed(log: EventLog, runs: list[dict]) -> None:
     """One `claimed` line per run: run_id, worker, trigger, attempt."""
     if not _formats_here(log):
@@ -49,8 +41,7 @@ def log_claimed(log: EventLog, runs: list[dict]) -> None:
                 )
         return
     ts = _stamp()
-    _write(
-        log,
+    log.write_text(
         "".join(
             f'{{"ts": {ts}, "event": "claimed", "level": "info", "run_id": {int(run["run_id"])}, '
             f'"worker": {_quote(run["worker_name"])}, "trigger": {_quote(run["trigger"])}, '
@@ -74,7 +65,7 @@ def log_finished(log: EventLog, reported: Iterable[tuple[dict, Any]]) -> None:
                 )
                 continue
             if pending:  # the lines before this one first: the order is the report's
-                _write(log, "".join(pending))
+                log.write_text("".join(pending))
                 pending = []
             fields: dict[str, Any] = {}
             if o.error:
@@ -89,4 +80,4 @@ def log_finished(log: EventLog, reported: Iterable[tuple[dict, Any]]) -> None:
                 **fields,
             )
         if pending:
-            _write(log, "".join(pending))
+            log.write_text("".join(pending))

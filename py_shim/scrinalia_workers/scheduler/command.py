@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 
 from scrinalia_workers import __version__, argtypes
 from scrinalia_workers.errors import ConfigError
+from scrinalia_workers.exits import exit_at_once
 from scrinalia_workers.gateway.checks import STARTUP_WAIT_MAX, preflight, startup_wait
 from scrinalia_workers.gateway.statements.scheduler import REQUIRED_FUNCTIONS
 from scrinalia_workers.logs import EventLog, startup_error
@@ -89,8 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     def _stop(signum, frame):
-        if sched.stop.is_set():  # a second signal: leave at once
-            os._exit(128 + signum)
+        if sched.stop.is_set():  # a second signal: leave at once, the lock with the session
+            exit_at_once(
+                128 + signum, log, "exiting at once", signal=signal.Signals(signum).name, reason="second signal"
+            )
         sched.stop.set()
 
     signal.signal(signal.SIGTERM, _stop)
