@@ -173,11 +173,14 @@ $$;
 
 -- Per (worker, status, trigger): how many runs the ledger holds (prune_runs lowers it):
 -- the finished ones tallied, the deltas not folded yet, the live ones (86_tallies.sql).
+-- A row per key and worker: the rows it returns are kept in memory (work_mem), not
+-- spilled to a file on the way to the caller.
 CREATE OR REPLACE FUNCTION scrinalia.run_counts()
 RETURNS TABLE (worker_name text, status text, trigger text, runs bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 SET jit = off
+SET work_mem = '64MB'
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -190,9 +193,16 @@ BEGIN
          WHERE e.runs <> 0
          GROUP BY 1, 2, 3
     )
+    -- the tallies as they are when nothing is pending (the fold above just ran: the
+    -- usual case), with the pending keys left out otherwise; which of the two runs is
+    -- decided once, in the statement's snapshot, not by a hash probe per tally row
     SELECT t.worker_name, t.status::text, t.trigger::text, t.runs
       FROM scrinalia.run_tally t
-     WHERE t.runs > 0
+     WHERE t.runs > 0 AND NOT (SELECT EXISTS (SELECT FROM pending))
+    UNION ALL
+    SELECT t.worker_name, t.status::text, t.trigger::text, t.runs
+      FROM scrinalia.run_tally t
+     WHERE t.runs > 0 AND (SELECT EXISTS (SELECT FROM pending))
        AND NOT EXISTS (SELECT 1 FROM pending p
                         WHERE p.worker_name = t.worker_name AND p.status = t.status AND p.trigger = t.trigger)
     UNION ALL
