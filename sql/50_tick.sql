@@ -152,22 +152,24 @@ DECLARE
             ARRAY(SELECT x.cron FROM (SELECT DISTINCT d.cron FROM due d) x
                    WHERE NOT EXISTS (SELECT FROM scrinalia.archive_cron_masks m WHERE m.cron = x.cron)), false) c
     ), walls AS MATERIALIZED (
-        -- each next instant on its zone's wall clock, computed once (a zone that loads only)
-        SELECT d.*, w.w,
-               w.w - timezone('UTC', d.next_at) AS offset_at,
-               CASE WHEN z.loads THEN timezone(d.timezone, d.next_at - interval '3 hours')
-                                      - timezone('UTC', d.next_at - interval '3 hours') END AS offset_before
-          FROM due d
-          JOIN zones z ON z.tz = d.timezone
-         CROSS JOIN LATERAL (SELECT CASE WHEN z.loads THEN timezone(d.timezone, d.next_at) END AS w) w
-    ), checked AS (
-        -- the next instant must be an occurrence of the cron (as the row locked has it).
-        -- (inline, not a function: a call per row would cost more than the check). The
+        -- each distinct (cron, zone, next instant) once: the schedules that share a cron
+        -- and a zone share their next instant, and so the verdict on it. Its instant on
+        -- the zone's wall clock (a zone that loads only)
+        SELECT t.cron, t.timezone, t.next_at, w.w,
+               w.w - timezone('UTC', t.next_at) AS offset_at,
+               CASE WHEN z.loads THEN timezone(t.timezone, t.next_at - interval '3 hours')
+                                      - timezone('UTC', t.next_at - interval '3 hours') END AS offset_before
+          FROM (SELECT DISTINCT d.cron, d.timezone, d.next_at FROM due d) t
+          JOIN zones z ON z.tz = t.timezone
+         CROSS JOIN LATERAL (SELECT CASE WHEN z.loads THEN timezone(t.timezone, t.next_at) END AS w) w
+    ), verdicts AS MATERIALIZED (
+        -- the next instant must be an occurrence of the cron (as the rows locked have it).
+        -- (inline, not a function: a call per instant would cost more than the check). The
         -- masks accept a matching wall minute outside a fall-back fold's second pass (no
         -- offset fall within three hours, or the hour field '*'); what they do not accept
         -- (a gap's end, a fold, no occurrence at all, no masks, a zone that does not
         -- load) cron_fires_at() decides, with the reason of a refusal.
-        SELECT d.worker_name, d.was, d.request, d.cron, d.timezone, d.next_at, d.active_run_id, d.owed_run_id,
+        SELECT d.cron, d.timezone, d.next_at,
                CASE WHEN d.w IS NOT NULL AND m.cron IS NOT NULL
                          AND date_trunc('minute', d.w) = d.w
                          AND (m.minutes >> date_part('minute', d.w)::int) & 1 = 1
@@ -184,6 +186,11 @@ DECLARE
           FROM walls d
           LEFT JOIN (SELECT * FROM scrinalia.archive_cron_masks
                      UNION ALL SELECT * FROM missing_masks) m ON m.cron = d.cron
+    ), checked AS (
+        SELECT d.worker_name, d.was, d.request, d.cron, d.timezone, d.next_at, d.active_run_id, d.owed_run_id,
+               v.refused
+          FROM due d
+          JOIN verdicts v ON v.cron = d.cron AND v.timezone = d.timezone AND v.next_at = d.next_at
     ), fire AS (
         SELECT array_agg(d.worker_name) AS workers, array_agg(d.request) AS requests
           FROM checked d

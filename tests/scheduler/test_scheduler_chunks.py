@@ -94,6 +94,19 @@ def test_next_occurrences_are_shared_across_chunks_only_while_valid(monkeypatch)
     assert isinstance(occ.after_each([("* * * * *", "Mars/Olympus")], t0)[0], Exception)  # not kept
 
 
+def test_a_spike_of_whole_chunks_takes_no_last_empty_one(db, holder, monkeypatch):
+    monkeypatch.setattr(tick, "TICK_CHUNK", 5)
+    _due(db, make_workers(db, 10))
+    checks = []
+    real = holder._check_lock
+    monkeypatch.setattr(holder, "_check_lock", lambda: checks.append(1) or real())
+    assert holder.tick()
+    # the first chunk saw a sixth due schedule, the second saw none after its five
+    assert checks == [1]
+    assert db.execute("SELECT ticks FROM scrinalia.scheduler_state").fetchone()[0] == 2
+    assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 10
+
+
 def test_a_backlog_pass_evaluates_the_catch_up_once_per_pair_and_window(db, holder, monkeypatch):
     """Each enqueued run's log line says whether periods were missed: the schedules of a
     (cron, zone) that waited for the same window share one cron evaluation, not one per run."""

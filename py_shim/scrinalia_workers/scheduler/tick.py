@@ -3,7 +3,9 @@ repair stored instants no cron or policy produces (at the first pass, then about
 a minute), then the due schedules in chunks, and a log line per decision.
 
 Each chunk of at most TICK_CHUNK due schedules is one transaction: check the lock,
-due_schedules(TICK_CHUNK) + the cron next occurrences + tick(), commit. Runs become
+due_schedules(TICK_CHUNK + 1) + the cron next occurrences + tick() of the first
+TICK_CHUNK, commit (the one more says whether another chunk is due: a spike of whole
+chunks costs no last, empty one). Runs become
 visible chunk by chunk (a spike of 10,000 due at one instant does not wait for the
 last one), the heartbeat is written between chunks, and a chunk that fails rolls back
 alone. A schedule whose next occurrence cannot be computed here is set aside
@@ -173,9 +175,11 @@ class Pass:
         plain = self.conn.cursor(binary=True)
         with self.conn.transaction():
             check_lock_in_transaction(cur, self.lock_pid)
-            due = plain.execute(sql.DUE_SCHEDULES, (TICK_CHUNK,)).fetchall()
+            due = plain.execute(sql.DUE_SCHEDULES, (TICK_CHUNK + 1,)).fetchall()
             if not due:
                 return False, False
+            full = len(due) > TICK_CHUNK
+            del due[TICK_CHUNK:]  # (locked until the commit, then the next chunk's first)
             w, c, z, t = _positions(plain, "worker_name", "cron", "timezone", "db_now")
             db_now = due[0][t]
             nexts = self.occurrences.after_each([(d[c], d[z]) for d in due], db_now)
@@ -198,7 +202,7 @@ class Pass:
                 columns = [c.name for c in plain.description or ()]
         crons = {d[w]: (d[c], d[z]) for d in due}
         self._queue_lines(crons, aside, columns, decided, db_now)
-        return bool(decided or aside), len(due) >= TICK_CHUNK
+        return bool(decided or aside), full
 
     def _log_chunk(
         self,
