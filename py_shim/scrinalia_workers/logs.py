@@ -124,10 +124,14 @@ class Lines:
 
     def write(self) -> None:
         """Writes the lines collected so far (and forgets them)."""
+        text = self.text()
+        if text:
+            self.log.write_text(text, flush=True)
+
+    def text(self) -> str:
+        """The lines collected so far, as write() writes them (and forgets them)."""
         records, self._records = self._records, []
-        if not records:
-            return
-        self.log.write_text(self._text(records), flush=True)
+        return self._text(records) if records else ""
 
     def _text(self, records: list[tuple[float, str, str, dict]]) -> str:
         as_json = self.log.json_lines
@@ -137,7 +141,7 @@ class Lines:
             ms = int(t * 1000)
             ts = stamps.get(ms)
             if ts is None:
-                ts = stamps[ms] = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+                ts = stamps[ms] = stamp(ms)
             if as_json:
                 lines.append(json_line(ts, event, level, fields))
                 continue
@@ -149,6 +153,11 @@ class Lines:
         if not as_json and (_ASCII_ACTS_BUT_NEWLINE if text.isascii() else _ACTS_BUT_NEWLINE).search(text):
             text = for_terminal(text, keep="\n")
         return text
+
+
+def stamp(ms: int) -> str:
+    """A line's `ts`, from its instant in milliseconds since the epoch."""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
 def one_line(text: object, width: int | None = None) -> str | None:

@@ -16,7 +16,7 @@ import pytest
 from helpers import due_yearly, lock_holding_scheduler, make_workers
 from scrinalia_workers.errors import LockLost
 from scrinalia_workers.logs import EventLog, Lines
-from scrinalia_workers.scheduler import tick
+from scrinalia_workers.scheduler import decision_lines, tick
 
 # hostile text as a database value may hold it: a forged line, escapes, a bidi override
 HOSTILE = "w\n2026-12-04T00:00:00.000+00:00 INFO enqueued worker=forged\x1b[2J\r\u202e\x9b\u2028end"
@@ -89,14 +89,14 @@ def test_every_decision_is_written_before_the_pass_returns(db, holder, monkeypat
     monkeypatch.setattr(tick, "TICK_CHUNK", 4)
     names = make_workers(db, 11)
     _due(db, names)
-    real = tick.log_decision
+    real = tick.decision_text
 
     def slow(*args):
         # a logger slower than the database (a slow pipe): the pass must still wait for it
-        time.sleep(0.02)
-        real(*args)
+        time.sleep(0.1)
+        return real(*args)
 
-    monkeypatch.setattr(tick, "log_decision", slow)
+    monkeypatch.setattr(tick, "decision_text", slow)
     assert holder.tick()
     assert _enqueued(holder) == sorted(names)  # three chunks, each line once
     run_ids = {e["run_id"] for e in holder.events() if e["event"] == "enqueued"}
@@ -127,16 +127,16 @@ def test_a_lost_lock_still_writes_the_committed_chunks_lines(db, holder, monkeyp
 def test_an_error_while_logging_is_raised_by_the_pass_after_the_others_lines(db, holder, monkeypatch):
     monkeypatch.setattr(tick, "TICK_CHUNK", 3)
     _due(db, make_workers(db, 7))
-    real = tick.log_decision
+    real = tick.decision_text
     calls = []
 
-    def broken_once(log, r, *args):
-        calls.append(r["worker_name"])
+    def broken_once(*args):
+        calls.append(1)
         if len(calls) == 1:
             raise RuntimeError("cannot log")
-        real(log, r, *args)
+        return real(*args)
 
-    monkeypatch.setattr(tick, "log_decision", broken_once)
+    monkeypatch.setattr(tick, "decision_text", broken_once)
     with pytest.raises(RuntimeError, match="cannot log"):
         holder.tick()
     assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 7
@@ -149,15 +149,15 @@ def test_a_small_chunk_is_logged_before_the_pass_goes_on(db, holder, monkeypatch
     monkeypatch.setattr(tick, "TICK_CHUNK", 3)
     _due(db, make_workers(db, 5))  # a chunk of 3 through the thread, then one of 2 at once
     threads = []
-    real = tick.log_decision
+    real = tick.decision_text
 
     def where(*args):
         threads.append(threading.current_thread() is threading.main_thread())
-        real(*args)
+        return real(*args)
 
-    monkeypatch.setattr(tick, "log_decision", where)
+    monkeypatch.setattr(tick, "decision_text", where)
     assert holder.tick()
-    assert threads == [False, False, False, True, True]
+    assert threads == [False, True]
     assert len(_enqueued(holder)) == 5
 
 
@@ -178,7 +178,7 @@ def test_a_next_occurrence_reads_at_its_own_offset():
     out = io.StringIO()
     lines = Lines(EventLog(json_lines=True, stream=out))
     for t in (at, at.astimezone(timezone(timedelta(hours=1)))):  # equal instants
-        tick.log_decision(
+        decision_lines.log_decision(
             lines,
             {"worker_name": "w", "decision": "ARMED", "next_run_at": t, "scheduled_for": None},
             ("* * * * *", "UTC"),

@@ -17,18 +17,25 @@ class Occurrences:
     not one per run. An error is not kept: it is rare, and the schedule is set aside."""
 
     def __init__(self) -> None:
-        # per (cron, zone): its windows (start, first occurrence after it), by start
-        self._windows: dict[tuple[str, str], list[tuple[datetime, datetime]]] = {}
+        # per (cron, zone): its windows' starts, in order, and the first occurrence
+        # after each (two lists: a bisect of the starts needs no key function)
+        self._windows: dict[tuple[str, str], tuple[list[datetime], list[datetime]]] = {}
         # the pass computes a chunk's next occurrences while a thread logs the last one's
         self._lock = threading.Lock()
 
     def _known(self, pair: tuple[str, str], t: datetime) -> datetime | None:
-        windows = self._windows.get(pair, [])
-        i = bisect.bisect_right(windows, t, key=lambda w: w[0]) - 1
-        return windows[i][1] if i >= 0 and t < windows[i][1] else None
+        windows = self._windows.get(pair)
+        if windows is None:
+            return None
+        starts, nexts = windows
+        i = bisect.bisect_right(starts, t) - 1
+        return nexts[i] if i >= 0 and t < nexts[i] else None
 
     def _keep(self, pair: tuple[str, str], t: datetime, nxt: datetime) -> None:
-        bisect.insort_right(self._windows.setdefault(pair, []), (t, nxt), key=lambda w: w[0])
+        starts, nexts = self._windows.setdefault(pair, ([], []))
+        i = bisect.bisect_right(starts, t)
+        starts.insert(i, t)
+        nexts.insert(i, nxt)
 
     def after(self, pair: tuple[str, str], t: datetime) -> datetime:
         """cron.next_occurrence(cron, zone, t), raising as it does."""

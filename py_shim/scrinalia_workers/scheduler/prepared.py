@@ -21,8 +21,8 @@ from scrinalia_workers import cron
 from scrinalia_workers.errors import NOT_LOCK_HOLDER, LockLost
 from scrinalia_workers.gateway.statements import scheduler as sql
 from scrinalia_workers.logs import EventLog
+from scrinalia_workers.scheduler.decision_lines import log_decision
 from scrinalia_workers.scheduler.occurrences import Occurrences
-from scrinalia_workers.scheduler.tick import log_decision
 
 # How long before a due instant the prepared tick is sent (scrinalia.tick_due_at, at
 # most scrinalia.max_tick_ahead()): enough for its work on a busy machine, so that

@@ -14,11 +14,10 @@ alone. A schedule whose next occurrence cannot be computed here is set aside
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -27,6 +26,7 @@ from psycopg.rows import dict_row
 from scrinalia_workers.errors import NOT_LOCK_HOLDER, InvalidTickCall, LockLost
 from scrinalia_workers.gateway.statements import scheduler as sql
 from scrinalia_workers.logs import EventLog, Lines, one_line
+from scrinalia_workers.scheduler.decision_lines import decision_text
 from scrinalia_workers.scheduler.occurrences import Occurrences
 
 # Due schedules per tick transaction. Each chunk costs a transaction, a due query over
@@ -213,7 +213,6 @@ class Pass:
         db_now: datetime,
     ) -> None:
         """The lines of one chunk committed: its schedules set aside, its decisions."""
-        rows = [dict(zip(columns, r)) for r in decided]
         lines = Lines(self.log)
         for a in aside:
             lines(
@@ -224,75 +223,15 @@ class Pass:
                 since=a["arm_error_since"],
                 retry_at=a["arm_retry_at"],
             )
-        for r in rows:
-            log_decision(lines, r, crons[r["worker_name"]], db_now, self.occurrences)
-        lines.write()
+        text = lines.text() + decision_text(self.log, columns, decided, crons, db_now, self.occurrences)
+        if text:
+            self.log.write_text(text, flush=True)
 
 
 def _positions(cur: psycopg.Cursor[Any], *names: str) -> tuple[int, ...]:
     """Where the named columns are in the rows `cur` just fetched as tuples."""
     found = [col.name for col in cur.description or ()]
     return tuple(found.index(n) for n in names)
-
-
-def _iso(t: datetime) -> str:
-    """A next occurrence as the lines write it: thousands of decisions share a few."""
-    return _iso_at(t, t.utcoffset())  # (equal instants at other offsets read otherwise)
-
-
-@functools.lru_cache(maxsize=4096)
-def _iso_at(t: datetime, offset: timedelta | None) -> str:
-    return t.isoformat()
-
-
-def log_decision(
-    log: Callable[..., None], r: Row, cron_tz: tuple[str, str], db_now: datetime, occurrences: Occurrences
-) -> None:
-    """The log line of one tick decision (armed, enqueued and maybe catch-up, refused,
-    skipped)."""
-    nxt = _iso(r["next_run_at"]) if r["next_run_at"] else None
-    sched_for = r["scheduled_for"]
-    sched_iso = sched_for.isoformat() if sched_for else None
-    if r["decision"] == "ARMED":
-        log("armed", worker=r["worker_name"], next_run_at=nxt)
-    elif r["decision"] == "REFUSED":
-        # the SQL and this shim disagree on the cron: the schedule is set aside (an
-        # alert, and health names it) and tried again later; the others went on
-        log(
-            "tick refused",
-            level="error",
-            worker=r["worker_name"],
-            cron=cron_tz[0],
-            timezone=cron_tz[1],
-            scheduled_for=sched_iso,
-            reason=r["reason"],
-        )
-    elif r["decision"] == "ENQUEUED":
-        catch_up = occurrences.missed(cron_tz, sched_for, db_now)
-        log(
-            "enqueued",
-            worker=r["worker_name"],
-            run_id=r["run_id"],
-            scheduled_for=sched_iso,
-            next_run_at=nxt,
-            catch_up=catch_up,
-        )
-        if catch_up:
-            log(
-                "catch-up",
-                worker=r["worker_name"],
-                run_id=r["run_id"],
-                scheduled_for=sched_iso,
-                reason="periods were missed: one run, not a replay",
-            )
-    else:
-        log(
-            "skipped",
-            worker=r["worker_name"],
-            scheduled_for=sched_iso,
-            next_run_at=nxt,
-            reason=r["reason"],
-        )
 
 
 def repair_instants(
