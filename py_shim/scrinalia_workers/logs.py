@@ -48,7 +48,7 @@ class EventLog:
         self.write_text(self._line(event, level, fields) + "\n")
 
     def _line(self, event: str, level: str, fields: dict) -> str:
-        ts = datetime.now(UTC).isoformat(timespec="milliseconds")
+        ts = stamp()
         if self.json_lines:
             return json_line(ts, event, level, fields)
         # a value read from the database may hold anything: nothing in it acts on a terminal,
@@ -155,8 +155,11 @@ class Lines:
         return text
 
 
-def stamp(ms: int) -> str:
-    """A line's `ts`, from its instant in milliseconds since the epoch."""
+def stamp(ms: int | None = None) -> str:
+    """A line's `ts` (the one home of its form): now, or the instant `ms` in
+    milliseconds since the epoch."""
+    if ms is None:
+        ms = int(time.time() * 1000)
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 

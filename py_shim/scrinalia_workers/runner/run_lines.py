@@ -12,11 +12,10 @@ and the unusual lines (an error, a summary, an interruption) go through the log 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii as _quote
 from typing import Any
 
-from scrinalia_workers.logs import LEVELS, EventLog
+from scrinalia_workers.logs import LEVELS, EventLog, stamp
 
 
 def _formats_here(log: EventLog) -> bool:
@@ -24,7 +23,7 @@ def _formats_here(log: EventLog) -> bool:
 
 
 def _stamp() -> str:
-    return _quote(datetime.now(UTC).isoformat(timespec="milliseconds"))
+    return _quote(stamp())
 
 
 def log_claimed(log: EventLog, runs: list[dict]) -> None:

@@ -13,7 +13,6 @@ is; a log quieter than info) goes through log_decision and Lines.
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from json.encoder import encode_basestring_ascii as _quote
@@ -24,6 +23,7 @@ from scrinalia_workers.scheduler.occurrences import Occurrences
 
 Row = dict[str, Any]
 CATCH_UP_REASON = "periods were missed: one run, not a replay"
+_CATCH_UP_JSON = _quote(CATCH_UP_REASON)
 
 
 def _iso(t: datetime) -> str:
@@ -108,7 +108,7 @@ def decision_text(
         columns.index(c) for c in ("worker_name", "decision", "run_id", "scheduled_for", "next_run_at", "reason")
     )
     as_json = log.json_lines
-    ts = stamp(int(time.time() * 1000))
+    ts = stamp()
     head = f'{{"ts": "{ts}", "event": "' if as_json else f"{ts} INFO "
     out: list[str] = []
     for r in decided:
@@ -143,7 +143,7 @@ def decision_text(
                 if catch_up:
                     out.append(
                         f'{head}catch-up", "level": "info", "worker": {q}, "run_id": {run_id}, '
-                        f'"scheduled_for": "{s}", "reason": "{CATCH_UP_REASON}"}}\n'
+                        f'"scheduled_for": "{s}", "reason": {_CATCH_UP_JSON}}}\n'
                     )
             else:
                 out.append(

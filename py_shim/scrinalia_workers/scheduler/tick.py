@@ -186,14 +186,17 @@ class Pass:
             names = [d[w] for d in due]
             aside: list[Row] = []
             if any(isinstance(n, Exception) for n in nexts):
-                bad = [(w, n) for w, n in zip(names, nexts) if isinstance(n, Exception)]
+                bad = [(name, e) for name, e in zip(names, nexts) if isinstance(e, Exception)]
                 aside = cur.execute(
                     sql.SET_SCHEDULES_ASIDE,
-                    ([w for w, _ in bad], [f"cannot compute the next occurrence here: {one_line(e)}" for _, e in bad]),
+                    (
+                        [name for name, _ in bad],
+                        [f"cannot compute the next occurrence here: {one_line(e)}" for _, e in bad],
+                    ),
                 ).fetchall()
                 names, nexts = (
-                    [w for w, n in zip(names, nexts) if not isinstance(n, Exception)],
-                    [n for n in nexts if not isinstance(n, Exception)],
+                    [name for name, nxt in zip(names, nexts) if not isinstance(nxt, Exception)],
+                    [nxt for nxt in nexts if not isinstance(nxt, Exception)],
                 )
             decided: list[tuple] = []
             columns: list[str] = []
