@@ -110,8 +110,8 @@ def test_a_re_arm_the_server_refuses_is_logged_and_the_tick_goes_on(db, holder, 
     )
     real = tick.Occurrences.after_each
 
-    def skewed(self, pairs, t):
-        got = real(self, pairs, t)
+    def skewed(self, pairs, t, **kw):
+        got = real(self, pairs, t, **kw)
         return [n + timedelta(seconds=7) if p == ("0 3 * * *", "Europe/Berlin") else n for p, n in zip(pairs, got)]
 
     monkeypatch.setattr(tick.Occurrences, "after_each", skewed)

@@ -180,9 +180,9 @@ class Pass:
                 return False, False
             full = len(due) > TICK_CHUNK
             del due[TICK_CHUNK:]  # (locked until the commit, then the next chunk's first)
-            w, c, z, t = _positions(plain, "worker_name", "cron", "timezone", "db_now")
+            w, c, z, was, t = _positions(plain, "worker_name", "cron", "timezone", "next_run_at", "db_now")
             db_now = due[0][t]
-            nexts = self.occurrences.after_each([(d[c], d[z]) for d in due], db_now)
+            nexts = self.occurrences.after_each([(d[c], d[z]) for d in due], db_now, since=[d[was] for d in due])
             names = [d[w] for d in due]
             aside: list[Row] = []
             if any(isinstance(n, Exception) for n in nexts):

@@ -48,7 +48,7 @@ SET_LOCK_TIMEOUT = "SET lock_timeout = '10s'"
 CHECK_LOCK = "SELECT scrinalia.check_scheduler_lock(%s)"
 REAP_EXPIRED_LEASES = "SELECT run_id, worker_name, lease_owner, error FROM scrinalia.reap_expired_leases()"
 CREATE_RETRIES = "SELECT run_id, retry_of, worker_name, attempt, not_before FROM scrinalia.create_retries()"
-DUE_SCHEDULES = "SELECT worker_name, cron, timezone, db_now FROM scrinalia.due_schedules(%s)"
+DUE_SCHEDULES = "SELECT worker_name, cron, timezone, next_run_at, db_now FROM scrinalia.due_schedules(%s)"
 SET_SCHEDULES_ASIDE = (
     "SELECT worker_name, arm_error, arm_error_since, arm_retry_at"
     " FROM scrinalia.set_schedules_aside(%b::text[], %b::text[])"
