@@ -111,6 +111,8 @@ def decision_text(
     ts = stamp()
     head = f'{{"ts": "{ts}", "event": "' if as_json else f"{ts} INFO "
     out: list[str] = []
+    # the runs of a (cron, zone) that waited for one instant share the catch-up answer
+    missed: dict[tuple[tuple[str, str], str], bool] = {}
     for r in decided:
         decision, worker, nxt, sched_for = r[d], r[w], r[nx], r[sf]
         usual = nxt is not None and (
@@ -130,10 +132,13 @@ def decision_text(
             else:
                 out.append(f"{head}armed worker={worker} next_run_at={n}\n")
             continue
-        s = sched_for.isoformat()
+        s = _iso(sched_for)
         if decision == "ENQUEUED":
             run_id = int(r[rid])
-            catch_up = occurrences.missed(crons[worker], sched_for, db_now)
+            key = (crons[worker], s)  # (the text: equal datetimes of one zone may differ by a fold)
+            catch_up = missed.get(key)
+            if catch_up is None:
+                catch_up = missed[key] = occurrences.missed(key[0], sched_for, db_now)
             if as_json:
                 q = _quote(worker)
                 out.append(
