@@ -393,8 +393,9 @@ def run(dsn: str, quick: bool = False) -> Result:
             + "; next_occurrences() computes each distinct pair once.",
             f"The pass pays what the floor does not: a due query and a plan per chunk of {scheduler.TICK_CHUNK:,}, "
             "the lock check between chunks, the check of each next instant against its cron (bit masks per stored "
-            "cron), one log line per decision (an enqueued run's catch_up field costs one cron evaluation per "
-            "(cron, zone) and missed window).",
+            "cron), one log line per decision (an enqueued run's catch_up field: one cron evaluation per "
+            "(cron, zone) and missed window; none more for a pair whose first occurrence after the earliest "
+            "instant its schedules waited for is still ahead, which is also its next occurrence).",
             "The floor sends its two arrays as text (psycopg's default for a list) and fetches its due rows as "
             "text; the pass sends and fetches them binary. Part of the floor's write time is that encoding, "
             "which a floor written for speed would not pay.",
