@@ -172,9 +172,46 @@ END
 $$;
 
 -- Per (worker, status, trigger): how many runs the ledger holds (prune_runs lowers it):
--- the finished ones tallied, the deltas not folded yet, the live ones (86_tallies.sql).
--- A row per key and worker: the rows it returns are kept in memory (work_mem), not
--- spilled to a file on the way to the caller.
+-- the finished ones tallied, the deltas not folded yet, the live ones (86_tallies.sql),
+-- in one snapshot. A view, so that the exporter's scrape of a row per key and worker
+-- streams them out: a function puts every row in a tuplestore first, a copy of the
+-- whole answer. It does not fold (worker_metrics(), in the same scrape, does, and
+-- run_counts() below): exact either way, only the pending deltas cost more to read.
+-- (security_barrier: a caller's condition is not evaluated before the view's own, on
+-- rows the view leaves out.)
+CREATE OR REPLACE VIEW scrinalia.ledger_counts WITH (security_barrier) AS
+-- (a finished key, tallied or pending, is never a live one: three disjoint parts)
+WITH pending AS MATERIALIZED (
+    SELECT d.worker_name, e.status, e.trigger, sum(e.runs)::bigint AS runs
+      FROM scrinalia.run_tally_delta e CROSS JOIN LATERAL unnest(e.worker_names) AS d(worker_name)
+     WHERE e.runs <> 0
+     GROUP BY 1, 2, 3
+)
+-- the tallies as they are when nothing is pending (after a fold: the usual case), with
+-- the pending keys left out otherwise; which of the two runs is decided once, in the
+-- statement's snapshot, not by a hash probe per tally row
+SELECT t.worker_name, t.status::text AS status, t.trigger::text AS trigger, t.runs
+  FROM scrinalia.run_tally t
+ WHERE t.runs > 0 AND NOT (SELECT EXISTS (SELECT FROM pending))
+UNION ALL
+SELECT t.worker_name, t.status::text, t.trigger::text, t.runs
+  FROM scrinalia.run_tally t
+ WHERE t.runs > 0 AND (SELECT EXISTS (SELECT FROM pending))
+   AND NOT EXISTS (SELECT 1 FROM pending p
+                    WHERE p.worker_name = t.worker_name AND p.status = t.status AND p.trigger = t.trigger)
+UNION ALL
+SELECT p.worker_name, p.status::text, p.trigger::text, p.runs + coalesce(t.runs, 0)
+  FROM pending p
+  LEFT JOIN scrinalia.run_tally t
+         ON t.worker_name = p.worker_name AND t.status = p.status AND t.trigger = p.trigger
+ WHERE p.runs + coalesce(t.runs, 0) > 0
+UNION ALL
+SELECT r.worker_name, r.status::text, r.trigger::text, count(*)
+  FROM scrinalia.archive_worker_runs r
+ WHERE r.status IN ('QUEUED', 'RUNNING')
+ GROUP BY 1, 2, 3;
+
+-- ledger_counts with the deltas folded first (the readers that fold keep them few).
 CREATE OR REPLACE FUNCTION scrinalia.run_counts()
 RETURNS TABLE (worker_name text, status text, trigger text, runs bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -185,37 +222,8 @@ AS $$
 #variable_conflict use_column
 BEGIN
     PERFORM scrinalia.fold_tallies();
-    RETURN QUERY
-    -- (a finished key, tallied or pending, is never a live one: three disjoint parts)
-    WITH pending AS MATERIALIZED (
-        SELECT d.worker_name, e.status, e.trigger, sum(e.runs)::bigint AS runs
-          FROM scrinalia.run_tally_delta e CROSS JOIN LATERAL unnest(e.worker_names) AS d(worker_name)
-         WHERE e.runs <> 0
-         GROUP BY 1, 2, 3
-    )
-    -- the tallies as they are when nothing is pending (the fold above just ran: the
-    -- usual case), with the pending keys left out otherwise; which of the two runs is
-    -- decided once, in the statement's snapshot, not by a hash probe per tally row
-    SELECT t.worker_name, t.status::text, t.trigger::text, t.runs
-      FROM scrinalia.run_tally t
-     WHERE t.runs > 0 AND NOT (SELECT EXISTS (SELECT FROM pending))
-    UNION ALL
-    SELECT t.worker_name, t.status::text, t.trigger::text, t.runs
-      FROM scrinalia.run_tally t
-     WHERE t.runs > 0 AND (SELECT EXISTS (SELECT FROM pending))
-       AND NOT EXISTS (SELECT 1 FROM pending p
-                        WHERE p.worker_name = t.worker_name AND p.status = t.status AND p.trigger = t.trigger)
-    UNION ALL
-    SELECT p.worker_name, p.status::text, p.trigger::text, p.runs + coalesce(t.runs, 0)
-      FROM pending p
-      LEFT JOIN scrinalia.run_tally t
-             ON t.worker_name = p.worker_name AND t.status = p.status AND t.trigger = p.trigger
-     WHERE p.runs + coalesce(t.runs, 0) > 0
-    UNION ALL
-    SELECT r.worker_name, r.status::text, r.trigger::text, count(*)
-      FROM scrinalia.archive_worker_runs r
-     WHERE r.status IN ('QUEUED', 'RUNNING')
-     GROUP BY 1, 2, 3;
+    -- (the rows go through a tuplestore: kept in memory, work_mem, not spilled to a file)
+    RETURN QUERY SELECT c.worker_name, c.status, c.trigger, c.runs FROM scrinalia.ledger_counts c;
 END
 $$;
 

@@ -32,6 +32,8 @@ GRANT EXECUTE ON FUNCTION
 
 GRANT SELECT ON scrinalia.worker_agenda, scrinalia.worker_run_history, scrinalia.worker_queue_counters
    TO scrinalia_reader;
+-- the exporter's run counts (monitoring/queries.yaml): counts per worker, status, trigger
+GRANT SELECT ON scrinalia.ledger_counts TO scrinalia_reader;
 GRANT EXECUTE ON FUNCTION
     scrinalia.get_schedule(text),
     scrinalia.scheduler_status(),
@@ -112,6 +114,7 @@ BEGIN
             scrinalia.worker_metrics(),
             scrinalia.run_counts()
            TO scrinalia_monitor;
+        GRANT SELECT ON scrinalia.ledger_counts TO scrinalia_monitor;
     END IF;
 END $$;
 

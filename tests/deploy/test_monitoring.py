@@ -218,7 +218,7 @@ def test_the_rules_use_only_exported_metrics():
 
 def test_the_monitoring_group_reads_what_the_queries_need_and_nothing_more(db, connect_as):
     """scrinalia_monitor calls every function monitoring/queries.yaml calls, and reads no
-    run's request, config, error or lease owner, no view, no schedule."""
+    run's request, config, error or lease owner, no view but the counts, no schedule."""
     import re
 
     monitor = connect_as("monitor")

@@ -1,5 +1,5 @@
 """The metrics' tallies (sql/86_tallies.sql) answer what counting the ledger answered:
-run_counts(), worker_metrics()'s retries and failures, latest_finished_periods(),
+run_counts() and the ledger_counts view, worker_metrics()'s retries and failures, latest_finished_periods(),
 compared with the previous release's definitions after every path that changes a
 run (enqueue, enqueue_runs, tick, claim, finish, finish_runs, release, lease reaping,
 retries, cancel, prune, hand-written rows, TRUNCATE), folded or not, in a read-only
@@ -33,6 +33,8 @@ SELECT w.worker_name,
            AND (r.not_before IS NULL OR r.not_before <= now())) > 0
   FROM scrinalia.archive_workers w ORDER BY 1
 """
+# what monitoring/queries.yaml reads
+LEDGER_COUNTS = "SELECT worker_name, status, trigger, runs FROM scrinalia.ledger_counts ORDER BY 1, 2, 3"
 NEW_WORKER = (
     "SELECT worker_name, failed_after_all_attempts, retries_created, oldest_claimable_wait_seconds IS NOT NULL "
     "FROM scrinalia.worker_metrics() ORDER BY 1"
@@ -47,6 +49,10 @@ TALLIES = (
 def same_as_before(conn: psycopg.Connection) -> None:
     """The new readers against the old definitions, first unfolded, then folded."""
     conn.execute(OLD_DEFINITION.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"))
+    # the exporter's view does not fold: the deltas pending, it answers the same
+    pending = conn.execute("SELECT count(*) FROM scrinalia.run_tally_delta").fetchone()[0]
+    assert conn.execute(LEDGER_COUNTS).fetchall() == conn.execute(OLD_COUNTS).fetchall()
+    assert conn.execute("SELECT count(*) FROM scrinalia.run_tally_delta").fetchone()[0] == pending
     periods = "SELECT * FROM {} ORDER BY 1"
     assert (
         conn.execute(periods.format("scrinalia.latest_finished_periods()")).fetchall()
@@ -70,6 +76,7 @@ def same_as_before(conn: psycopg.Connection) -> None:
     )
     # folded, the tallies are what a rebuild from the ledger makes: no drift
     assert conn.execute("SELECT count(*) FROM scrinalia.run_tally_delta").fetchone()[0] == 0
+    assert conn.execute(LEDGER_COUNTS).fetchall() == conn.execute(OLD_COUNTS).fetchall()
     folded = conn.execute(TALLIES).fetchone()
     conn.execute("SELECT scrinalia.rebuild_tallies()")
     assert conn.execute(TALLIES).fetchone() == folded
