@@ -171,6 +171,23 @@ BEGIN
 END
 $$;
 
+-- The deltas not folded yet, per (worker, status, trigger). A function, so that a
+-- view reading it is planned without the delta table's size: after a large fold its
+-- statistics still count the deleted rows until a vacuum, and a plan that costly would
+-- be compiled (jit) at every scrape meanwhile. It runs in its caller's snapshot.
+CREATE OR REPLACE FUNCTION scrinalia.pending_run_counts()
+RETURNS TABLE (worker_name text, status scrinalia.run_status, trigger scrinalia.run_trigger, runs bigint)
+LANGUAGE sql STABLE SECURITY DEFINER
+ROWS 100
+SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
+AS $$
+    SELECT d.worker_name, e.status, e.trigger, sum(e.runs)::bigint
+      FROM scrinalia.run_tally_delta e CROSS JOIN LATERAL unnest(e.worker_names) AS d(worker_name)
+     WHERE e.runs <> 0
+     GROUP BY 1, 2, 3
+$$;
+
 -- Per (worker, status, trigger): how many runs the ledger holds (prune_runs lowers it):
 -- the finished ones tallied, the deltas not folded yet, the live ones (86_tallies.sql),
 -- in one snapshot. A view, so that the exporter's scrape of a row per key and worker
@@ -182,23 +199,17 @@ $$;
 CREATE OR REPLACE VIEW scrinalia.ledger_counts WITH (security_barrier) AS
 -- (a finished key, tallied or pending, is never a live one: three disjoint parts)
 WITH pending AS MATERIALIZED (
-    SELECT d.worker_name, e.status, e.trigger, sum(e.runs)::bigint AS runs
-      FROM scrinalia.run_tally_delta e CROSS JOIN LATERAL unnest(e.worker_names) AS d(worker_name)
-     WHERE e.runs <> 0
-     GROUP BY 1, 2, 3
+    SELECT p.worker_name, p.status, p.trigger, p.runs FROM scrinalia.pending_run_counts() p
 )
--- the tallies as they are when nothing is pending (after a fold: the usual case), with
--- the pending keys left out otherwise; which of the two runs is decided once, in the
--- statement's snapshot, not by a hash probe per tally row
+-- the tallies, one scan, the pending keys left out: when nothing is pending (after a
+-- fold: the usual case) decided once, in the statement's snapshot, before any probe
 SELECT t.worker_name, t.status::text AS status, t.trigger::text AS trigger, t.runs
   FROM scrinalia.run_tally t
- WHERE t.runs > 0 AND NOT (SELECT EXISTS (SELECT FROM pending))
-UNION ALL
-SELECT t.worker_name, t.status::text, t.trigger::text, t.runs
-  FROM scrinalia.run_tally t
- WHERE t.runs > 0 AND (SELECT EXISTS (SELECT FROM pending))
-   AND NOT EXISTS (SELECT 1 FROM pending p
-                    WHERE p.worker_name = t.worker_name AND p.status = t.status AND p.trigger = t.trigger)
+ WHERE t.runs > 0
+   AND (NOT (SELECT EXISTS (SELECT FROM pending))
+        -- (NOT IN: one hash of the pending keys, never NULL here)
+        OR (t.worker_name, t.status, t.trigger) NOT IN (SELECT p.worker_name, p.status, p.trigger
+                                                          FROM pending p WHERE p.worker_name IS NOT NULL))
 UNION ALL
 SELECT p.worker_name, p.status::text, p.trigger::text, p.runs + coalesce(t.runs, 0)
   FROM pending p

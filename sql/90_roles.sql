@@ -34,6 +34,7 @@ GRANT SELECT ON scrinalia.worker_agenda, scrinalia.worker_run_history, scrinalia
    TO scrinalia_reader;
 -- the exporter's run counts (monitoring/queries.yaml): counts per worker, status, trigger
 GRANT SELECT ON scrinalia.ledger_counts TO scrinalia_reader;
+GRANT EXECUTE ON FUNCTION scrinalia.pending_run_counts() TO scrinalia_reader;
 GRANT EXECUTE ON FUNCTION
     scrinalia.get_schedule(text),
     scrinalia.scheduler_status(),
@@ -115,6 +116,7 @@ BEGIN
             scrinalia.run_counts()
            TO scrinalia_monitor;
         GRANT SELECT ON scrinalia.ledger_counts TO scrinalia_monitor;
+        GRANT EXECUTE ON FUNCTION scrinalia.pending_run_counts() TO scrinalia_monitor;
     END IF;
 END $$;
 

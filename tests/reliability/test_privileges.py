@@ -50,6 +50,7 @@ READER = SHARED | {
     "current_alerts",
     "worker_metrics",
     "run_counts",
+    "pending_run_counts",
     "scheduler_metrics",
     "worker_runs",
     "worker_timeline",
@@ -103,7 +104,15 @@ RUNNER = SHARED | {
     "unregistered_workers",
 }
 # what monitoring/queries.yaml calls, and the schema head: no shared helper (its view: MONITOR_VIEWS)
-MONITOR = {"schema_head", "installed_release", "scheduler_health", "scheduler_metrics", "worker_metrics", "run_counts"}
+MONITOR = {
+    "schema_head",
+    "installed_release",
+    "scheduler_health",
+    "scheduler_metrics",
+    "worker_metrics",
+    "run_counts",
+    "pending_run_counts",  # (ledger_counts reads it)
+}
 # ADR 0015: the API's (operator) login and a runner login may run the scheduler too
 ALLOWED = {
     "reader": READER,
