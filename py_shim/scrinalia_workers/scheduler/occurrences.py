@@ -45,16 +45,13 @@ class Occurrences:
         nexts.insert(i, nxt)
 
     def _after(self, pair: tuple[str, str], t: datetime) -> datetime:
+        """cron.next_occurrence(cron, zone, t) for a UTC `t`, raising as it does; under
+        the lock."""
         nxt = self._known(pair, t)
         if nxt is None:
             nxt = cron.next_occurrence(*pair, t)
             self._keep(pair, t, nxt)
         return nxt
-
-    def after(self, pair: tuple[str, str], t: datetime) -> datetime:
-        """cron.next_occurrence(cron, zone, t), raising as it does."""
-        with self._lock:
-            return self._after(pair, t.astimezone(UTC))
 
     def after_each(
         self, pairs: list[tuple[str, str]], t: datetime, since: list[datetime | None] | None = None
