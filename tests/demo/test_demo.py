@@ -278,7 +278,7 @@ def test_the_demo_handlers_claim_only_the_demo_workers(db, db_dsn):
     assert "*" not in demo_handlers.HANDLERS
     r = Runner(db_dsn, demo_handlers.HANDLERS, log=EventLog(stream=open(os.devnull, "w")))
     try:
-        assert r.run_once()["run_id"] == ours
+        assert r.run_once().run_id == ours
         assert r.run_once() is None
     finally:
         r.close()
@@ -351,7 +351,7 @@ def test_the_load_handler_takes_every_worker(db, db_dsn):
     )[0]
     r = Runner(db_dsn, load_handlers.HANDLERS, log=EventLog(stream=open(os.devnull, "w")))
     try:
-        assert {r.run_once()["outcome"], r.run_once()["outcome"]} == {"SUCCEEDED", "FAILED"}
+        assert {r.run_once().end, r.run_once().end} == {"SUCCEEDED", "FAILED"}
     finally:
         r.close()
     assert dict(db.execute("SELECT run_id, status::text FROM scrinalia.archive_worker_runs").fetchall()) == {

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from scrinalia_workers.runner.handler_thread import HandlerThread
 from scrinalia_workers.runner.handlers import Outcome
+from scrinalia_workers.runner.run import ClaimedRun, Reported
 from scrinalia_workers.runner.run_states import RunState
 from scrinalia_workers.runner.wakeup import Wakeup
 from scrinalia_workers.testkit.clock import FakeClock
@@ -75,11 +76,15 @@ class SteppedHandlers(HandlerThread):
         nxt = self.begin_next()
         assert nxt is not None, "no run left to start"
         self._run = nxt[1]
-        return self._run["run_id"]
+        return self._run.run_id
 
     def finish(self, outcome: Outcome = OK) -> None:
         assert self.current is not None, "no handler running"
         self.end(self._run, outcome)
+
+
+def _came(state: RunState) -> Reported:
+    return Reported(state, None if state is RunState.REPORTED else "the fake ledger's answer")
 
 
 @dataclass
@@ -93,17 +98,31 @@ class FakeLedger:
     releases: list[tuple[float, list[int], str]] = field(default_factory=list)
     reports: list[tuple[float, list[tuple[int, Outcome]], bool]] = field(default_factory=list)
 
-    def heartbeat(self, runs: list[dict]) -> set[int]:
-        ids = [r["run_id"] for r in runs]
+    def heartbeat(self, runs: list[ClaimedRun]) -> dict[int, str]:
+        ids = [r.run_id for r in runs]
         self.heartbeats.append((self.clock.monotonic(), ids))
-        return {i for i in ids if i in self.lost_at_heartbeat}
+        return {i: "the run is INTERRUPTED" for i in ids if i in self.lost_at_heartbeat}
 
-    def release(self, runs: list[dict], reason: str) -> None:
-        self.releases.append((self.clock.monotonic(), [r["run_id"] for r in runs], reason))
+    def release(self, runs: list[ClaimedRun], reason: str) -> set[int]:
+        self.releases.append((self.clock.monotonic(), [r.run_id for r in runs], reason))
+        return {r.run_id for r in runs}
 
-    def report(self, items: list[tuple[dict, Outcome]], *, stopping: bool) -> dict[int, RunState]:
-        self.reports.append((self.clock.monotonic(), [(r["run_id"], o) for r, o in items], stopping))
-        return {r["run_id"]: self.ends.get(r["run_id"], RunState.REPORTED) for r, _ in items}
+    def report(self, runs: list[ClaimedRun], *, stopping: bool) -> dict[int, Reported]:
+        self.reports.append((self.clock.monotonic(), [(r.run_id, r.outcome) for r in runs], stopping))
+        return {r.run_id: _came(self.ends.get(r.run_id, RunState.REPORTED)) for r in runs}
+
+
+def claimed(run_id: int, worker: str | None = None) -> ClaimedRun:
+    """A run as the runner holds it after a claim (a row with the fields it reads)."""
+    return ClaimedRun.from_row(
+        {
+            "run_id": run_id,
+            "worker_name": worker or f"w{run_id}",
+            "trigger": "SCHEDULE",
+            "attempt": 1,
+            "lease_token": f"token-{run_id}",
+        }
+    )
 
 
 class StopFlag:

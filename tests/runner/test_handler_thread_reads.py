@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import sys
 
+from runner_fakes import claimed
+
 from scrinalia_workers.runner.handler_thread import HandlerThread
 from scrinalia_workers.runner.wakeup import Wakeup
 from scrinalia_workers.testkit.waiting import wait_for
@@ -32,7 +34,7 @@ def _reads_while_taking(threads: HandlerThread) -> None:
     for batch in range(20):
         ids = [batch * BATCH + i for i in range(BATCH)]
         id_set = set(ids)
-        threads.submit([(_quick, {"run_id": run_id, "worker_name": "w"}) for run_id in ids])
+        threads.submit([(_quick, claimed(run_id, "w")) for run_id in ids])
         seen_waiting = []
         while threads.busy:  # the main thread's reads, as see_through makes them
             seen_waiting.append(threads.waiting)
@@ -45,6 +47,6 @@ def _reads_while_taking(threads: HandlerThread) -> None:
             return len(done) >= BATCH
 
         wait_for(all_posted, timeout=30, what="every outcome posted")
-        assert sorted(d.run_id for d in done) == ids
+        assert sorted(d.run.run_id for d in done) == ids
         assert all(d.outcome.status == "SUCCEEDED" for d in done)
         assert seen_waiting == sorted(seen_waiting, reverse=True)  # only ever fewer wait

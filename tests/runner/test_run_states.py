@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from runner_fakes import OK, FakeLedger, ScriptedWakeup, SteppedHandlers, StopFlag
+from runner_fakes import OK, FakeLedger, ScriptedWakeup, SteppedHandlers, StopFlag, claimed
 
 from scrinalia_workers.errors import DatabaseUnavailable
 from scrinalia_workers.logs import EventLog
@@ -25,10 +25,10 @@ from scrinalia_workers.runner.batch import (
     heartbeat_interval,
 )
 from scrinalia_workers.runner.daemon import MAX_IDLE, idle_delay, next_batch_size
-from scrinalia_workers.runner.handler_thread import Done
 from scrinalia_workers.runner.handlers import Outcome
 from scrinalia_workers.runner.ledger import STOPPING_REPORT_RETRY, Ledger
-from scrinalia_workers.runner.run_states import TRANSITIONS, IllegalMove, RunLife, RunState
+from scrinalia_workers.runner.run import ClaimedRun, Reported
+from scrinalia_workers.runner.run_states import TRANSITIONS, IllegalMove, RunState
 from scrinalia_workers.testkit.clock import FakeClock
 
 T0 = 1000.0  # the FakeClock's start
@@ -55,7 +55,7 @@ class Rig:
             grace=grace,
             stopping=self.stop,
         )
-        self.runs = [{"run_id": i, "lease_token": f"token-{i}", "worker_name": f"w{i}"} for i in range(1, n + 1)]
+        self.runs = [claimed(i) for i in range(1, n + 1)]
         self.batch = Batch(self.runs, sup)
         self.batch.hand([None] * n)
 
@@ -80,10 +80,10 @@ class Rig:
         return self.clock.monotonic() - T0
 
     def outcomes(self) -> dict[int, str]:
-        return {r["run_id"]: r.get("outcome") for r in self.runs}
+        return {r.run_id: r.end for r in self.runs}
 
     def states(self) -> dict[int, RunState]:
-        return {run_id: life.state for run_id, life in self.batch.lives.items()}
+        return {run_id: run.state for run_id, run in self.batch.runs.items()}
 
     def events(self, name: str) -> list[dict]:
         return [e for e in map(json.loads, self.out.getvalue().splitlines()) if e["event"] == name]
@@ -99,10 +99,10 @@ class Rig:
 def test_every_move_not_written_down_is_refused():
     for src in RunState:
         for dst in RunState:
-            life = RunLife({"run_id": 7})
-            life.state, life.done = src, Done(7, OK, 0.0)  # (as if it had got there)
+            life = claimed(7)
+            life.state, life.outcome, life.done_at = src, OK, 0.0  # (as if it had got there)
             if dst in TRANSITIONS[src]:
-                life.move(dst, Done(7, OK, 0.0) if dst is RunState.DONE else None)
+                life.move(dst, outcome=OK, at=0.0)
                 assert life.state is dst
             else:
                 with pytest.raises(IllegalMove, match=f"{src.name} -> {dst.name}"):
@@ -118,24 +118,34 @@ def test_the_ends_are_final_and_the_others_are_not():
     assert reachable == set(RunState) - {RunState.CLAIMED}
 
 
-def test_an_end_writes_the_rows_outcome():
-    life = RunLife({"run_id": 3})
+def test_an_end_says_how_the_run_left_and_the_claimed_row_is_left_as_it_came():
+    life = claimed(3)
+    row = dict(life.row)
     for state in (RunState.HANDED, RunState.DONE, RunState.REPORTED):
-        life.move(state, Done(3, FAILED, 0.0) if state is RunState.DONE else None)
-    assert life.run["outcome"] == "FAILED"
+        life.move(state, outcome=FAILED, at=0.0)
+    assert life.end == "FAILED"
+    assert dict(life.row) == row  # the handler's copy is the claimed row, nothing the runner learnt
     for end, outcome in (
         (RunState.RELEASED, "RELEASED"),
         (RunState.LOST, None),
         (RunState.DONE, None),
     ):
-        life = RunLife({"run_id": 4})
+        life = claimed(4)
         life.move(RunState.HANDED)
-        life.move(end, Done(4, OK, 0.0) if end is RunState.DONE else None)
-        assert life.run.get("outcome") == outcome
+        life.move(end, outcome=OK, at=0.0)
+        assert life.end == outcome
+
+
+def test_a_lost_lease_tells_the_handler_why():
+    life = claimed(6)
+    life.move(RunState.HANDED)
+    assert not life.stop.is_set()
+    life.move(RunState.LOST, reason="the run is CANCELLED")
+    assert life.stop.is_set() and life.stop.reason == "lease lost: the run is CANCELLED"
 
 
 def test_done_needs_its_outcome():
-    life = RunLife({"run_id": 5})
+    life = claimed(5)
     life.move(RunState.HANDED)
     with pytest.raises(IllegalMove, match="without an outcome"):
         life.move(RunState.DONE)
@@ -342,7 +352,7 @@ def test_an_outcome_posted_after_the_grace_is_dropped():
 def _ledger(lease: float, finish) -> tuple[Ledger, FakeClock, io.StringIO]:
     clock, out = FakeClock(T0), io.StringIO()
     ledger = Ledger("", "unit", timedelta(seconds=lease), EventLog(json_lines=True, stream=out), clock)
-    ledger.finish = finish  # type: ignore[method-assign]
+    ledger._finish_runs = finish  # type: ignore[method-assign]
     return ledger, clock, out
 
 
@@ -350,17 +360,23 @@ def _down(items):
     raise psycopg.OperationalError("server closed the connection unexpectedly")
 
 
-RUN = {"run_id": 9, "lease_token": "t", "worker_name": "w"}
+def _run() -> ClaimedRun:
+    run = claimed(9)
+    run.move(RunState.HANDED)
+    run.move(RunState.DONE, outcome=OK, at=T0)
+    return run
 
 
 @pytest.mark.parametrize("stopping,limit", [(False, 3.0), (True, STOPPING_REPORT_RETRY)])
 def test_a_report_is_retried_until_the_lease_would_be_gone(stopping, limit):
     ledger, clock, out = _ledger(30.0 if stopping else 3.0, _down)
-    assert ledger.report([(RUN, OK)], stopping=stopping) == {9: RunState.UNREPORTED}
+    (came,) = ledger.report([_run()], stopping=stopping).values()
+    assert came.state is RunState.UNREPORTED and came.reason is not None
+    assert came.reason.startswith("database unavailable for the lease's length: server closed")
     assert sum(clock.slept) >= limit > sum(clock.slept[:-1])  # gave up at the first failure past the limit
     assert all(0 < s <= 2.0 * 1.25 for s in clock.slept)  # backed off, capped
     events = [json.loads(line)["event"] for line in out.getvalue().splitlines()]
-    assert events.count("database unavailable") == len(clock.slept) and events[-1] == "report abandoned"
+    assert events.count("database unavailable") == len(clock.slept)
 
 
 def test_a_report_outlives_a_short_outage():
@@ -373,7 +389,7 @@ def test_a_report_outlives_a_short_outage():
         return {9: None}
 
     ledger, clock, _ = _ledger(30.0, finish)
-    assert ledger.report([(RUN, OK)], stopping=False) == {9: RunState.REPORTED}
+    assert ledger.report([_run()], stopping=False) == {9: Reported(RunState.REPORTED, None)}
     assert len(clock.slept) == 2
 
 
@@ -387,11 +403,10 @@ def test_after_a_retry_our_own_status_is_not_a_lost_lease():
         return answer
 
     ledger, _, _ = _ledger(30.0, finish)
-    assert ledger.report([(RUN, OK)], stopping=False) == {9: RunState.REPORTED}
+    assert ledger.report([_run()], stopping=False) == {9: Reported(RunState.REPORTED, None)}
     # the same answer to a first call: someone else ended the run
     ledger, _, out = _ledger(30.0, lambda items: {9: "the run is SUCCEEDED"})
-    assert ledger.report([(RUN, OK)], stopping=False) == {9: RunState.LEASE_LOST}
-    assert json.loads(out.getvalue())["event"] == "lease lost"
+    assert ledger.report([_run()], stopping=False) == {9: Reported(RunState.LEASE_LOST, "the run is SUCCEEDED")}
 
 
 def test_a_report_error_that_no_retry_can_mend_propagates():
@@ -400,7 +415,7 @@ def test_a_report_error_that_no_retry_can_mend_propagates():
 
     ledger, clock, _ = _ledger(30.0, finish)
     with pytest.raises(psycopg.errors.InvalidParameterValue):
-        ledger.report([(RUN, OK)], stopping=False)
+        ledger.report([_run()], stopping=False)
     assert clock.slept == []
 
 
@@ -414,13 +429,24 @@ def test_the_idle_stand_by():
     assert idle_delay(3600.0) == MAX_IDLE
 
 
+def _ended(end: str) -> ClaimedRun:
+    run = claimed(1)
+    run.move(RunState.HANDED)
+    if end == "RELEASED":
+        run.move(RunState.RELEASED)
+    else:
+        run.move(RunState.DONE, outcome=Outcome(end), at=0.0)
+        run.move(RunState.REPORTED)
+    return run
+
+
 def test_a_batch_doubles_while_quick_and_falls_back_to_one():
-    quick = [{"outcome": "SUCCEEDED"}]
+    quick = [_ended("SUCCEEDED")]
     sizes = [1]
     for _ in range(7):
         sizes.append(next_batch_size(sizes[-1], quick, 0.01, 32))
     assert sizes == [1, 2, 4, 8, 16, 32, 32, 32]
     assert next_batch_size(8, quick, RELEASE_AFTER, 32) == 1  # a slow batch
-    assert next_batch_size(8, [{"outcome": "SUCCEEDED"}, {"outcome": "RELEASED"}], 0.01, 32) == 1
+    assert next_batch_size(8, [_ended("SUCCEEDED"), _ended("RELEASED")], 0.01, 32) == 1
     assert next_batch_size(8, [], 0.0, 32) == 1  # nothing to claim: an idle spell follows
     assert next_batch_size(1, quick, 0.0, 1) == 1

@@ -33,7 +33,7 @@ def test_claims_and_reports_succeeded(db, db_dsn, quiet):
     r = Runner(db_dsn, {"ok": lambda run: seen.append(run["run_id"])}, runner_id="t1", log=quiet)
     out = r.run_once()
     r.close()
-    assert out["outcome"] == "SUCCEEDED" and seen == [run_id]
+    assert out.end == "SUCCEEDED" and seen == [run_id]
     row = run_row(db, run_id)
     assert row["status"] == "SUCCEEDED" and row["lease_owner"] == "t1"
 
@@ -42,7 +42,7 @@ def test_failure_reported_and_retry_left_to_the_scheduler(db, db_dsn, quiet):
     make_worker(db, "boom")
     run_id = scheduled_run(db, "boom")
     r = Runner(db_dsn, {"boom": demo_handlers.boom}, log=quiet)
-    assert r.run_once()["outcome"] == "FAILED"
+    assert r.run_once().end == "FAILED"
     r.close()
     row = run_row(db, run_id)
     assert row["status"] == "FAILED"
@@ -71,7 +71,7 @@ def test_heartbeats_keep_a_slow_run(db, db_dsn, quiet, monkeypatch):
     make_worker(db, "slow")
     run_id = _enqueue(db, "slow")
     r = Runner(db_dsn, {"slow": demo_handlers.slow}, lease=timedelta(seconds=1), log=quiet)
-    assert r.run_once()["outcome"] == "SUCCEEDED"
+    assert r.run_once().end == "SUCCEEDED"
     r.close()
     row = run_row(db, run_id)
     assert row["status"] == "SUCCEEDED" and row["heartbeat_at"] > row["started_at"]
@@ -88,7 +88,7 @@ def test_lease_lost_mid_run_is_not_overwritten(db, db_dsn, quiet):
 
     r = Runner(db_dsn, {"w": handler}, lease=timedelta(seconds=3), log=quiet)
     result = {}
-    t = threading.Thread(target=lambda: result.update(r.run_once()))
+    t = threading.Thread(target=lambda: result.update(run=r.run_once()))
     t.start()
     assert started.wait(10)
     db.execute(
@@ -99,7 +99,7 @@ def test_lease_lost_mid_run_is_not_overwritten(db, db_dsn, quiet):
     release.set()
     t.join(10)
     r.close()
-    assert result["outcome"] == "LEASE_LOST"
+    assert result["run"].end == "LEASE_LOST"
     row = run_row(db, run_id)
     assert row["status"] == "INTERRUPTED" and row["error_fingerprint"] == "lease-expired"
 
@@ -118,7 +118,7 @@ def test_killed_runner_interrupted_then_retry_succeeds(db, db_dsn, procs):
     assert attempt == 2
     db.execute("UPDATE scrinalia.archive_worker_runs SET not_before = now() WHERE run_id = %s", (retry_id,))
     r = Runner(db_dsn, {"hang": demo_handlers.ok}, runner_id="second", log=EventLog(stream=open(os.devnull, "w")))
-    assert r.run_once()["run_id"] == retry_id
+    assert r.run_once().run_id == retry_id
     r.close()
     assert run_row(db, run_id)["status"] == "INTERRUPTED"
     row = run_row(db, retry_id)
@@ -197,7 +197,7 @@ def test_a_notify_backlog_costs_one_claim_attempt(db, db_dsn, quiet):
 
     r = Runner(db_dsn, {"noisy": lambda run: notify_200()}, log=quiet, wakeup=RecordingWakeup())
     try:
-        assert r.run_once()["outcome"] == "SUCCEEDED"  # (a claim that brings work: not listening)
+        assert r.run_once().end == "SUCCEEDED"  # (a claim that brings work: not listening)
         conn = r.ledger.conn
         assert conn.execute("SELECT count(*) FROM pg_listening_channels()").fetchone()[0] == 0
         assert list(conn.notifies(timeout=0)) == []
@@ -223,7 +223,7 @@ def test_a_report_whose_answer_was_lost_is_not_called_a_lost_lease(db, db_dsn):
     run_id = _enqueue(db, "ok")
     out = io.StringIO()
     r = Runner(db_dsn, {"ok": demo_handlers.ok}, log=EventLog(json_lines=True, stream=out))
-    real_finish, calls = r.ledger.finish, []
+    real_finish, calls = r.ledger._finish_runs, []
 
     def finish_then_drop(*args):
         rows = real_finish(*args)
@@ -232,9 +232,9 @@ def test_a_report_whose_answer_was_lost_is_not_called_a_lost_lease(db, db_dsn):
             raise psycopg.OperationalError("server closed the connection unexpectedly")
         return rows
 
-    r.ledger.finish = finish_then_drop
+    r.ledger._finish_runs = finish_then_drop  # type: ignore[method-assign]
     try:
-        assert r.run_once()["outcome"] == "SUCCEEDED"
+        assert r.run_once().end == "SUCCEEDED"
     finally:
         r.close()
     events = [json.loads(line)["event"] for line in out.getvalue().splitlines()]

@@ -141,7 +141,7 @@ def test_runs_held_up_by_a_slow_handler_run_on_another_handler_thread(db, db_dsn
     finally:
         release.set()
         t.join(10)
-    assert {run["run_id"]: run["outcome"] for run in result["runs"]} == dict.fromkeys(ids, "SUCCEEDED")
+    assert {run.run_id: run.end for run in result["runs"]} == dict.fromkeys(ids, "SUCCEEDED")
     assert threads[ids[1]] == threads[ids[2]] != threads[ids[0]]
     assert not [e for e in _events(out) if e["event"] == "released"]
 
@@ -166,7 +166,7 @@ def test_a_stop_gives_back_the_unstarted_runs_and_interrupts_the_running_one(db,
         assert not t.is_alive()
     finally:
         never.set()
-    outcomes = {run["run_id"]: run["outcome"] for run in out["runs"]}
+    outcomes = {run.run_id: run.end for run in out["runs"]}
     assert outcomes == {ids[0]: "INTERRUPTED", ids[1]: "RELEASED", ids[2]: "RELEASED"}
     assert _statuses(db, ids) == {ids[0]: "INTERRUPTED", ids[1]: "QUEUED", ids[2]: "QUEUED"}
 
@@ -212,7 +212,7 @@ def test_an_instant_python_cannot_hold_does_not_cost_its_batch(db, db_dsn):
         batch=32,
     )
     claimed = r.run_batch(32)
-    assert sorted(x["run_id"] for x in claimed) == sorted(ids)
+    assert sorted(x.run_id for x in claimed) == sorted(ids)
     assert _statuses(db, ids) == {i: "SUCCEEDED" for i in ids}
     assert seen[ids[2]].year == 1
 

@@ -28,9 +28,11 @@ from typing import Protocol
 
 from scrinalia_workers.clock import Clock
 from scrinalia_workers.logs import EventLog
-from scrinalia_workers.runner.handler_thread import Done, HandlerThread, Running
+from scrinalia_workers.runner.handler_thread import HandlerThread, Running
 from scrinalia_workers.runner.handlers import Handler, Outcome
-from scrinalia_workers.runner.run_states import RunLife, RunState
+from scrinalia_workers.runner.run import ClaimedRun, Reported
+from scrinalia_workers.runner.run_lines import log_lost, log_released, log_reported
+from scrinalia_workers.runner.run_states import RunState
 from scrinalia_workers.runner.wakeup import Waiter
 
 # Claimed runs wait behind a running handler at most this long before they are given
@@ -54,16 +56,17 @@ def heartbeat_interval(lease_seconds: float) -> float:
 class BatchLedger(Protocol):
     """The database calls a batch makes (runner/ledger.py; a fake in the tests)."""
 
-    def heartbeat(self, runs: list[dict]) -> set[int]:
-        """Extends the leases; the run ids whose lease is lost. Never raises."""
+    def heartbeat(self, runs: list[ClaimedRun]) -> dict[int, str]:
+        """Extends the leases; why each lost one is lost, by run id. Never raises."""
         ...
 
-    def release(self, runs: list[dict], reason: str) -> None:
-        """Gives the runs back to the queue. Never raises for a database error."""
+    def release(self, runs: list[ClaimedRun], reason: str) -> set[int]:
+        """Gives the runs back to the queue; the ids given back. Never raises."""
         ...
 
-    def report(self, items: list[tuple[dict, Outcome]], *, stopping: bool) -> dict[int, RunState]:
-        """finish_runs() for the outcomes: each run's end (REPORTED, LEASE_LOST or UNREPORTED)."""
+    def report(self, runs: list[ClaimedRun], *, stopping: bool) -> dict[int, Reported]:
+        """finish_runs() for the runs' outcomes: what came of each (REPORTED, LEASE_LOST
+        or UNREPORTED, and why)."""
         ...
 
 
@@ -84,29 +87,37 @@ class Supervision:
 class Batch:
     """The runs of one claim and the decisions that see each to its end."""
 
-    def __init__(self, runs: list[dict], sup: Supervision):
+    def __init__(self, runs: list[ClaimedRun], sup: Supervision):
         self.sup = sup
-        self.lives = {run["run_id"]: RunLife(run) for run in runs}
-        self.held: dict[int, RunLife] = {}  # with the handler thread: HANDED or LOST
+        self.runs = {run.run_id: run for run in runs}
+        self.held: dict[int, ClaimedRun] = {}  # with the handler thread: HANDED or LOST
         self.lost: set[int] = set()  # the held ones LOST
-        self.unreported: list[RunLife] = []  # DONE, oldest outcome first
+        self.unreported: list[ClaimedRun] = []  # DONE, oldest outcome first
         self.grace_ends: float | None = None
         self.next_beat = 0.0
         self.relieved_at = -float("inf")  # when another handler thread was last asked for
 
-    def _move(self, life: RunLife, to: RunState, done: Done | None = None) -> None:
+    def _move(
+        self,
+        run: ClaimedRun,
+        to: RunState,
+        *,
+        outcome: Outcome | None = None,
+        at: float | None = None,
+        reason: str | None = None,
+    ) -> None:
         """Moves a run, keeping held, lost and unreported in step with the states."""
-        life.move(to, done)
+        run.move(to, outcome=outcome, at=at, reason=reason)
         if to in HELD:
-            self.held[life.run_id] = life
+            self.held[run.run_id] = run
         else:
-            self.held.pop(life.run_id, None)
+            self.held.pop(run.run_id, None)
         if to is RunState.LOST:
-            self.lost.add(life.run_id)
+            self.lost.add(run.run_id)
         else:
-            self.lost.discard(life.run_id)
+            self.lost.discard(run.run_id)
         if to is RunState.DONE:
-            self.unreported.append(life)
+            self.unreported.append(run)
 
     def _any_handed(self) -> bool:
         return len(self.held) > len(self.lost)
@@ -115,9 +126,9 @@ class Batch:
 
     def hand(self, handlers: list[Handler | None]) -> None:
         """Submits the runs (in claim order, each with its handler) to the handler thread."""
-        self.sup.handlers.submit([(handler, life.run) for handler, life in zip(handlers, self.lives.values())])
-        for life in self.lives.values():
-            self._move(life, RunState.HANDED)
+        self.sup.handlers.submit(list(zip(handlers, self.runs.values())))
+        for run in self.runs.values():
+            self._move(run, RunState.HANDED)
 
     def see_through(self) -> None:
         """Supervises the handed runs until each has reached an end (or, the grace
@@ -143,8 +154,8 @@ class Batch:
                 if not self.held:
                     continue
                 if sup.stopping() and len(self.lost) == len(self.held):
-                    for life in list(self.held.values()):  # nothing left to report: no reason to wait for the handler
-                        self._move(life, RunState.LEASE_LOST)
+                    for run in list(self.held.values()):  # nothing left to report: no reason to wait for the handler
+                        self._move(run, RunState.LEASE_LOST)
                     return
                 if self.grace_ends is not None and now >= self.grace_ends:
                     self._end_grace(now)
@@ -164,20 +175,20 @@ class Batch:
     def _collect(self) -> None:
         """The outcomes the handler thread posted: DONE, or LEASE_LOST for a lost run."""
         for done in self.sup.handlers.finished():
-            life = self.held.get(done.run_id)
-            if life is None:
+            run = self.held.get(done.run.run_id)
+            if run is None:
                 continue  # of an earlier batch, or ended by the grace meanwhile
-            if life.state is RunState.LOST:
-                self._move(life, RunState.LEASE_LOST)
+            if run.state is RunState.LOST:
+                self._move(run, RunState.LEASE_LOST)
             else:
-                self._move(life, RunState.DONE, done)
+                self._move(run, RunState.DONE, outcome=done.outcome, at=done.at)
 
     def _start_grace(self, now: float) -> None:
         """A stop: the runs not started go back; the running one gets the grace."""
         self._release("shutting down")
         self.grace_ends = now + self.sup.grace
-        for run_id, life in self.held.items():  # the running one (or the first of the batch, starting)
-            if life.state is RunState.HANDED:
+        for run_id, run in self.held.items():  # the running one (or the first of the batch, starting)
+            if run.state is RunState.HANDED:
                 self.sup.log("stopping", run_id=run_id, grace=self.sup.grace, reason="waiting for the running handler")
 
     def _held_since(self, current: Running | None, now: float) -> float:
@@ -197,9 +208,11 @@ class Batch:
         """Gives the held runs whose handler has not started back to the queue."""
         runs = self.sup.handlers.take(set(self.held))
         for run in runs:
-            self._move(self.lives[run["run_id"]], RunState.RELEASED)
+            self._move(run, RunState.RELEASED)
         if runs:
-            self.sup.ledger.release(runs, reason)
+            released = self.sup.ledger.release(runs, reason)
+            if released:
+                log_released(self.sup.log, [run for run in runs if run.run_id in released], reason)
 
     def _report_due(self, now: float) -> bool:
         if not self.unreported:
@@ -212,41 +225,42 @@ class Batch:
         )
 
     def _oldest_outcome(self) -> float:
-        done = self.unreported[0].done
-        assert done is not None
-        return done.at
+        at = self.unreported[0].done_at
+        assert at is not None
+        return at
 
     def _report(self) -> None:
+        """The one path of an outcome: finish_runs(), the run's end, its line."""
         reporting, self.unreported = self.unreported, []
-        items = []
-        for life in reporting:
-            assert life.done is not None
-            items.append((life.run, life.done.outcome))
-        ends = self.sup.ledger.report(items, stopping=self.sup.stopping())
-        for life in reporting:
-            self._move(life, ends[life.run_id])
+        came = self.sup.ledger.report(reporting, stopping=self.sup.stopping())
+        for run in reporting:
+            self._move(run, came[run.run_id].state, reason=came[run.run_id].reason)
+        log_reported(self.sup.log, reporting)
 
     def _end_grace(self, now: float) -> None:
         """The grace ran out: the running handler's run ends INTERRUPTED (its handler is
         left running; whatever it returns later is dropped)."""
         interrupted = Outcome("INTERRUPTED", SHUTDOWN_ERROR, SHUTDOWN_FINGERPRINT)
-        for run_id, life in list(self.held.items()):
+        for run_id, run in list(self.held.items()):
             self.sup.log("grace over", level="warning", run_id=run_id, grace=self.sup.grace)
-            if life.state is RunState.LOST:
-                self._move(life, RunState.LEASE_LOST)
+            if run.state is RunState.LOST:
+                self._move(run, RunState.LEASE_LOST)
             else:
-                self._move(life, RunState.DONE, Done(run_id, interrupted, now))
+                self._move(run, RunState.DONE, outcome=interrupted, at=now)
 
     def _heartbeat(self) -> None:
         """One heartbeat for the runs whose lease holds; a lost one that has not started
         is taken back at once (LEASE_LOST), a running one waits for its handler."""
-        handed = [life for life in self.held.values() if life.state is RunState.HANDED]
-        for run_id in self.sup.ledger.heartbeat([life.run for life in handed]):
-            life = self.held.get(run_id)
-            if life is not None and life.state is RunState.HANDED:
-                self._move(life, RunState.LOST)
+        handed = [run for run in self.held.values() if run.state is RunState.HANDED]
+        lost = []
+        for run_id, why in self.sup.ledger.heartbeat(handed).items():
+            run = self.held.get(run_id)
+            if run is not None and run.state is RunState.HANDED:
+                self._move(run, RunState.LOST, reason=why)
+                lost.append(run)
+        log_lost(self.sup.log, lost)
         for run in self.sup.handlers.take(set(self.lost), first_too=True):  # lost before it started
-            self._move(self.lives[run["run_id"]], RunState.LEASE_LOST)
+            self._move(run, RunState.LEASE_LOST)
         self.next_beat = self.sup.clock.monotonic() + heartbeat_interval(self.sup.lease)
 
     def _time_to_next(self, current: Running | None, now: float) -> float | None:

@@ -46,7 +46,8 @@ from scrinalia_workers.runner.batch import RELEASE_AFTER, Batch, Supervision
 from scrinalia_workers.runner.handler_thread import HandlerThread
 from scrinalia_workers.runner.handlers import ANY_WORKER, Handler, handler_for
 from scrinalia_workers.runner.ledger import Ledger
-from scrinalia_workers.runner.run_lines import log_claimed
+from scrinalia_workers.runner.run import ClaimedRun
+from scrinalia_workers.runner.run_lines import log_claimed, log_released
 from scrinalia_workers.runner.runner_id import default_runner_id
 from scrinalia_workers.runner.wakeup import Waiter, Wakeup
 
@@ -73,10 +74,10 @@ def idle_delay(seconds_to_next: float | None) -> float:
     return MAX_IDLE if seconds_to_next is None else min(max(seconds_to_next, MIN_IDLE), MAX_IDLE)
 
 
-def next_batch_size(size: int, runs: list[dict], took: float, max_batch: int) -> int:
+def next_batch_size(size: int, runs: list[ClaimedRun], took: float, max_batch: int) -> int:
     """The next claim's limit: doubled while a whole batch was quick and none of it was
     given back; else one run (after an idle spell, a slow handler, a release)."""
-    if runs and took < RELEASE_AFTER and all(r.get("outcome") != "RELEASED" for r in runs):
+    if runs and took < RELEASE_AFTER and all(r.end != "RELEASED" for r in runs):
         return min(size * 2, max_batch)  # quick handlers: claim more at once
     return 1
 
@@ -166,15 +167,15 @@ class Runner:
 
     # -- one batch -----------------------------------------------------------------
 
-    def run_once(self) -> dict | None:
-        """Claims and runs one run; returns the claimed row (with 'outcome') or None."""
+    def run_once(self) -> ClaimedRun | None:
+        """Claims and runs one run; returns it (its end said) or None."""
         runs = self.run_batch(1)
         return runs[0] if runs else None
 
-    def run_batch(self, limit: int) -> list[dict]:
-        """Claims up to `limit` runs and sees each to its end; returns the claimed rows,
-        each with 'outcome': its reported status, or LEASE_LOST, RELEASED (given back
-        to the queue unstarted) or UNREPORTED. An empty list: nothing to claim."""
+    def run_batch(self, limit: int) -> list[ClaimedRun]:
+        """Claims up to `limit` runs and sees each to its end; returns them, each with
+        its end: its reported status, or LEASE_LOST, RELEASED (given back to the queue
+        unstarted) or UNREPORTED. An empty list: nothing to claim."""
         self.ledger.connect()
         self.claim_attempts += 1
         self._last_claim = self.clock.monotonic()
@@ -184,7 +185,7 @@ class Runner:
         self._backoff.reset()
         log_claimed(self.log, runs)
         batch = Batch(runs, self._supervision)
-        batch.hand([handler_for(self.handlers, run["worker_name"]) for run in runs])
+        batch.hand([handler_for(self.handlers, run.worker_name) for run in runs])
         batch.see_through()
         self.ledger.unlisten()  # busy: until the next stand-by, the queue is looked at anyway
         return runs
@@ -222,14 +223,13 @@ class Runner:
         """After an error in the middle of a batch: the runs not started must not run
         unsupervised. They go back to the queue if the database answers; else their
         leases end and the reaper applies the retry policy."""
-        held = {run["run_id"]: run for run in self._handler_thread.take(first_too=True)}
+        held = self._handler_thread.take(first_too=True)
         if held:
             self.close()
-            try:
-                self.ledger.give_back(list(held.values()), "the batch was interrupted by an error")
-            except Exception as e:
-                self.log("release error", level="warning", runs=len(held), reason=one_line(e))
-                self.close()
+            reason = "the batch was interrupted by an error"
+            released = self.ledger.release(held, reason)
+            if released:
+                log_released(self.log, [run for run in held if run.run_id in released], reason)
 
     def _schema_moved(self, e: BaseException) -> SchemaMismatch | None:
         """The SchemaMismatch to exit 2 with when `e` came from a database no longer at this

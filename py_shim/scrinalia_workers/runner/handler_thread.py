@@ -9,14 +9,16 @@ import threading
 from typing import NamedTuple
 
 from scrinalia_workers.clock import SYSTEM, Clock
+from scrinalia_workers.runner import context
 from scrinalia_workers.runner.handlers import Handler, Outcome, call
+from scrinalia_workers.runner.run import ClaimedRun
 from scrinalia_workers.runner.wakeup import Waiter
 
 
 class Done(NamedTuple):
     """A handler's outcome, posted by the handler thread."""
 
-    run_id: int
+    run: ClaimedRun
     outcome: Outcome
     at: float  # the clock's monotonic() when the handler returned
 
@@ -28,16 +30,20 @@ class Running(NamedTuple):
 
 class _Pending(NamedTuple):
     handler: Handler | None
-    run: dict
+    run: ClaimedRun
     first: bool  # the first of its batch: it counts as running from its submission
 
 
-def outcome_of(handler: Handler | None, run: dict) -> Outcome:
+def outcome_of(handler: Handler | None, run: ClaimedRun) -> Outcome:
     """What calling the run's handler came to; never raises."""
     try:
         if handler is None:
-            return Outcome("FAILED", f"no handler for worker {run['worker_name']}", "no-handler")
-        return call(handler, run)
+            return Outcome("FAILED", f"no handler for worker {run.worker_name}", "no-handler")
+        context.bind(run.stop)
+        try:
+            return call(handler, run.for_handler())
+        finally:
+            context.bind(None)
     except BaseException:  # call() does not raise; the handler thread must never die silently
         return Outcome("FAILED", "the runner could not describe the failure", "runner-internal")
 
@@ -82,7 +88,7 @@ class HandlerThread:
     def running(self) -> int:
         return len(self._running)
 
-    def submit(self, items: list[tuple[Handler | None, dict]]) -> None:
+    def submit(self, items: list[tuple[Handler | None, ClaimedRun]]) -> None:
         """Queues the runs of a batch. The first starts at once: it counts as running
         from here on, and only the runs behind it can be taken back by a stop."""
         if not self._threads:
@@ -107,14 +113,14 @@ class HandlerThread:
             return True
         return False
 
-    def take(self, run_ids: set[int] | None = None, *, first_too: bool = False) -> list[dict]:
+    def take(self, run_ids: set[int] | None = None, *, first_too: bool = False) -> list[ClaimedRun]:
         """Takes back the runs not started (those of run_ids, or all; a batch's first
         run only when first_too); returns them."""
         with self._lock:
             keep: collections.deque[_Pending] = collections.deque()
             taken = []
             for p in self._pending:
-                if (run_ids is None or p.run["run_id"] in run_ids) and (first_too or not p.first):
+                if (run_ids is None or p.run.run_id in run_ids) and (first_too or not p.first):
                     taken.append(p.run)
                 else:
                     keep.append(p)
@@ -145,20 +151,20 @@ class HandlerThread:
             except queue.Empty:
                 return out
 
-    def begin_next(self) -> tuple[Handler | None, dict] | None:
+    def begin_next(self) -> tuple[Handler | None, ClaimedRun] | None:
         """Takes the next run up (now running); None when none is pending."""
         with self._lock:
             if not self._pending:
                 return None
             handler, run, _ = self._pending.popleft()
-            self._running[run["run_id"]] = Running(run["run_id"], self._clock.monotonic())
+            self._running[run.run_id] = Running(run.run_id, self._clock.monotonic())
         return handler, run
 
-    def end(self, run: dict, outcome: Outcome) -> None:
+    def end(self, run: ClaimedRun, outcome: Outcome) -> None:
         """A running run's handler returned: posts its outcome."""
         with self._lock:
-            self._running.pop(run["run_id"], None)
-        self._done.put(Done(run["run_id"], outcome, self._clock.monotonic()))
+            self._running.pop(run.run_id, None)
+        self._done.put(Done(run, outcome, self._clock.monotonic()))
         if not self.quiet or not self._pending:
             self._wakeup.ring()
 

@@ -33,8 +33,7 @@ from scrinalia_workers.gateway.statements.runner import (
     UNLISTEN_FOR_RUNS,
 )
 from scrinalia_workers.logs import EventLog, one_line
-from scrinalia_workers.runner.handlers import Outcome
-from scrinalia_workers.runner.run_lines import log_finished
+from scrinalia_workers.runner.run import ClaimedRun, Reported
 from scrinalia_workers.runner.run_states import RunState
 
 # Shutting down, the container's stop timeout is near: a report is retried a few
@@ -113,7 +112,7 @@ class Ledger:
 
     # -- the calls -----------------------------------------------------------------
 
-    def claim(self, workers: list[str] | None, limit: int) -> list[dict]:
+    def claim(self, workers: list[str] | None, limit: int) -> list[ClaimedRun]:
         """claim_runs(): up to `limit` runs of these workers (None: any), leased to this runner."""
         conn = self.connect()
         if not self.enums_loaded:
@@ -121,7 +120,8 @@ class Ledger:
                 conn.adapters.register_loader(oid, TextBinaryLoader)  # as str, like text
             self.enums_loaded = True
         cur = conn.cursor(row_factory=dict_row, binary=True)
-        return cur.execute(CLAIM_RUNS, (self.runner_id, self.lease, workers, limit)).fetchall()
+        rows = cur.execute(CLAIM_RUNS, (self.runner_id, self.lease, workers, limit)).fetchall()
+        return [ClaimedRun.from_row(row) for row in rows]
 
     def seconds_to_next_claimable(self, workers: list[str] | None) -> float | None:
         """How long until a run of these workers can be claimed (<= 0: now); None: none queued."""
@@ -129,15 +129,15 @@ class Ledger:
         wait = row["wait"] if row is not None else None
         return None if wait is None else float(wait)
 
-    def heartbeat(self, runs: list[dict]) -> set[int]:
-        """Extends the leases; returns the run ids whose lease is lost. Never raises: a
-        failed heartbeat is logged and tried again (once at once on a new connection,
-        then next beat)."""
-        args = ([r["run_id"] for r in runs], [r["lease_token"] for r in runs])
+    def heartbeat(self, runs: list[ClaimedRun]) -> dict[int, str]:
+        """Extends the leases; returns why each lost lease is lost, by run id. Never
+        raises: a failed heartbeat is logged and tried again (once at once on a new
+        connection, then next beat)."""
+        args = ([r.run_id for r in runs], [r.lease_token for r in runs])
 
         def failed(e: BaseException) -> None:
             for run in runs:
-                self.log("heartbeat error", level="warning", run_id=run["run_id"], reason=one_line(e))
+                self.log("heartbeat error", level="warning", run_id=run.run_id, reason=one_line(e))
 
         for _ in range(2):
             try:
@@ -145,46 +145,37 @@ class Ledger:
             except psycopg.Error as e:
                 failed(e)
                 if not is_transient(e):
-                    return set()
+                    return {}
                 self.close()
                 continue
             except Exception as e:  # DatabaseUnavailable (no server), or anything else
                 failed(e)
-                return set()
-            lost = set()
-            for row in rows:
-                if row["lost_reason"] is not None:
-                    self.log(
-                        "lease lost", level="warning", run_id=row["run_id"], reason=f"lease lost: {row['lost_reason']}"
-                    )
-                    lost.add(row["run_id"])
-            return lost
-        return set()
+                return {}
+            return {row["run_id"]: row["lost_reason"] for row in rows if row["lost_reason"] is not None}
+        return {}
 
-    def release(self, runs: list[dict], reason: str) -> None:
-        """Gives runs not started back to the queue; a database error is logged, and
-        they come back when their leases end (the reaper; the retry policy applies)."""
+    def release(self, runs: list[ClaimedRun], reason: str) -> set[int]:
+        """Gives runs not started back to the queue; returns the ids given back. Never
+        raises: after a database error they come back when their leases end (the
+        reaper; the retry policy applies)."""
         try:
-            self.give_back(runs, reason)
-        except (psycopg.Error, DatabaseUnavailable) as e:
+            rows = (
+                self.connect()
+                .cursor(row_factory=dict_row)
+                .execute(RELEASE_RUNS, ([r.run_id for r in runs], [r.lease_token for r in runs]))
+                .fetchall()
+            )
+        except Exception as e:  # psycopg.Error, DatabaseUnavailable, or anything else
             self.log("release error", level="warning", runs=len(runs), reason=one_line(e))
             self.close()
+            return set()
+        return {row["run_id"] for row in rows}
 
-    def give_back(self, runs: list[dict], reason: str) -> None:
-        """release_runs() for the runs; raises what the database raises."""
-        rows = (
-            self.connect()
-            .cursor(row_factory=dict_row)
-            .execute(RELEASE_RUNS, ([r["run_id"] for r in runs], [r["lease_token"] for r in runs]))
-            .fetchall()
-        )
-        released = {row["run_id"] for row in rows}
-        self.log("released", runs=",".join(str(r["run_id"]) for r in runs if r["run_id"] in released), reason=reason)
-
-    def report(self, items: list[tuple[dict, Outcome]], *, stopping: bool) -> dict[int, RunState]:
-        """finish_runs() for the outcomes; each run's end. Transient errors are retried
-        until the leases would be gone; after that the reaper ends the runs and the
-        retry policy applies."""
+    def report(self, runs: list[ClaimedRun], *, stopping: bool) -> dict[int, Reported]:
+        """finish_runs() for the runs' outcomes; what came of each. Transient errors
+        are retried until the leases would be gone; after that the reaper ends the
+        runs and the retry policy applies (UNREPORTED). A database error that is not
+        transient propagates."""
         give_up = self.clock.monotonic() + min(
             self.lease.total_seconds(), STOPPING_REPORT_RETRY if stopping else math.inf
         )
@@ -192,7 +183,7 @@ class Ledger:
         retried = False
         while True:
             try:
-                rows = self.finish(items)
+                answers = self._finish_runs(runs)
                 break
             except psycopg.Error as e:
                 if not is_transient(e):
@@ -202,46 +193,32 @@ class Ledger:
                 reason = one_line(e)
             self.close()
             if self.clock.monotonic() >= give_up:
-                for run, outcome in items:
-                    self.log(
-                        "report abandoned",
-                        level="error",
-                        run_id=run["run_id"],
-                        status=outcome.status,
-                        reason=f"database unavailable for the lease's length: {reason}",
-                    )
-                return {run["run_id"]: RunState.UNREPORTED for run, _ in items}
-            self.log(
-                "database unavailable",
-                level="warning",
-                runs=",".join(str(r["run_id"]) for r, _ in items),
-                reason=reason,
-            )
+                why = f"database unavailable for the lease's length: {reason}"
+                return {run.run_id: Reported(RunState.UNREPORTED, why) for run in runs}
+            self.log("database unavailable", level="warning", runs=",".join(str(r.run_id) for r in runs), reason=reason)
             self.clock.sleep(backoff.next_delay())
             retried = True
-        ends = {}
-        reported = []
-        with self.log.batch():  # the batch's lines, one write
-            for run, o in items:
-                lost = rows[run["run_id"]]
-                if lost is not None and not (retried and lost == f"the run is {o.status}"):
-                    # (after a retry, "the run is <our status>": the first call committed, only its answer was lost)
-                    self.log("lease lost", level="warning", run_id=run["run_id"], reason=f"lease lost: {lost}")
-                    ends[run["run_id"]] = RunState.LEASE_LOST
-                    continue
-                reported.append((run, o))
-                ends[run["run_id"]] = RunState.REPORTED
-            log_finished(self.log, reported)
-        return ends
+        came = {}
+        for run in runs:
+            assert run.outcome is not None  # a DONE run
+            lost = answers[run.run_id]
+            # after a retry, "the run is <our status>": the first call committed, only its answer was lost
+            if lost is not None and not (retried and lost == f"the run is {run.outcome.status}"):
+                came[run.run_id] = Reported(RunState.LEASE_LOST, lost)
+            else:
+                came[run.run_id] = Reported(RunState.REPORTED, None)
+        return came
 
-    def finish(self, items: list[tuple[dict, Outcome]]) -> dict[int, str | None]:
+    def _finish_runs(self, runs: list[ClaimedRun]) -> dict[int, str | None]:
         """One finish_runs() call; {run_id: lost_reason (None: recorded)}."""
         conn = self.connect()
-        ids = [run["run_id"] for run, _ in items]
-        tokens = [run["lease_token"] for run, _ in items]
-        statuses = [o.status for _, o in items]
-        errs = [o.error for _, o in items]
-        fps = [o.fingerprint for _, o in items]
+        outcomes = [run.outcome for run in runs]
+        assert all(outcomes)
+        ids = [run.run_id for run in runs]
+        tokens = [run.lease_token for run in runs]
+        statuses = [o.status for o in outcomes if o]
+        errs = [o.error for o in outcomes if o]
+        fps = [o.fingerprint for o in outcomes if o]
         # NULL arrays for a batch of successes (the rule): nothing to build or send
         errors, fingerprints = (errs, fps) if any(errs) or any(fps) else (None, None)
         cur = conn.cursor()  # tuples (run_id, status, lost_reason): no dict per run

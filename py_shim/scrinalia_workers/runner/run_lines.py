@@ -1,82 +1,78 @@
-"""The two lines every run logs, `claimed` and `finished`, written a batch at a time.
+"""Every line the runner logs about a run, each defined once (line_specs.LineSpec),
+written a batch at a time: a backlog of quick runs logs two lines a run, and the
+general path was a third of the runner's own CPU per run.
 
-A backlog of quick runs logs two lines a run, and EventLog's general path (a timestamp,
-a dict and the JSON encoder a line) was a third of the runner's own CPU per run. With
---json the usual lines are formatted here instead: one timestamp per batch (its lines
-are written together), the fields in EventLog's order and its encoding (ensure_ascii,
-", " and ": "), so each line reads exactly as EventLog would have written it, and the
-batch goes out in one write. Plain text, a log of another type (the tests' recorders)
-and the unusual lines (an error, a summary, an interruption) go through the log itself.
+The batch (runner/batch.py) calls these after it moved the runs: what a line says
+comes from the typed run (runner/run.py), its state and its outcome.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from json.encoder import encode_basestring_ascii as _quote
-from typing import Any
 
-from scrinalia_workers.logs import LEVELS, EventLog, stamp
+from scrinalia_workers.line_specs import LineSpec
+from scrinalia_workers.logs import EventLog
+from scrinalia_workers.runner.run import ClaimedRun
+from scrinalia_workers.runner.run_states import RunState
 
-
-def _formats_here(log: EventLog) -> bool:
-    return type(log) is EventLog and log.json_lines and LEVELS["info"] >= log.threshold
-
-
-def _stamp() -> str:
-    return _quote(stamp())
-
-
-def log_claimed(log: EventLog, runs: list[dict]) -> None:
-    """One `claimed` line per run: run_id, worker, trigger, attempt."""
-    if not _formats_here(log):
-        with log.batch():
-            for run in runs:
-                log(
-                    "claimed",
-                    run_id=run["run_id"],
-                    worker=run["worker_name"],
-                    trigger=run["trigger"],
-                    attempt=run["attempt"],
-                )
-        return
-    ts = _stamp()
-    log.write_text(
-        "".join(
-            f'{{"ts": {ts}, "event": "claimed", "level": "info", "run_id": {int(run["run_id"])}, '
-            f'"worker": {_quote(run["worker_name"])}, "trigger": {_quote(run["trigger"])}, '
-            f'"attempt": {int(run["attempt"])}}}\n'
-            for run in runs
-        ),
-    )
+CLAIMED = LineSpec("claimed", "info", [("run_id", int), ("worker", str), ("trigger", str), ("attempt", int)])
+SUCCEEDED = LineSpec("finished", "info", [("run_id", int), ("worker", str), ("status", str)])
+SUMMARISED = LineSpec("finished", "info", [("run_id", int), ("worker", str), ("status", str), ("summary", str)])
+FAILED = LineSpec(
+    "finished", "info", [("run_id", int), ("worker", str), ("status", str), ("error", str), ("fingerprint", str)]
+)
+INTERRUPTED = LineSpec(
+    "interrupted", "info", [("run_id", int), ("worker", str), ("status", str), ("error", str), ("fingerprint", str)]
+)
+LEASE_LOST = LineSpec("lease lost", "warning", [("run_id", int), ("reason", str)])
+UNREPORTED = LineSpec("report abandoned", "error", [("run_id", int), ("status", str), ("reason", str)])
+RELEASED = LineSpec("released", "info", [("runs", str), ("reason", str)])
+ERROR_LINE_CHARS = 500  # of the error's first line; the ledger keeps the whole text
 
 
-def log_finished(log: EventLog, reported: Iterable[tuple[dict, Any]]) -> None:
-    """One `finished` (or `interrupted`) line per reported (run, outcome), in order."""
-    fast = _formats_here(log)
-    ts = _stamp() if fast else ""
-    pending: list[str] = []
+def log_claimed(log: EventLog, runs: list[ClaimedRun]) -> None:
+    CLAIMED.write(log, [(r.run_id, r.worker_name, r.trigger, r.attempt) for r in runs])
+
+
+def log_lost(log: EventLog, runs: Iterable[ClaimedRun]) -> None:
+    """A `lease lost` line per run whose lease a heartbeat found lost."""
+    LEASE_LOST.write(log, [(r.run_id, f"lease lost: {r.lost_reason}") for r in runs])
+
+
+def log_released(log: EventLog, runs: Iterable[ClaimedRun], reason: str) -> None:
+    RELEASED.write(log, [(",".join(str(r.run_id) for r in runs), reason)])
+
+
+def _spec_and_values(run: ClaimedRun) -> tuple[LineSpec, tuple]:
+    """The line of a run that reached an end after its report: its spec and values."""
+    o = run.outcome
+    assert o is not None
+    if run.state is RunState.LEASE_LOST:
+        return LEASE_LOST, (run.run_id, f"lease lost: {run.lost_reason}")
+    if run.state is RunState.UNREPORTED:
+        return UNREPORTED, (run.run_id, o.status, run.lost_reason or "")
+    if o.error:
+        spec = INTERRUPTED if o.status == "INTERRUPTED" else FAILED
+        return spec, (run.run_id, run.worker_name, o.status, o.error.splitlines()[0][:ERROR_LINE_CHARS], o.fingerprint)
+    if o.summary:
+        return SUMMARISED, (run.run_id, run.worker_name, o.status, o.summary)
+    return SUCCEEDED, (run.run_id, run.worker_name, o.status)
+
+
+def log_reported(log: EventLog, runs: Iterable[ClaimedRun]) -> None:
+    """One line per run of a report, in the report's order: `finished` (or
+    `interrupted`), `lease lost`, or `report abandoned`; a run of equal lines written
+    together."""
     with log.batch():
-        for run, o in reported:
-            if fast and o.status == "SUCCEEDED" and not o.error and not o.summary:
-                pending.append(
-                    f'{{"ts": {ts}, "event": "finished", "level": "info", "run_id": {int(run["run_id"])}, '
-                    f'"worker": {_quote(run["worker_name"])}, "status": "SUCCEEDED"}}\n'
-                )
-                continue
-            if pending:  # the lines before this one first: the order is the report's
-                log.write_text("".join(pending))
-                pending = []
-            fields: dict[str, Any] = {}
-            if o.error:
-                fields = {"error": o.error.splitlines()[0][:500], "fingerprint": o.fingerprint}
-            elif o.summary:
-                fields = {"summary": o.summary}
-            log(
-                "interrupted" if o.status == "INTERRUPTED" else "finished",
-                run_id=run["run_id"],
-                worker=run["worker_name"],
-                status=o.status,
-                **fields,
-            )
-        if pending:
-            log.write_text("".join(pending))
+        spec: LineSpec | None = None
+        rows: list[tuple] = []
+        for run in runs:
+            this, values = _spec_and_values(run)
+            if this is not spec and rows:
+                assert spec is not None
+                spec.write(log, rows)
+                rows = []
+            spec = this
+            rows.append(values)
+        if spec is not None and rows:
+            spec.write(log, rows)

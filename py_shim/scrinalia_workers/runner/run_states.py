@@ -1,7 +1,8 @@
 """The life of one claimed run inside the runner, as states and the moves between them.
 
-The runner holds a run from its claim to one of four ends; the batch loop
-(runner/batch.py) moves each run through these states, and nothing else does:
+The runner holds a run (a ClaimedRun, runner/run.py) from its claim to one of four
+ends; the batch loop (runner/batch.py) moves each run through these states, and
+nothing else does:
 
     CLAIMED   claim_runs() returned it; its "claimed" line is logged.
     HANDED    handed to the handler thread: waiting its turn behind another run, or
@@ -11,14 +12,14 @@ The runner holds a run from its claim to one of four ends; the batch loop
     DONE      its handler returned (or the grace after a stop ran out: INTERRUPTED
               "runner shut down"); its outcome waits at most REPORT_AFTER for the
               others of its batch, then finish_runs() reports them together.
-  ends:
-    REPORTED     finish_runs() recorded its outcome.                outcome: the status
+  ends (ClaimedRun.end says which):
+    REPORTED     finish_runs() recorded its outcome.                end: the status
     RELEASED     given back unstarted (release_runs): a slow handler
-                 held it up past RELEASE_AFTER, or the runner stops. outcome: RELEASED
+                 held it up past RELEASE_AFTER, or the runner stops. end: RELEASED
     LEASE_LOST   nothing reported: a heartbeat or finish_runs()
-                 answered that the lease is lost.                   outcome: LEASE_LOST
+                 answered that the lease is lost.                   end: LEASE_LOST
     UNREPORTED   the database stayed away for the lease's length
-                 (a few seconds when stopping); the reaper ends it.  outcome: UNREPORTED
+                 (a few seconds when stopping); the reaper ends it.  end: UNREPORTED
 
 The moves (TRANSITIONS):
 
@@ -39,8 +40,6 @@ started are given back (Runner._give_back) and the others are left to their leas
 from __future__ import annotations
 
 import enum
-
-from scrinalia_workers.runner.handler_thread import Done
 
 
 class RunState(enum.Enum):
@@ -69,9 +68,9 @@ TRANSITIONS: dict[RunState, frozenset[RunState]] = {
     RunState.UNREPORTED: frozenset(),
 }
 
-# What run_batch() returns in each run's 'outcome' for the ends other than REPORTED
-# (a REPORTED run's outcome is the status reported).
-OUTCOMES = {
+# How a run left the runner (ClaimedRun.end) for the ends other than REPORTED (a
+# REPORTED run's end is the status reported).
+ENDS = {
     RunState.RELEASED: "RELEASED",
     RunState.LEASE_LOST: "LEASE_LOST",
     RunState.UNREPORTED: "UNREPORTED",
@@ -80,33 +79,3 @@ OUTCOMES = {
 
 class IllegalMove(RuntimeError):
     """A move TRANSITIONS does not allow: a bug of the runner's, never the database's."""
-
-
-class RunLife:
-    """One claimed run (the row claim_runs() returned) and where it is in its life."""
-
-    __slots__ = ("run", "run_id", "state", "done")
-
-    def __init__(self, run: dict):
-        self.run = run
-        self.run_id: int = run["run_id"]
-        self.state = RunState.CLAIMED
-        self.done: Done | None = None  # the handler's outcome, from DONE on
-
-    def move(self, to: RunState, done: Done | None = None) -> None:
-        """Moves to `to`; a DONE run carries its outcome, and an end sets the row's 'outcome'."""
-        if to not in TRANSITIONS[self.state]:
-            raise IllegalMove(f"run #{self.run_id}: {self.state.name} -> {to.name}")
-        if to is RunState.DONE:
-            if done is None:
-                raise IllegalMove(f"run #{self.run_id}: DONE without an outcome")
-            self.done = done
-        self.state = to
-        if to is RunState.REPORTED:
-            assert self.done is not None  # only DONE runs get here
-            self.run["outcome"] = self.done.outcome.status
-        elif to in OUTCOMES:
-            self.run["outcome"] = OUTCOMES[to]
-
-    def __repr__(self) -> str:
-        return f"RunLife(#{self.run_id}, {self.state.name})"
