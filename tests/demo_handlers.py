@@ -27,3 +27,15 @@ def flaky(run):
 
 
 HANDLERS = {"ok": ok, "boom": boom, "slow": slow, "hang": hang, "flaky": flaky}
+
+
+def polite(run):
+    """Works in steps until told to stop; returns why (the runner drops it: nothing counts)."""
+    from scrinalia_workers.runner import context
+
+    while not context.sleep(0.05):
+        pass
+    print(f"told to stop: {context.stop_reason()}", flush=True)
+
+
+HANDLERS["polite"] = polite

@@ -237,7 +237,7 @@ def test_a_run_queued_for_ever_neither_errs_nor_slows_an_idle_runner(db, db_dsn)
             wait_for(r.wakeup.standing_by.is_set, 10, what="the runner standing by")
             run_id = _enqueue_all(db, [w])[0]
             wait_for(lambda: _statuses(db, [run_id])[run_id] == "SUCCEEDED", 10, what="the new run")
-            assert r.wakeup.standbys[-1] is True
+            assert r.wakeup.standbys[-1] is True, (r.wakeup.standbys, out.getvalue())
     finally:
         r.request_stop()
         t.join(10)

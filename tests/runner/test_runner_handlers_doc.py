@@ -68,6 +68,7 @@ def test_the_log_table_names_every_event_the_runner_logs():
     for a, b in re.findall(r'\blog\(\s*"([a-z ]+)" if [^,]+ else "([a-z ]+)"', source):
         logged |= {a, b}
     logged |= set(re.findall(r'\bLineSpec\(\s*"([^"]+)"', source))  # run_lines' lines
+    logged |= set(re.findall(r'\blast_words\(\s*"([^"]+)"', source))  # a line on the way out
     logged |= set(re.findall(r'\bexit_at_once\(\s*[^,]+,\s*[^,]+,\s*"([^"]+)"', source))  # a second signal
     logged.add("config error")  # logs.startup_error's event under --json
     table = DOC.read_text().split("## What the runner logs", 1)[1].split("\n## ", 1)[0]

@@ -82,6 +82,18 @@ class Supervision:
     lease: float  # seconds
     grace: float  # seconds
     stopping: Callable[[], bool]  # a stop was asked for (a signal, request_stop)
+    # The runner may claim more while every held run is long (may_claim answers when);
+    # see_through then returns to it. Unset: a batch is seen through to its end.
+    may_claim: Callable[[Batch], bool] | None = None
+    # A file descriptor to wake on besides the handlers and signals (the connection's
+    # socket, LISTENing for runs, while the runner waits to claim more)
+    also: Callable[[], int | None] = lambda: None
+    # While the runner waits to claim more: when it looks at the queue again unwoken
+    wake_by: Callable[[], float | None] = lambda: None
+
+
+class HandlersStuck(RuntimeError):
+    """Every handler thread holds a run that was told to stop and did not return."""
 
 
 class Batch:
@@ -96,6 +108,8 @@ class Batch:
         self.grace_ends: float | None = None
         self.next_beat = 0.0
         self.relieved_at = -float("inf")  # when another handler thread was last asked for
+        self.told: dict[int, float] = {}  # the LOST runs: when their handler was told to stop
+        self.stuck_since: float | None = None  # every handler thread holds a run told to stop
 
     def _move(
         self,
@@ -116,6 +130,7 @@ class Batch:
             self.lost.add(run.run_id)
         else:
             self.lost.discard(run.run_id)
+            self.told.pop(run.run_id, None)
         if to is RunState.DONE:
             self.unreported.append(run)
 
@@ -129,12 +144,31 @@ class Batch:
         self.sup.handlers.submit(list(zip(handlers, self.runs.values())))
         for run in self.runs.values():
             self._move(run, RunState.HANDED)
+        self.next_beat = self.sup.clock.monotonic() + heartbeat_interval(self.sup.lease)
+
+    def add(self, runs: list[ClaimedRun], handlers: list[Handler | None]) -> None:
+        """Runs claimed while long handlers hold this batch's runs: handed at once, to
+        another handler thread (the running ones are long), heartbeated with the others."""
+        for run_id in [run_id for run_id, run in self.runs.items() if run.state.final]:
+            del self.runs[run_id]  # (a long run may stay held while thousands pass)
+        self.runs.update((run.run_id, run) for run in runs)
+        self.sup.handlers.submit(list(zip(handlers, runs)))
+        for run in runs:
+            self._move(run, RunState.HANDED)
+        self.sup.handlers.relieve()
+
+    def all_long(self, now: float) -> bool:
+        """Every held run is running and has run RELEASE_AFTER (or was told to stop):
+        nothing waits for a thread, and another claim would not be held up here."""
+        current = self.sup.handlers.current
+        if not self.held or self.sup.handlers.waiting or current is None:
+            return False
+        return now >= self._held_since(current, now) + RELEASE_AFTER
 
     def see_through(self) -> None:
         """Supervises the handed runs until each has reached an end (or, the grace
         over or every lease lost, was left to its handler)."""
         sup = self.sup
-        self.next_beat = sup.clock.monotonic() + heartbeat_interval(sup.lease)
         try:
             while self.held or self.unreported:
                 self._collect()
@@ -153,6 +187,7 @@ class Batch:
                     continue
                 if not self.held:
                     continue
+                self._check_stuck(now)
                 if sup.stopping() and len(self.lost) == len(self.held):
                     for run in list(self.held.values()):  # nothing left to report: no reason to wait for the handler
                         self._move(run, RunState.LEASE_LOST)
@@ -163,10 +198,12 @@ class Batch:
                 if now >= self.next_beat and self._any_handed():
                     self._heartbeat()
                     continue
+                if sup.may_claim is not None and not self.unreported and sup.may_claim(self):
+                    return  # the runner claims more; this batch's runs stay held
                 sup.handlers.quiet = bool(self.unreported)  # its deadline wakes us: no ring per outcome
                 if not self.unreported and sup.handlers.posted:
                     continue  # posted while we were quiet, unrung
-                sup.wakeup.wait(self._time_to_next(current, now))
+                sup.wakeup.wait(self._time_to_next(current, now), also=sup.also())
         finally:
             sup.handlers.quiet = False
 
@@ -182,6 +219,31 @@ class Batch:
                 self._move(run, RunState.LEASE_LOST)
             else:
                 self._move(run, RunState.DONE, outcome=done.outcome, at=done.at)
+
+    def _check_stuck(self, now: float) -> None:
+        """Every handler thread holds a run told to stop (its lease lost: cancelled, past
+        its maximum run time, reaped): say so once, naming the runs; when they have not
+        returned --grace seconds later, raise HandlersStuck (the runner exits, and its
+        supervisor starts a fresh one: nothing else can free those threads)."""
+        handlers = self.sup.handlers
+        stuck = [run_id for run_id in self.lost if run_id in handlers.running_ids]
+        if len(stuck) < handlers.max_threads:
+            self.stuck_since = None
+            return
+        if self.stuck_since is None:
+            self.stuck_since = max(self.told.get(run_id, now) for run_id in stuck)
+            self.sup.log(
+                "handlers stuck",
+                level="error",
+                runs=",".join(str(run_id) for run_id in sorted(stuck)),
+                threads=handlers.max_threads,
+                reason=f"every handler thread runs a run told to stop; exiting after {self.sup.grace} s unless one returns",
+            )
+        if now >= self.stuck_since + self.sup.grace:
+            raise HandlersStuck(
+                f"handlers stuck: runs {','.join(str(run_id) for run_id in sorted(stuck))} were told to stop "
+                f"and did not return within {self.sup.grace} s; every handler thread is held"
+            )
 
     def _start_grace(self, now: float) -> None:
         """A stop: the runs not started go back; the running one gets the grace."""
@@ -253,10 +315,12 @@ class Batch:
         is taken back at once (LEASE_LOST), a running one waits for its handler."""
         handed = [run for run in self.held.values() if run.state is RunState.HANDED]
         lost = []
+        now = self.sup.clock.monotonic()
         for run_id, why in self.sup.ledger.heartbeat(handed).items():
             run = self.held.get(run_id)
             if run is not None and run.state is RunState.HANDED:
                 self._move(run, RunState.LOST, reason=why)
+                self.told[run_id] = now
                 lost.append(run)
         log_lost(self.sup.log, lost)
         for run in self.sup.handlers.take(set(self.lost), first_too=True):  # lost before it started
@@ -268,6 +332,10 @@ class Batch:
         deadlines = [self.next_beat] if self._any_handed() else []
         if self.grace_ends is not None:
             deadlines.append(self.grace_ends)
+        if self.stuck_since is not None:
+            deadlines.append(self.stuck_since + self.sup.grace)
+        if (look := self.sup.wake_by()) is not None:
+            deadlines.append(look)
         if self.unreported:
             deadlines.append(self._oldest_outcome() + REPORT_AFTER)
         if self.sup.handlers.waiting and not self.sup.stopping():

@@ -1,8 +1,9 @@
 """scrinalia-runner's command line: its flags, its start-up checks, its signals, its exit code.
 
 Exit codes: 0 after a stop (SIGTERM/SIGINT); 2 for a misconfiguration, at start-up or
-a grant lost while running (one line, never a traceback); 128 + the signal number for
-a signal during start-up or a second signal.
+a grant lost while running (one line, never a traceback); 3 when every handler thread
+is held by a run told to stop that did not return within --grace; 128 + the signal
+number for a signal during start-up or a second signal.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from scrinalia_workers.gateway.checks import STARTUP_WAIT_MAX, preflight, startu
 from scrinalia_workers.gateway.connection import connect, one
 from scrinalia_workers.gateway.statements.runner import RUNNER_FUNCTIONS, RUNNER_GROUP, UNREGISTERED_WORKERS
 from scrinalia_workers.logs import EventLog, startup_error
-from scrinalia_workers.runner.batch import RELEASE_AFTER
+from scrinalia_workers.runner.batch import RELEASE_AFTER, HandlersStuck
 from scrinalia_workers.runner.daemon import DEFAULT_BATCH, DEFAULT_CONCURRENCY, Runner
 from scrinalia_workers.runner.failure import describe_failure
 from scrinalia_workers.runner.handlers import load_handlers
@@ -34,6 +35,9 @@ LEASE_RANGE = (1.0, 86400.0)  # check_runner: 1 second .. 1 day
 GRACE_RANGE = (0.1, 3600.0)
 BATCH_RANGE = (1, 1000)  # claim_runs: scrinalia.max_claim_batch()
 CONCURRENCY_RANGE = (1, 64)
+# Every handler thread held by a run told to stop, past the grace: the supervisor
+# (compose's restart:, systemd's Restart=on-failure) starts a fresh runner.
+STUCK_EXIT = 3
 
 
 def _runner_id(value: str) -> str:
@@ -192,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as e:  # a grant lost while running
             startup_error(log, "scrinalia-runner", args.json, e)
             code = 2
+        except HandlersStuck as e:  # no thread left to run a handler: a fresh process frees them
+            log.last_words("exiting", level="error", reason=str(e))
+            code = STUCK_EXIT
         if _lingering_threads(runner):
             # leave without waiting for them: a non-daemon thread would hold the exit
             # forever, a daemon one holding stdout's lock could abort it

@@ -42,7 +42,7 @@ from scrinalia_workers.exits import exit_at_once
 from scrinalia_workers.gateway.backoff import Backoff, is_transient
 from scrinalia_workers.gateway.checks import schema_moved
 from scrinalia_workers.logs import EventLog, one_line
-from scrinalia_workers.runner.batch import RELEASE_AFTER, Batch, Supervision
+from scrinalia_workers.runner.batch import RELEASE_AFTER, Batch, HandlersStuck, Supervision
 from scrinalia_workers.runner.handler_thread import HandlerThread
 from scrinalia_workers.runner.handlers import ANY_WORKER, Handler, handler_for
 from scrinalia_workers.runner.ledger import Ledger
@@ -125,6 +125,9 @@ class Runner:
             grace=grace,
             stopping=lambda: self.stopping,
         )
+        self._flight: Batch | None = None  # the runs held, across claims while handlers run long
+        self._found_empty = False  # the last claim found nothing (while runs were held)
+        self._next_look = 0.0  # then, when to look at the queue again without a NOTIFY
         self._backoff = Backoff()
         self.claim_attempts = 0
         self._last_claim = 0.0
@@ -137,6 +140,9 @@ class Runner:
         if self._workers:
             return self._workers
         return None if ANY_WORKER in self.handlers else sorted(self.handlers)
+
+    def _holding(self) -> bool:
+        return self._flight is not None and bool(self._flight.held or self._flight.unreported)
 
     @property
     def handler_busy(self) -> bool:
@@ -175,20 +181,81 @@ class Runner:
     def run_batch(self, limit: int) -> list[ClaimedRun]:
         """Claims up to `limit` runs and sees each to its end; returns them, each with
         its end: its reported status, or LEASE_LOST, RELEASED (given back to the queue
-        unstarted) or UNREPORTED. An empty list: nothing to claim."""
-        self.ledger.connect()
+        unstarted) or UNREPORTED. An empty list: nothing to claim.
+
+        In run_forever, while handlers run long, the runs are held across claims
+        instead: see_through returns whenever another claim may be made (a handler
+        thread is free), the runs claimed then join the held ones, and the held runs
+        are heartbeated and reported meanwhile. A stuck handler holds up only its thread."""
+        flight = self._flight if self._flight is not None and (self._flight.held or self._flight.unreported) else None
+        free = limit if flight is None else min(limit, self.concurrency - len(flight.held))
+        runs: list[ClaimedRun] = []
+        if flight is None:
+            self.ledger.connect()
+            self.claim_attempts += 1
+            self._last_claim = self.clock.monotonic()
+            runs = self.ledger.claim(self.workers, free)
+        elif free > 0:
+            runs = self._claim_while_holding(free)
+        if runs:
+            self._backoff.reset()
+            self._found_empty = False
+            log_claimed(self.log, runs)
+            handlers = [handler_for(self.handlers, run.worker_name) for run in runs]
+            if flight is None:
+                flight = Batch(runs, self._supervision)
+                flight.hand(handlers)
+            else:
+                flight.add(runs, handlers)
+        if flight is not None:
+            self._flight = flight
+            flight.see_through()
+        if runs:
+            self.ledger.unlisten()  # busy: until the next stand-by, the queue is looked at anyway
+        return runs
+
+    def _claim_while_holding(self, limit: int) -> list[ClaimedRun]:
+        """A claim while held runs go on. Nothing claimable: stand by on the connection
+        (a NOTIFY, or the next run's not_before) while the held runs are seen to. A
+        database error is logged and waited out: it must not abandon the held runs,
+        whose heartbeats and reports have their own retries."""
         self.claim_attempts += 1
         self._last_claim = self.clock.monotonic()
-        runs = self.ledger.claim(self.workers, limit)
-        if not runs:
-            return []
-        self._backoff.reset()
-        log_claimed(self.log, runs)
-        batch = Batch(runs, self._supervision)
-        batch.hand([handler_for(self.handlers, run.worker_name) for run in runs])
-        batch.see_through()
-        self.ledger.unlisten()  # busy: until the next stand-by, the queue is looked at anyway
-        return runs
+        try:
+            runs = self.ledger.claim(self.workers, limit)
+            if runs:
+                return runs
+            conn = self.ledger.listen()
+            wait = idle_delay(self.ledger.seconds_to_next_claimable(self.workers))
+            _drain_notifies(conn)
+        except (psycopg.Error, DatabaseUnavailable) as e:
+            if isinstance(e, psycopg.Error) and not is_transient(e):
+                raise
+            self.log("database unavailable", level="warning", reason=one_line(e))
+            self.ledger.close()
+            wait = self._backoff.next_delay()
+        self._found_empty = True
+        self._next_look = self.clock.monotonic() + wait
+        return []
+
+    def _may_claim(self, flight: Batch) -> bool:
+        """While runs are held: whether to claim more now (a thread is free, the held
+        runs all run long, and the queue may have something)."""
+        if self.stopping or len(flight.held) >= self.concurrency:
+            return False
+        now = self.clock.monotonic()
+        if not flight.all_long(now):
+            return False
+        if not self._found_empty:
+            return True
+        conn = self.ledger.conn
+        return now >= self._next_look or (conn is not None and self.ledger.listening and _drain_notifies(conn) > 0)
+
+    def _listening_socket(self) -> int | None:
+        conn = self.ledger.conn
+        if not self._found_empty or conn is None or conn.closed or not self.ledger.listening:
+            return None
+        return conn.fileno()
 
     # -- the loop ------------------------------------------------------------------
 
@@ -223,6 +290,7 @@ class Runner:
         """After an error in the middle of a batch: the runs not started must not run
         unsupervised. They go back to the queue if the database answers; else their
         leases end and the reaper applies the retry policy."""
+        self._flight = None  # its running handlers' outcomes are dropped; the leases end them
         held = self._handler_thread.take(first_too=True)
         if held:
             self.close()
@@ -252,17 +320,20 @@ class Runner:
             concurrency=self.concurrency,
         )
         size = 1
+        self._supervision.may_claim = self._may_claim
+        self._supervision.also = self._listening_socket
+        self._supervision.wake_by = lambda: self._next_look if self._found_empty else None
         try:
             while not self.stopping:
                 try:
                     started = self.clock.monotonic()
                     runs = self.run_batch(size)
                     size = next_batch_size(size, runs, self.clock.monotonic() - started, self.max_batch)
-                    if not runs:
+                    if not runs and not self._holding():
                         self._idle()
                     self._backoff.reset()
-                except ConfigError:
-                    raise  # misconfiguration: one line and exit 2, never retried
+                except (ConfigError, HandlersStuck):
+                    raise  # misconfiguration (exit 2), or no thread left to run a handler (exit 3)
                 except psycopg.errors.InsufficientPrivilege as e:
                     raise MissingPrivilege(f"login lost a privilege: {e.diag.message_primary}") from None
                 except (psycopg.Error, DatabaseUnavailable) as e:
@@ -283,6 +354,8 @@ class Runner:
                     self.log("runner error", level="error", reason=f"{type(e).__name__}: {one_line(e)}")
                     self.close()
                     self._pause(self._backoff.next_delay())
+            if self._holding() and self._flight is not None:
+                self._flight.see_through()  # a stop came between claims: the held runs get the grace
         finally:
             self.close()
         self.log("stopped", runner_id=self.runner_id, claim_attempts=self.claim_attempts)

@@ -88,6 +88,11 @@ class HandlerThread:
     def running(self) -> int:
         return len(self._running)
 
+    @property
+    def running_ids(self) -> set[int]:
+        with self._lock:
+            return set(self._running)
+
     def submit(self, items: list[tuple[Handler | None, ClaimedRun]]) -> None:
         """Queues the runs of a batch. The first starts at once: it counts as running
         from here on, and only the runs behind it can be taken back by a stop."""
