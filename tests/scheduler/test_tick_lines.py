@@ -182,8 +182,6 @@ def test_a_next_occurrence_reads_at_its_own_offset():
             lines,
             {"worker_name": "w", "decision": "ARMED", "next_run_at": t, "scheduled_for": None},
             ("* * * * *", "UTC"),
-            at,
-            None,
         )
     lines.write()
     assert [json.loads(x)["next_run_at"] for x in out.getvalue().splitlines()] == [
