@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from scrinalia_workers.errors import NOT_LOCK_HOLDER, InvalidTickCall, LockLost
+from scrinalia_workers.errors import INVALID_TICK_CALL, NOT_LOCK_HOLDER, LockLost
 from scrinalia_workers.gateway.statements import scheduler as sql
 from scrinalia_workers.logs import EventLog, Lines, one_line
 from scrinalia_workers.scheduler.decision_lines import decision_text
@@ -267,7 +267,7 @@ def repair_instants(
                     ).fetchall()
     except psycopg.Error as e:
         # the server's zone rules and ours disagree on an instant: the tick must go on
-        if e.sqlstate != InvalidTickCall.sqlstate:
+        if e.sqlstate != INVALID_TICK_CALL:
             raise
         log("schedule re-arm refused", level="error", reason=one_line(e.diag.message_primary or str(e)))
     with log.batch():
