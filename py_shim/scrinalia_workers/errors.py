@@ -1,4 +1,4 @@
-"""Every error the shim raises, and a class for every SQLSTATE the stored functions raise.
+"""Every error the shim raises, and the SQLSTATEs of the stored functions it acts on.
 
 Three kinds of trouble:
 
@@ -6,17 +6,12 @@ Three kinds of trouble:
   bad DSN, a missing grant, an old schema: the daemons print one line and exit 2.
 - `DatabaseUnavailable` is transient — the server restarting, a dropped connection,
   an admin shutdown: the daemons log it and reconnect with backoff (gateway/backoff.py).
-- `Refusal` is a stored function saying no (an `SWnnn` SQLSTATE, see docs/sql-api.md):
-  `refusal()` turns a psycopg error carrying one into its class here.
-
-tests/gateway/test_errors.py checks that every SQLSTATE sql/ raises has its class.
+- a stored function saying no raises an `SWnnn` SQLSTATE (docs/sql-api.md): the shim
+  compares the psycopg error's `sqlstate` with the constants below where it acts on one,
+  and otherwise shows the message as it came.
 """
 
 from __future__ import annotations
-
-from typing import ClassVar
-
-import psycopg
 
 
 class ScrinaliaError(Exception):
@@ -83,145 +78,34 @@ class CatalogueError(ScrinaliaError):
 
 
 # --- refusals of the stored functions (SQLSTATE SWnnn) --------------------------------
+# The shim compares a psycopg error's `sqlstate` with these where it acts on one; the
+# others are docs/sql-api.md's, for psql and API callers (tests/gateway/test_errors.py:
+# each is one the SQL raises).
+
+UNKNOWN_WORKER = "SW001"
+NO_SCHEDULE = "SW005"
+SLOT_BUSY = "SW010"
+LEASE_LOST = "SW020"
+INVALID_TICK_CALL = "SW030"
+NOT_LOCK_HOLDER = "SW031"
+NOT_THE_SCHEDULER = "SW032"
 
 
-class Refusal(ScrinaliaError):
-    """A stored function refused the call; `sqlstate` says which rule, the message why."""
-
-    sqlstate: ClassVar[str]
-
-    def __init__(self, message: str, hint: str | None = None):
-        super().__init__(message)
-        self.hint = hint
-
-
-class UnknownWorker(Refusal):
-    """No such worker in the catalogue."""
-
-    sqlstate = "SW001"
-
-
-class InvalidRequest(Refusal):
-    """A request, option, argument or setting that breaks the catalogue's or the API's rules."""
-
-    sqlstate = "SW002"
-
-
-class InvalidCron(Refusal, ValueError):
-    """An invalid cron expression; `field` is 1-based, None for the whole expression."""
+class InvalidCron(ScrinaliaError, ValueError):
+    """An invalid cron expression, as the shim's cron module finds it (the SQL's twin
+    raises SW003); `field` is 1-based, None for the whole expression."""
 
     sqlstate = "SW003"
 
     FIELD_NAMES = ("minute", "hour", "day-of-month", "month", "day-of-week")
 
-    def __init__(self, message: str, field: int | None = None, hint: str | None = None):
-        super().__init__(message, hint)
+    def __init__(self, message: str, field: int | None = None):
+        super().__init__(message)
         self.field = field
         self.field_name = self.FIELD_NAMES[field - 1] if field else None
 
 
-class InvalidTimezone(Refusal, ValueError):
-    """A time zone name that is not a loadable IANA zone."""
+class InvalidTimezone(ScrinaliaError, ValueError):
+    """A time zone name that is not a loadable IANA zone (the SQL raises SW004)."""
 
     sqlstate = "SW004"
-
-
-class NoSchedule(Refusal):
-    """The worker has no schedule."""
-
-    sqlstate = "SW005"
-
-
-class SlotBusy(Refusal):
-    """The worker's one slot is taken (a queued or running run, or an owed retry): HTTP 409."""
-
-    sqlstate = "SW010"
-
-
-class NotCancellable(Refusal):
-    """Only a QUEUED run can be cancelled."""
-
-    sqlstate = "SW011"
-
-
-class LeaseLost(Refusal):
-    """The runner no longer holds this run's lease: stop working on it, do not report it."""
-
-    sqlstate = "SW020"
-
-
-class InvalidReport(Refusal):
-    """A runner reported a status it may not report."""
-
-    sqlstate = "SW021"
-
-
-class InvalidRunnerCall(Refusal):
-    """A runner's call is malformed: its id, its lease, its batch or its arrays."""
-
-    sqlstate = "SW022"
-
-
-class InvalidTickCall(Refusal):
-    """A scheduler's call is malformed: its limit or its arrays."""
-
-    sqlstate = "SW030"
-
-
-class NotLockHolder(Refusal):
-    """The caller does not hold the scheduler lock: it must stop ticking and stand by."""
-
-    sqlstate = "SW031"
-
-
-class NotTheScheduler(Refusal):
-    """A scheduler function called by a session that is not the scheduler: neither the
-    holder of the scheduler lock nor the work session its heartbeat names."""
-
-    sqlstate = "SW032"
-
-
-REFUSALS: dict[str, type[Refusal]] = {
-    cls.sqlstate: cls
-    for cls in (
-        UnknownWorker,
-        InvalidRequest,
-        InvalidCron,
-        InvalidTimezone,
-        NoSchedule,
-        SlotBusy,
-        NotCancellable,
-        LeaseLost,
-        InvalidReport,
-        InvalidRunnerCall,
-        InvalidTickCall,
-        NotLockHolder,
-        NotTheScheduler,
-    )
-}
-
-# The SQLSTATEs by name, for code that compares a psycopg error's `sqlstate`.
-UNKNOWN_WORKER = UnknownWorker.sqlstate
-INVALID_REQUEST = InvalidRequest.sqlstate
-INVALID_CRON = InvalidCron.sqlstate
-INVALID_TIMEZONE = InvalidTimezone.sqlstate
-NO_SCHEDULE = NoSchedule.sqlstate
-SLOT_BUSY = SlotBusy.sqlstate
-NOT_CANCELLABLE = NotCancellable.sqlstate
-LEASE_LOST = LeaseLost.sqlstate
-INVALID_REPORT = InvalidReport.sqlstate
-INVALID_RUNNER_CALL = InvalidRunnerCall.sqlstate
-INVALID_TICK_CALL = InvalidTickCall.sqlstate
-NOT_LOCK_HOLDER = NotLockHolder.sqlstate
-NOT_THE_SCHEDULER = NotTheScheduler.sqlstate
-
-
-def refusal(e: psycopg.Error) -> Refusal | None:
-    """The refusal a stored function raised as `e`, or None when `e` is no SW error."""
-    cls = REFUSALS.get(e.sqlstate or "")
-    if cls is None:
-        return None
-    diag = e.diag
-    found = cls(diag.message_primary or str(e), hint=diag.message_hint)
-    found.__cause__ = e
-    return found

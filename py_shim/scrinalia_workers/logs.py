@@ -109,8 +109,8 @@ class EventLog:
 
 
 class Lines:
-    """Lines for `log`, collected by calls like the log's own and written together by
-    write(): the same lines as one by one (each with the instant it was logged), with
+    """Lines for `log`, collected by calls like the log's own and turned into one text
+    by text(), which the caller writes (log.write_text): the same lines as one by one (each with the instant it was logged), with
     one escaping pass and one write for thousands of them. It touches no state of the
     log but its stream (under its lock), so another thread may fill and write it."""
 
@@ -122,14 +122,8 @@ class Lines:
         if LEVELS.get(level, 20) >= self.log.threshold:
             self._records.append((time.time(), event, level, fields))
 
-    def write(self) -> None:
-        """Writes the lines collected so far (and forgets them)."""
-        text = self.text()
-        if text:
-            self.log.write_text(text, flush=True)
-
     def text(self) -> str:
-        """The lines collected so far, as write() writes them (and forgets them)."""
+        """The lines collected so far, in one text (and forgets them)."""
         records, self._records = self._records, []
         return self._text(records) if records else ""
 

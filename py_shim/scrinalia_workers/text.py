@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import unicodedata
 
 # C0 controls but tab and newline, DEL and C1 controls: escaped, never stored raw.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -15,19 +14,15 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def _acts(ch: str) -> bool:
-    """Whether a terminal may act on `ch` rather than show it: C0 and C1 controls and DEL
-    (Cc), format characters (Cf: bidi overrides and isolates, zero-width joiners, BOM),
-    line and paragraph separators (Zl, Zp), and lone surrogates (Cs)."""
-    return unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Cs")
-
-
 def _escape(ch: str) -> str:
     n = ord(ch)
     return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}"
 
 
-# the characters below U+0100 that act, and the ranges above it that hold any
+# The characters a terminal may act on rather than show: C0 and C1 controls and DEL
+# (Cc), format characters (Cf: bidi overrides and isolates, zero-width joiners, BOM),
+# line and paragraph separators (Zl, Zp), and lone surrogates (Cs); those below U+0100,
+# and the ranges above it that hold any
 _ACTING = re.compile(
     "[\x00-\x1f\x7f-\x9f\xad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e"
     "\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb\ud800-\udfff"

@@ -1,5 +1,6 @@
-"""The house keeps its shape: rooms by process, no import circle, no oversized module, and
-nothing but the demo (and the CLI command that starts it) reaching into the demo."""
+"""The house keeps its shape: rooms by process, arrows between rooms only where
+ARCHITECTURE.md draws them, no import circle, no oversized module, and nothing but the
+demo (and the CLI command that starts it) reaching into the demo."""
 
 from __future__ import annotations
 
@@ -10,6 +11,19 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "py_shim" / "scrinalia_workers"
 MAX_LINES = 450
 ROOMS = ("scheduler", "runner", "cli", "admin", "demo", "gateway", "testkit")
+# The rooms each room may import (ARCHITECTURE.md, "Arrows only point down"): the CLI is
+# the top (it starts the daemons, the demo and the admin work); the demo sets up its
+# throwaway server (testkit) and migrates it (admin); the daemons and admin reach the
+# database through the gateway only; the gateway and the testkit import no room.
+ALLOWED = {
+    "cli": {"admin", "demo", "scheduler", "runner", "gateway"},
+    "demo": {"admin", "testkit", "gateway"},
+    "scheduler": {"gateway"},
+    "runner": {"gateway"},
+    "admin": {"gateway"},
+    "gateway": set(),
+    "testkit": set(),
+}
 
 
 def _modules(base: Path, prefix: str) -> dict[str, Path]:
@@ -101,6 +115,39 @@ def test_no_module_over_the_size_limit():
         if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert not over, over
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "scrinalia_workers" and len(parts) > 1 and parts[1] in ROOMS else None
+
+
+def _forbidden(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """The imports from one room into another that ALLOWED does not draw."""
+    return sorted(
+        (name, m)
+        for name, deps in graph.items()
+        if (a := _room(name))
+        for m in deps
+        if (b := _room(m)) and b != a and b not in ALLOWED[a]
+    )
+
+
+def test_rooms_import_only_the_rooms_below_them():
+    assert set(ALLOWED) == set(ROOMS)
+    assert _forbidden(_graph()) == []
+
+
+def test_a_forbidden_arrow_is_found():
+    graph = {
+        "scrinalia_workers.runner.daemon": {"scrinalia_workers.scheduler.tick", "scrinalia_workers.gateway"},
+        "scrinalia_workers.gateway.checks": {"scrinalia_workers.admin.migrate"},
+        "scrinalia_workers.cli.app": {"scrinalia_workers.runner", "scrinalia_workers.admin"},
+    }
+    assert _forbidden(graph) == [
+        ("scrinalia_workers.gateway.checks", "scrinalia_workers.admin.migrate"),
+        ("scrinalia_workers.runner.daemon", "scrinalia_workers.scheduler.tick"),
+    ]
 
 
 def test_only_the_demo_and_the_command_that_starts_it_import_the_demo():

@@ -163,3 +163,20 @@ def test_runs_timeline_from_the_cli(busy, db_dsn, role_logins):
     assert r.code == 0, r.err
     assert r.out.startswith("ocr: the last") and "1/3" in r.out and "backoff" in r.out
     assert_one_line_error(cli("runs", "--timeline", dsn=dsn), 1, "needs a WORKER")
+
+
+def test_the_timeline_and_the_runs_table_show_a_catch_up(db, db_dsn):
+    """The period whose run the tick stored as a catch-up says so; an on-time one does not."""
+    make_worker(db, "nightly")
+    put_schedule(db, "nightly", "0 2 * * *", "UTC")
+    tick(db)
+    set_next_run(db, "nightly", "3 days")  # three nights missed: one run
+    tick(db)
+    db.execute("UPDATE scrinalia.archive_worker_runs SET status = 'CANCELLED', finished_at = now()")
+    set_next_run(db, "nightly", "10 seconds")  # just due: not a catch-up
+    tick(db)
+    periods = [line for line in watch.timeline(db, "nightly").splitlines() if line.startswith("period ")]
+    assert len(periods) == 2
+    assert "catch-up" not in periods[0] and "catch-up: one run for the periods missed" in periods[1]
+    table = cli("runs", "nightly", dsn=db_dsn).out.splitlines()
+    assert sum("SCHEDULE catch-up" in line for line in table) == 1

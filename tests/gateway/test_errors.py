@@ -1,15 +1,15 @@
-"""One errors module: every SQLSTATE the SQL raises has its class, and a refusal from the
-database arrives as that class."""
+"""The SQLSTATEs the shim acts on are the ones the SQL raises, and the cron module's
+errors carry the SQLSTATE of their SQL twins."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-import psycopg
 import pytest
 
-from scrinalia_workers import errors
+from helpers import raises_sqlstate
+from scrinalia_workers import cron, errors
 
 SQL = Path(__file__).resolve().parents[2] / "sql"
 
@@ -22,27 +22,21 @@ def _raised_in_sql() -> set[str]:
     return found
 
 
-def test_every_sqlstate_the_sql_raises_has_its_class_and_no_class_is_left_over():
+def test_every_sqlstate_the_shim_compares_is_one_the_sql_raises():
     raised = _raised_in_sql()
     assert raised, "no SW SQLSTATE found in sql/: the pattern is wrong"
-    assert raised == set(errors.REFUSALS)
+    named = {v for k, v in vars(errors).items() if k.isupper() and isinstance(v, str) and re.fullmatch(r"SW\d{3}", v)}
+    assert named and named <= raised
+    assert {errors.InvalidCron.sqlstate, errors.InvalidTimezone.sqlstate} <= raised
 
 
-def test_each_refusal_class_is_named_once_and_is_a_scrinalia_error():
-    assert len({cls.__name__ for cls in errors.REFUSALS.values()}) == len(errors.REFUSALS)
-    for state, cls in errors.REFUSALS.items():
-        assert cls.sqlstate == state and issubclass(cls, errors.ScrinaliaError)
-
-
-def test_a_refusal_from_the_database_arrives_as_its_class_with_its_hint(db):
-    with pytest.raises(psycopg.Error) as caught:
-        db.execute("SELECT scrinalia.enqueue('no-such-worker')")
-    found = errors.refusal(caught.value)
-    assert isinstance(found, errors.UnknownWorker)
-    assert "no-such-worker" in str(found) and found.__cause__ is caught.value
-
-
-def test_an_error_that_is_no_refusal_is_not_turned_into_one(db):
-    with pytest.raises(psycopg.Error) as caught:
-        db.execute("SELECT 1/0")
-    assert errors.refusal(caught.value) is None
+def test_the_cron_modules_errors_carry_their_sql_twins_sqlstates(db):
+    with pytest.raises(errors.InvalidCron) as bad_cron:
+        cron.validate("61 * * * *")
+    assert bad_cron.value.field == 1 and bad_cron.value.field_name == "minute"
+    with raises_sqlstate(bad_cron.value.sqlstate, "field 1 (minute)"):
+        db.execute("SELECT scrinalia.validate_cron('61 * * * *')")
+    with pytest.raises(errors.InvalidTimezone) as bad_zone:
+        cron.validate_timezone("Mars/Olympus")
+    with raises_sqlstate(bad_zone.value.sqlstate):
+        db.execute("SELECT scrinalia.validate_timezone('Mars/Olympus')")

@@ -228,7 +228,7 @@ def test_a_holder_killed_while_its_prepared_spike_waits_loses_nothing_and_double
     _, before = _poll(
         db,
         "SELECT count(*), now() < %s FROM pg_stat_activity WHERE datname = current_database()"
-        " AND state = 'active' AND query LIKE '%%scrinalia.tick_due_at(%%'",
+        " AND state = 'active' AND query LIKE '%%scrinalia.tick_due_at_v2(%%'",
         (at,),
     )
     holder.kill()

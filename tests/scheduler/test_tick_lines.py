@@ -29,6 +29,13 @@ FIELDS = [
 ]
 
 
+def _write(lines: Lines) -> None:
+    """As a pass writes a chunk's lines: their text, through the log."""
+    text = lines.text()
+    if text:
+        lines.log.write_text(text, flush=True)
+
+
 def _strip_ts(text: str, as_json: bool) -> list:
     if as_json:
         return [{k: v for k, v in json.loads(x).items() if k != "ts"} for x in text.splitlines()]
@@ -43,8 +50,8 @@ def test_lines_are_the_lines_written_one_by_one(as_json):
     for event, level, fields in FIELDS:
         single(event, level=level, **fields)
         lines(event, level=level, **fields)
-    assert many.getvalue() == ""  # nothing before write()
-    lines.write()
+    assert many.getvalue() == ""  # nothing before it is written
+    _write(lines)
     assert _strip_ts(many.getvalue(), as_json) == _strip_ts(one.getvalue(), as_json)
     assert len(many.getvalue().splitlines()) == 4  # the debug line is below the threshold
     if not as_json:
@@ -52,7 +59,7 @@ def test_lines_are_the_lines_written_one_by_one(as_json):
         assert "\x1b" not in text and "\r" not in text and "\u202e" not in text and "\x9b" not in text
         assert "\n2026-12-04T00:00:00.000+00:00 INFO enqueued worker=forged" not in text
         assert "w\\x0a2026-12-04T00:00:00.000+00:00" in text  # the value's newline, escaped
-    lines.write()  # written once: nothing collected since
+    _write(lines)  # written once: nothing collected since
     assert len(many.getvalue().splitlines()) == 4
 
 
@@ -63,7 +70,7 @@ def test_lines_carry_the_instant_each_was_logged(monkeypatch):
     monkeypatch.setattr("scrinalia_workers.logs.time.time", lambda: next(instants))
     lines("enqueued", worker="a")
     lines("enqueued", worker="b")
-    lines.write()
+    _write(lines)
     assert [x.split(" ")[0] for x in out.getvalue().splitlines()] == [
         "2025-12-04T22:00:00.123+00:00",
         "2025-12-04T22:00:01.987+00:00",
@@ -166,7 +173,7 @@ def test_an_acting_character_is_escaped_in_an_ascii_text_and_in_any_other(value)
     out = io.StringIO()
     lines = Lines(EventLog(stream=out))
     lines("skipped", worker=value, reason="plain")
-    lines.write()
+    _write(lines)
     text = out.getvalue()
     assert text.count("\n") == 1 and not re.search("[\x00-\x09\x0b-\x1f\x7f]", text)
     assert "\\x1b" in text
@@ -182,10 +189,8 @@ def test_a_next_occurrence_reads_at_its_own_offset():
             lines,
             {"worker_name": "w", "decision": "ARMED", "next_run_at": t, "scheduled_for": None},
             ("* * * * *", "UTC"),
-            at,
-            None,
         )
-    lines.write()
+    _write(lines)
     assert [json.loads(x)["next_run_at"] for x in out.getvalue().splitlines()] == [
         "2026-12-04T22:00:00+00:00",
         "2026-12-04T23:00:00+01:00",

@@ -18,6 +18,8 @@ CALLS = {
     "due_schedules": "SELECT * FROM scrinalia.due_schedules()",
     "tick": f"SELECT * FROM scrinalia.tick(ARRAY['ocr'], ARRAY['{FAR}'::timestamptz])",
     "tick_due_at": "SELECT * FROM scrinalia.tick_due_at(now(), ARRAY['ocr'], ARRAY[now() + interval '1 day'])",
+    "tick_v2": f"SELECT * FROM scrinalia.tick_v2(ARRAY['ocr'], ARRAY['{FAR}'::timestamptz])",
+    "tick_due_at_v2": "SELECT * FROM scrinalia.tick_due_at_v2(now(), ARRAY['ocr'], ARRAY[now() + interval '1 day'])",
     "set_schedules_aside": "SELECT * FROM scrinalia.set_schedules_aside(ARRAY['ocr'], ARRAY['forged'])",
     "create_retries": "SELECT * FROM scrinalia.create_retries()",
     "reap_expired_leases": "SELECT * FROM scrinalia.reap_expired_leases()",

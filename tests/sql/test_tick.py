@@ -458,11 +458,12 @@ def test_the_tick_functions_never_jit_compile(db):
         db.execute(
             "SELECT p.proname, p.proconfig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
             " WHERE n.nspname = 'scrinalia' AND p.proname IN"
-            " ('tick_schedules', 'due_schedules', 'create_retries', 'resolve_configs')"
+            " ('tick_schedules_v2', 'due_schedules', 'create_retries', 'resolve_configs')"
         ).fetchall()
     )
-    # (tick() and tick_due_at() are wrappers: their one statement runs in tick_schedules)
-    assert set(rows) == {"tick_schedules", "due_schedules", "create_retries", "resolve_configs"}
+    # (tick_v2(), tick_due_at_v2() and their earlier forms are wrappers: their one
+    # statement runs in tick_schedules_v2)
+    assert set(rows) == {"tick_schedules_v2", "due_schedules", "create_retries", "resolve_configs"}
     for name, config in rows.items():
         assert "jit=off" in config, name
 

@@ -192,7 +192,9 @@ def timeline(conn: psycopg.Connection[Any], worker: str, periods: int = 10, widt
             current = r["scheduled_for"]
             prev_end = None
             out.append("")
-            out.append(f"period {utc(current)}")
+            # (the tick's answer, on the period's attempt 1)
+            caught_up = " catch-up: one run for the periods missed" if r["catch_up"] else ""
+            out.append(f"period {utc(current)}{caught_up}")
         started = span(r["started_at"] - current) + " after the period" if r["started_at"] else "not started"
         backoff = ""
         if r["retry_of"] and prev_end and r["not_before"]:

@@ -1,4 +1,6 @@
 """The lines of a tick's decisions: armed, enqueued (and catch-up), skipped, tick refused.
+Whether an enqueued run is a catch-up is the tick's answer (its catch_up column): the
+shim writes what SQL decided, and infers nothing.
 
 log_decision() says what each line holds. A spike logs a line per decision, and the
 general path (a record per line, then its fields joined one by one) was most of the
@@ -19,7 +21,6 @@ from json.encoder import encode_basestring_ascii as _quote
 from typing import Any
 
 from scrinalia_workers.logs import LEVELS, EventLog, Lines, stamp
-from scrinalia_workers.scheduler.occurrences import Occurrences
 
 Row = dict[str, Any]
 CATCH_UP_REASON = "periods were missed: one run, not a replay"
@@ -36,9 +37,7 @@ def _iso_at(t: datetime, offset: timedelta | None) -> str:
     return t.isoformat()
 
 
-def log_decision(
-    log: Callable[..., None], r: Row, cron_tz: tuple[str, str], db_now: datetime, occurrences: Occurrences
-) -> None:
+def log_decision(log: Callable[..., None], r: Row, cron_tz: tuple[str, str]) -> None:
     """The log line of one tick decision (armed, enqueued and maybe catch-up, refused,
     skipped)."""
     nxt = _iso(r["next_run_at"]) if r["next_run_at"] else None
@@ -59,7 +58,7 @@ def log_decision(
             reason=r["reason"],
         )
     elif r["decision"] == "ENQUEUED":
-        catch_up = occurrences.missed(cron_tz, sched_for, db_now)
+        catch_up = bool(r["catch_up"])
         log(
             "enqueued",
             worker=r["worker_name"],
@@ -91,8 +90,6 @@ def decision_text(
     columns: list[str],
     decided: list[tuple],
     crons: dict[str, tuple[str, str]],
-    db_now: datetime,
-    occurrences: Occurrences,
 ) -> str:
     """The lines of a chunk's decisions (rows of `columns`, in their order), as Lines
     would write log_decision's lines of them."""
@@ -102,17 +99,16 @@ def decision_text(
     if LEVELS["info"] < log.threshold:  # (only the refusals are said)
         for r in decided:
             row = dict(zip(columns, r))
-            log_decision(general, row, crons[row["worker_name"]], db_now, occurrences)
+            log_decision(general, row, crons[row["worker_name"]])
         return general.text()
-    w, d, rid, sf, nx, rs = (
-        columns.index(c) for c in ("worker_name", "decision", "run_id", "scheduled_for", "next_run_at", "reason")
+    w, d, rid, sf, nx, rs, cu = (
+        columns.index(c)
+        for c in ("worker_name", "decision", "run_id", "scheduled_for", "next_run_at", "reason", "catch_up")
     )
     as_json = log.json_lines
     ts = stamp()
     head = f'{{"ts": "{ts}", "event": "' if as_json else f"{ts} INFO "
     out: list[str] = []
-    # the runs of a (cron, zone) that waited for one instant share the catch-up answer
-    missed: dict[tuple[tuple[str, str], str], bool] = {}
     for r in decided:
         decision, worker, nxt, sched_for = r[d], r[w], r[nx], r[sf]
         usual = nxt is not None and (
@@ -122,7 +118,7 @@ def decision_text(
         # (plain text: a value a terminal could act on, a newline included, is never
         # printable, and Lines escapes it)
         if not usual or (not as_json and not (worker.isprintable() and (r[rs] is None or r[rs].isprintable()))):
-            log_decision(general, dict(zip(columns, r)), crons[worker], db_now, occurrences)
+            log_decision(general, dict(zip(columns, r)), crons[worker])
             out.append(general.text())
             continue
         n = _iso(nxt)
@@ -135,10 +131,7 @@ def decision_text(
         s = _iso(sched_for)
         if decision == "ENQUEUED":
             run_id = int(r[rid])
-            key = (crons[worker], s)  # (the text: equal datetimes of one zone may differ by a fold)
-            catch_up = missed.get(key)
-            if catch_up is None:
-                catch_up = missed[key] = occurrences.missed(key[0], sched_for, db_now)
+            catch_up = bool(r[cu])
             if as_json:
                 q = _quote(worker)
                 out.append(

@@ -22,7 +22,6 @@ from scrinalia_workers.errors import NOT_LOCK_HOLDER, LockLost
 from scrinalia_workers.gateway.statements import scheduler as sql
 from scrinalia_workers.logs import EventLog
 from scrinalia_workers.scheduler.decision_lines import log_decision
-from scrinalia_workers.scheduler.occurrences import Occurrences
 
 # How long before a due instant the prepared tick is sent (scrinalia.tick_due_at, at
 # most scrinalia.max_tick_ahead()): enough for its work on a busy machine, so that
@@ -99,7 +98,6 @@ def send(conn: psycopg.Connection, p: Prepared, *, lock_pid: int | None, name: s
             raise LockLost(e.diag.message_primary) from None
         raise
     log("prepared tick", level="debug", due_at=p.due_at.isoformat(), schedules=len(p.workers), decided=len(rows))
-    occurrences = Occurrences()
     with log.batch():
         for r in rows:
-            log_decision(log, r, p.crons[r["worker_name"]], r["db_now"], occurrences)
+            log_decision(log, r, p.crons[r["worker_name"]])

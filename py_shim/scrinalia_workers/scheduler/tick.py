@@ -17,13 +17,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import datetime
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 
-from scrinalia_workers.errors import NOT_LOCK_HOLDER, InvalidTickCall, LockLost
+from scrinalia_workers.errors import INVALID_TICK_CALL, NOT_LOCK_HOLDER, LockLost
 from scrinalia_workers.gateway.statements import scheduler as sql
 from scrinalia_workers.logs import EventLog, Lines, one_line
 from scrinalia_workers.scheduler.decision_lines import decision_text
@@ -87,7 +86,7 @@ class Pass:
         self.lock_pid = lock_pid
         self.log = log
         self.check_lock = check_lock
-        self.occurrences = Occurrences()  # shared by the chunks of this pass and their log
+        self.occurrences = Occurrences()  # shared by the chunks of this pass
         # a chunk's lines are formatted and written by one thread, in order, while the
         # next chunk runs in the database; run() returns once every line is written
         self._lines: ThreadPoolExecutor | None = None
@@ -113,18 +112,17 @@ class Pass:
         aside: list[Row],
         columns: list[str],
         decided: list[tuple],
-        db_now: datetime,
     ) -> None:
         """The lines of a committed chunk, to the thread (at most one more waiting); a
         small one's written at once (after those before it), as the pass goes on."""
         if len(decided) < THREAD_LINES:
             self._wait_lines(0)
-            self._log_chunk(crons, aside, columns, decided, db_now)
+            self._log_chunk(crons, aside, columns, decided)
             return
         self._wait_lines(1)
         if self._lines is None:
             self._lines = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tick-lines")
-        self._queued.append(self._lines.submit(self._log_chunk, crons, aside, columns, decided, db_now))
+        self._queued.append(self._lines.submit(self._log_chunk, crons, aside, columns, decided))
 
     def _wait_lines(self, left: int) -> None:
         """Until at most `left` chunks' lines are waiting; the first error is kept."""
@@ -180,9 +178,9 @@ class Pass:
                 return False, False
             full = len(due) > TICK_CHUNK
             del due[TICK_CHUNK:]  # (locked until the commit, then the next chunk's first)
-            w, c, z, was, t = _positions(plain, "worker_name", "cron", "timezone", "next_run_at", "db_now")
+            w, c, z, t = _positions(plain, "worker_name", "cron", "timezone", "db_now")
             db_now = due[0][t]
-            nexts = self.occurrences.after_each([(d[c], d[z]) for d in due], db_now, since=[d[was] for d in due])
+            nexts = self.occurrences.after_each([(d[c], d[z]) for d in due], db_now)
             names = [d[w] for d in due]
             aside: list[Row] = []
             if any(isinstance(n, Exception) for n in nexts):
@@ -204,7 +202,7 @@ class Pass:
                 decided = plain.execute(sql.TICK, (names, nexts, self.name)).fetchall()
                 columns = [c.name for c in plain.description or ()]
         crons = {d[w]: (d[c], d[z]) for d in due}
-        self._queue_lines(crons, aside, columns, decided, db_now)
+        self._queue_lines(crons, aside, columns, decided)
         return bool(decided or aside), full
 
     def _log_chunk(
@@ -213,7 +211,6 @@ class Pass:
         aside: list[Row],
         columns: list[str],
         decided: list[tuple],
-        db_now: datetime,
     ) -> None:
         """The lines of one chunk committed: its schedules set aside, its decisions."""
         lines = Lines(self.log)
@@ -226,7 +223,7 @@ class Pass:
                 since=a["arm_error_since"],
                 retry_at=a["arm_retry_at"],
             )
-        text = lines.text() + decision_text(self.log, columns, decided, crons, db_now, self.occurrences)
+        text = lines.text() + decision_text(self.log, columns, decided, crons)
         if text:
             self.log.write_text(text, flush=True)
 
@@ -270,7 +267,7 @@ def repair_instants(
                     ).fetchall()
     except psycopg.Error as e:
         # the server's zone rules and ours disagree on an instant: the tick must go on
-        if e.sqlstate != InvalidTickCall.sqlstate:
+        if e.sqlstate != INVALID_TICK_CALL:
             raise
         log("schedule re-arm refused", level="error", reason=one_line(e.diag.message_primary or str(e)))
     with log.batch():

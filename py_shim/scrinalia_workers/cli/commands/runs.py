@@ -72,7 +72,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             [
                 r["run_id"],
                 r["worker_name"],
-                r["trigger"],
+                f"{r['trigger']} catch-up" if r["catch_up"] else r["trigger"],
                 r["status"],
                 r["attempt_label"],
                 r["retry_of"] and f"retry of #{r['retry_of']}",

@@ -15,8 +15,8 @@ REQUIRED_FUNCTIONS: tuple[str, ...] = (
     "create_retries()",
     "due_schedules(integer)",
     "set_schedules_aside(text[], text[])",
-    "tick(text[], timestamp with time zone[], text)",
-    "tick_due_at(timestamp with time zone, text[], timestamp with time zone[], text)",
+    "tick_v2(text[], timestamp with time zone[], text)",
+    "tick_due_at_v2(timestamp with time zone, text[], timestamp with time zone[], text)",
     "schedules_due_at(timestamp with time zone, integer)",
     "next_wakeup()",
     "take_scheduler_lock(text, interval, integer)",
@@ -54,15 +54,15 @@ SET_SCHEDULES_ASIDE = (
     " FROM scrinalia.set_schedules_aside(%b::text[], %b::text[])"
 )
 TICK = (
-    "SELECT worker_name, decision, run_id, scheduled_for, next_run_at, reason"
-    " FROM scrinalia.tick(%b::text[], %b::timestamptz[], %s)"
+    "SELECT worker_name, decision, run_id, scheduled_for, next_run_at, reason, catch_up"
+    " FROM scrinalia.tick_v2(%b::text[], %b::timestamptz[], %s)"
 )
 # the next due instant, and how far ahead of the server's now() it is
 NEXT_WAKEUP = "SELECT w AS wake_at, extract(epoch FROM w - now())::float8 AS wake_in FROM scrinalia.next_wakeup() w"
 SCHEDULES_DUE_AT = "SELECT worker_name, cron, timezone FROM scrinalia.schedules_due_at(%s, %s)"
 TICK_DUE_AT = (
-    "SELECT worker_name, decision, run_id, scheduled_for, next_run_at, reason, now() AS db_now"
-    " FROM scrinalia.tick_due_at(%s, %b::text[], %b::timestamptz[], %s)"
+    "SELECT worker_name, decision, run_id, scheduled_for, next_run_at, reason, catch_up, now() AS db_now"
+    " FROM scrinalia.tick_due_at_v2(%s, %b::text[], %b::timestamptz[], %s)"
 )
 
 # --- the lock's queue ---------------------------------------------------------------------

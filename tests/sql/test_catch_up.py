@@ -1,0 +1,107 @@
+"""The catch-up is the tick's decision: an enqueued run whose period hid others (an
+occurrence of its cron fell between the instant waited for and the tick) is stored
+with catch_up true and returned so; the shim logs that answer. cron_fires_between()
+answers as the cron itself (scrinalia_workers.cron), across DST transitions."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from helpers import make_worker, put_schedule, set_next_run, tick
+from scrinalia_workers import cron
+
+MINUTE = timedelta(minutes=1)
+
+
+def _catch_up(db, worker):
+    return db.execute(
+        "SELECT catch_up FROM scrinalia.archive_worker_runs WHERE worker_name = %s ORDER BY run_id DESC LIMIT 1",
+        (worker,),
+    ).fetchone()[0]
+
+
+def test_the_tick_stores_and_returns_whether_periods_were_missed(db):
+    cases = {
+        "down-three-days": ("* * * * *", "3 days", True),
+        "just-due": ("* * * * *", "30 seconds", False),  # under a minute: nothing hidden
+        "yearly": ("0 0 1 1 *", "3 days", None),  # the cron decides (None: compute it)
+        "daily-berlin": ("30 2 * * *", "26 hours", True),  # a day and more: a 02:30 passed
+    }
+    for w, (c, _, _) in cases.items():
+        make_worker(db, w)
+        put_schedule(db, w, c, tz="Europe/Berlin" if "berlin" in w else "UTC")
+    tick(db)  # arm
+    for w, (_, ago, _) in cases.items():
+        set_next_run(db, w, ago)
+    due, decisions = tick(db)
+    was = {r[0]: r[3] for r in due}
+    now = due[0][4]
+    assert {d[0]: d[1] for d in decisions} == dict.fromkeys(cases, "ENQUEUED")
+    answered = dict(
+        db.execute(
+            "SELECT worker_name, catch_up FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE'"
+        ).fetchall()
+    )
+    for w, (c, _, expected) in cases.items():
+        if expected is None:
+            expected = cron.next_occurrence(c, "UTC", was[w]) <= now
+        assert answered[w] is expected, w
+    # and what tick() returns is what it stored
+    out = db.execute(
+        "SELECT worker_name, catch_up FROM scrinalia.worker_run_history WHERE trigger = 'SCHEDULE'"
+    ).fetchall()
+    assert dict(out) == answered
+
+
+def test_the_tick_returns_the_catch_up_column(db):
+    make_worker(db, "ocr")
+    put_schedule(db, "ocr", "* * * * *", tz="UTC")
+    tick(db)
+    set_next_run(db, "ocr", "2 hours")
+    with db.transaction():
+        due = db.execute("SELECT * FROM scrinalia.due_schedules()").fetchall()
+        nxt = cron.next_occurrence("* * * * *", "UTC", due[0][4] + timedelta(hours=1))
+        row = db.execute(
+            "SELECT decision, catch_up FROM scrinalia.tick_v2(ARRAY['ocr'], ARRAY[%s::timestamptz], 'test')", (nxt,)
+        ).fetchone()
+    assert row == ("ENQUEUED", True) and _catch_up(db, "ocr") is True
+
+
+def test_a_run_not_created_by_the_tick_records_no_catch_up(db):
+    make_worker(db, "ocr")
+    db.execute("SELECT scrinalia.enqueue('ocr')")
+    assert _catch_up(db, "ocr") is None
+
+
+@pytest.mark.parametrize(
+    "zone", ["UTC", "Europe/Berlin", "America/New_York", "America/Sao_Paulo", "Australia/Lord_Howe"]
+)
+def test_cron_fires_between_answers_as_the_cron_itself(db, zone):
+    """`next_occurrence(waited) <= now`, a minute or more apart, around the fall-back
+    and spring-forward transitions (Lord Howe's are half an hour), whatever the instants."""
+    rng = random.Random(zone)
+    pairs = ["*/20 * * * *", "30 2 * * *", "15 * * * *", "0 0 1 * *", "0 3 * * 0", "5,35 1-3 * * *"]
+    nows = [
+        datetime(2026, 10, 25, 4, 30, tzinfo=UTC),  # after Europe's fall-back
+        datetime(2026, 3, 29, 1, 0, 30, tzinfo=UTC),  # Europe's spring-forward gap end
+        datetime(2026, 3, 8, 9, 10, tzinfo=UTC),  # after New York's spring-forward
+        datetime(2026, 4, 4, 16, 0, tzinfo=UTC),  # after Lord Howe's fall-back
+        datetime(2026, 10, 3, 16, 0, tzinfo=UTC),  # after Lord Howe's spring-forward
+    ]
+    cases = []
+    for _ in range(150):
+        c, now = rng.choice(pairs), rng.choice(nows)
+        waited = now - timedelta(seconds=rng.choice([rng.randrange(0, 90), rng.randrange(0, 3 * 86400)]))
+        expected = now - waited >= MINUTE and cron.next_occurrence(c, zone, waited) <= now
+        cases.append((c, waited, now, expected))
+    got = db.execute(
+        "SELECT scrinalia.cron_fires_between(c, %s, a, u)"
+        " FROM unnest(%s::text[], %s::timestamptz[], %s::timestamptz[]) WITH ORDINALITY AS x(c, a, u, i) ORDER BY i",
+        (zone, [c[0] for c in cases], [c[1] for c in cases], [c[2] for c in cases]),
+    ).fetchall()
+    wrong = [(c, expected) for c, (answer,) in zip(cases, got) if answer is not c[3]]
+    assert wrong == []
+    assert any(c[3] for c in cases) and not all(c[3] for c in cases)
