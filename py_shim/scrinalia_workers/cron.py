@@ -39,6 +39,7 @@ from croniter import croniter
 
 from scrinalia_workers.errors import InvalidCron as CronError
 from scrinalia_workers.errors import InvalidTimezone as ZoneError
+from scrinalia_workers.policy import MAX_CRON_LENGTH, MAX_TIMEZONE_LENGTH
 
 __all__ = [
     "CronError",
@@ -51,7 +52,7 @@ __all__ = [
     "MAX_LENGTH",
 ]
 
-MAX_LENGTH = 200
+MAX_LENGTH = MAX_CRON_LENGTH
 
 FIELD_NAMES = CronError.FIELD_NAMES
 _LOW = (0, 0, 1, 1, 0)
@@ -222,7 +223,7 @@ def validate_timezone(name: str) -> str:
 def _zone_cached(name: str) -> ZoneInfo:
     bad = (
         name == ""
-        or len(name) > 64
+        or len(name) > MAX_TIMEZONE_LENGTH
         or name in _EXCLUDED_ZONES
         or name.startswith(("posix/", "right/", "/"))
         or ".." in name.split("/")

@@ -15,6 +15,7 @@ from scrinalia_workers import errors
 from scrinalia_workers.errors import UsageError
 from scrinalia_workers.gateway.connection import connect, one, require_dsn
 from scrinalia_workers.gateway.statements import cli as sql
+from scrinalia_workers.policy import MAX_ACTOR_LENGTH
 
 PROG = "scrinalia-workers"
 
@@ -42,7 +43,7 @@ def who() -> str:
         user = getpass.getuser()
     except Exception:  # no login name in some containers
         user = "unknown"
-    return f"cli:{user}@{socket.gethostname()}"[:200]
+    return f"cli:{user}@{socket.gethostname()}"[:MAX_ACTOR_LENGTH]
 
 
 def open_db(args: argparse.Namespace) -> psycopg.Connection[Any]:

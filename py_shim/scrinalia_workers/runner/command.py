@@ -17,7 +17,7 @@ from datetime import timedelta
 
 import psycopg
 
-from scrinalia_workers import __version__, argtypes
+from scrinalia_workers import __version__, argtypes, policy
 from scrinalia_workers.errors import ConfigError, DatabaseUnavailable
 from scrinalia_workers.gateway.checks import STARTUP_WAIT_MAX, preflight, startup_wait
 from scrinalia_workers.gateway.connection import connect, one
@@ -31,10 +31,10 @@ from scrinalia_workers.runner.runner_id import RUNNER_ID
 from scrinalia_workers.runner.wakeup import Wakeup
 from scrinalia_workers.text import printable
 
-LEASE_RANGE = (1.0, 86400.0)  # check_runner: 1 second .. 1 day
+LEASE_RANGE = (policy.MIN_LEASE_SECONDS, policy.MAX_LEASE_SECONDS)  # check_runner's
 GRACE_RANGE = (0.1, 3600.0)
-BATCH_RANGE = (1, 1000)  # claim_runs: scrinalia.max_claim_batch()
-CONCURRENCY_RANGE = (1, 64)
+BATCH_RANGE = (1, policy.MAX_CLAIM_BATCH)  # claim_runs'
+CONCURRENCY_RANGE = (1, 64)  # handler threads: the runner's own bound, not the database's
 # Every handler thread held by a run told to stop, past the grace: the supervisor
 # (compose's restart:, systemd's Restart=on-failure) starts a fresh runner.
 STUCK_EXIT = 3
@@ -43,7 +43,8 @@ STUCK_EXIT = 3
 def _runner_id(value: str) -> str:
     if not RUNNER_ID.fullmatch(value):
         raise argparse.ArgumentTypeError(
-            f"invalid runner id {printable(value[:100])!r}: 1 to 200 ASCII letters, digits or _ . : @ / -"
+            f"invalid runner id {printable(value[:100])!r}: "
+            f"1 to {policy.MAX_RUNNER_ID_LENGTH} ASCII letters, digits or _ . : @ / -"
         )
     return value
 
@@ -60,7 +61,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         required=False,
         help="the module whose HANDLERS dict maps worker names to handlers (required)",
     )
-    p.add_argument("--runner-id", type=_runner_id, help="1 to 200 of A-Z a-z 0-9 _ . : @ / - (default host:pid)")
+    p.add_argument(
+        "--runner-id",
+        type=_runner_id,
+        help=f"1 to {policy.MAX_RUNNER_ID_LENGTH} of A-Z a-z 0-9 _ . : @ / - (default host:pid)",
+    )
     p.add_argument(
         "--lease",
         type=argtypes.seconds(*LEASE_RANGE),

@@ -6,8 +6,10 @@ import os
 import re
 import socket
 
+from scrinalia_workers.policy import MAX_RUNNER_ID_LENGTH
+
 # What scrinalia.check_runner accepts (docs/sql-api.md, claim_next).
-RUNNER_ID = re.compile(r"[A-Za-z0-9_.:@/-]{1,200}")
+RUNNER_ID = re.compile(rf"[A-Za-z0-9_.:@/-]{{1,{MAX_RUNNER_ID_LENGTH}}}")
 
 
 def default_runner_id() -> str:

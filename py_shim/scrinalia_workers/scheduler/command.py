@@ -11,6 +11,7 @@ from scrinalia_workers.exits import exit_at_once
 from scrinalia_workers.gateway.checks import STARTUP_WAIT_MAX, preflight, startup_wait
 from scrinalia_workers.gateway.statements.scheduler import REQUIRED_FUNCTIONS
 from scrinalia_workers.logs import EventLog, startup_error
+from scrinalia_workers.policy import MAX_ACTOR_LENGTH
 from scrinalia_workers.scheduler.daemon import Scheduler
 
 EXIT_CONFIG = 2
@@ -58,8 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _name(text: str) -> str:
-    if not 1 <= len(text) <= 200 or not text.isprintable():
-        raise argparse.ArgumentTypeError("a name is 1 to 200 printable characters")
+    if not 1 <= len(text) <= MAX_ACTOR_LENGTH or not text.isprintable():
+        raise argparse.ArgumentTypeError(f"a name is 1 to {MAX_ACTOR_LENGTH} printable characters")
     return text
 
 
