@@ -47,7 +47,7 @@ AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'SW010',
         MESSAGE = format('worker %L is busy: %s', p_worker_name, p_holder),
-        HINT = 'one run per worker at a time: wait for it to finish, or cancel a queued run (a retry waiting for its moment too)';
+        HINT = 'one run per worker at a time: wait for it to finish, or cancel it (a queued or running run, a retry waiting for its moment too)';
 END $$;
 
 CREATE OR REPLACE FUNCTION scrinalia.enqueue(p_worker_name text, p_request jsonb DEFAULT '{}',
@@ -342,7 +342,8 @@ END $$;
 -- Claims up to p_limit claimable runs (not_before passed), oldest first, optionally
 -- among p_workers: one round trip hands a runner several runs, of different workers
 -- since a worker has one slot. Rows another claim holds are skipped (SKIP LOCKED);
--- each claimed run gets its own lease token. Returns no row when nothing is claimable.
+-- each claimed run gets its own lease token and its deadline (started_at + the worker's
+-- max_run_time_of(), which the reaper holds it to). Returns no row when nothing is claimable.
 -- The two branches are one query each: with "p_workers IS NULL OR ..." in one query
 -- PL/pgSQL's generic plan filters instead of reading ix_worker_runs_queued in order.
 CREATE OR REPLACE FUNCTION scrinalia.claim_runs(p_runner_id text, p_lease interval DEFAULT '5 minutes',
@@ -371,7 +372,10 @@ BEGIN
             UPDATE scrinalia.archive_worker_runs r
                SET status = 'RUNNING', lease_owner = p_runner_id, lease_token = gen_random_uuid(),
                    lease_duration = p_lease, lease_expires_at = now() + p_lease,
-                   heartbeat_at = now(), started_at = now()
+                   heartbeat_at = now(), started_at = now(),
+                   deadline_at = now() + coalesce((SELECT w.max_run_time FROM scrinalia.archive_workers w
+                                                    WHERE w.worker_name = r.worker_name),
+                                                  scrinalia.default_max_run_time())
               FROM c
              WHERE r.run_id = c.run_id
             RETURNING r.*
@@ -390,7 +394,10 @@ BEGIN
             UPDATE scrinalia.archive_worker_runs r
                SET status = 'RUNNING', lease_owner = p_runner_id, lease_token = gen_random_uuid(),
                    lease_duration = p_lease, lease_expires_at = now() + p_lease,
-                   heartbeat_at = now(), started_at = now()
+                   heartbeat_at = now(), started_at = now(),
+                   deadline_at = now() + coalesce((SELECT w.max_run_time FROM scrinalia.archive_workers w
+                                                    WHERE w.worker_name = r.worker_name),
+                                                  scrinalia.default_max_run_time())
               FROM c
              WHERE r.run_id = c.run_id
             RETURNING r.*
@@ -411,7 +418,11 @@ BEGIN
 END $$;
 
 -- Why a heartbeat, finish or release with this token does not hold the run; NULL when
--- it does (RUNNING, this token, the lease not expired).
+-- it does (RUNNING, this token, the lease not expired). A run that someone else ended
+-- says how, so that a runner tells them apart: "the run is CANCELLED (cancelled by
+-- ...)", "the run is INTERRUPTED (timed out: ...)" at its maximum run time, "the run is
+-- INTERRUPTED (reaped: ...)" when its lease expired; a run its runner ended says "the
+-- run is <status>" alone.
 CREATE OR REPLACE FUNCTION scrinalia.lease_problem(p_run_id bigint, p_lease_token uuid)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -422,7 +433,11 @@ BEGIN
     SELECT * INTO r FROM scrinalia.archive_worker_runs WHERE run_id = p_run_id;
     RETURN CASE
         WHEN NOT FOUND THEN 'no such run'
-        WHEN r.status <> 'RUNNING' THEN format('the run is %s', r.status)
+        WHEN r.status <> 'RUNNING' THEN format('the run is %s', r.status) || CASE
+            WHEN r.status = 'CANCELLED' THEN format(' (%s)', coalesce(r.error, 'cancelled'))
+            WHEN r.error_fingerprint = 'max-run-time' THEN format(' (timed out: %s)', r.error)
+            WHEN r.error_fingerprint = 'lease-expired' THEN format(' (reaped: %s)', r.error)
+            ELSE '' END
         WHEN r.lease_token IS DISTINCT FROM p_lease_token THEN 'another lease holds it'
         WHEN r.lease_expires_at <= now() THEN format('the lease expired at %s', r.lease_expires_at)
     END;
@@ -678,7 +693,7 @@ BEGIN
     RETURN QUERY
     UPDATE scrinalia.archive_worker_runs r
        SET status = 'QUEUED', lease_owner = NULL, lease_token = NULL, lease_duration = NULL,
-           lease_expires_at = NULL, heartbeat_at = NULL, started_at = NULL
+           lease_expires_at = NULL, heartbeat_at = NULL, started_at = NULL, deadline_at = NULL
       FROM (SELECT u.run_id, u.lease_token, now() AS as_of
               FROM unnest(p_run_ids, p_lease_tokens) AS u(run_id, lease_token)) i
      -- status as text, the expiry against a column: by run_id, never the lease index
@@ -691,34 +706,47 @@ BEGIN
     END IF;
 END $$;
 
--- Cancels a QUEUED run (a retry waiting in its backoff included): frees the slot.
--- CANCELLED is never retried.
+-- Cancels a QUEUED run (a retry waiting in its backoff included) or a RUNNING one: it
+-- is CANCELLED at once and frees the slot; CANCELLED is never retried. A RUNNING run's
+-- lease is fenced: its runner's next heartbeat or finish writes nothing and answers
+-- "the run is CANCELLED (cancelled by ...)" (lease_problem), which tells it to stop.
 CREATE OR REPLACE FUNCTION scrinalia.cancel_run(p_run_id bigint, p_cancelled_by text DEFAULT NULL)
 RETURNS scrinalia.archive_worker_runs
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
-DECLARE run scrinalia.archive_worker_runs;
+DECLARE
+    run scrinalia.archive_worker_runs;
+    who text := coalesce(scrinalia.check_actor('cancelled_by', p_cancelled_by), 'an operator');
 BEGIN
-    UPDATE scrinalia.archive_worker_runs
+    UPDATE scrinalia.archive_worker_runs r
        SET status = 'CANCELLED', finished_at = now(),
-           error = format('cancelled by %s',
-                          coalesce(scrinalia.check_actor('cancelled_by', p_cancelled_by), 'an operator'))
-     WHERE run_id = p_run_id AND status = 'QUEUED'
-    RETURNING * INTO run;
+           duration = CASE WHEN r.status = 'RUNNING' AND isfinite(r.started_at) THEN now() - r.started_at END,
+           error = CASE WHEN r.status = 'RUNNING'
+                        THEN format('cancelled by %s while runner %s ran it', who, coalesce(r.lease_owner, '?'))
+                        ELSE format('cancelled by %s', who) END,
+           lease_token = NULL, lease_expires_at = NULL
+     WHERE r.run_id = p_run_id AND r.status IN ('QUEUED', 'RUNNING')
+    RETURNING r.* INTO run;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'SW011',
             MESSAGE = format('run #%s cannot be cancelled: %s', p_run_id,
                 coalesce((SELECT format('it is %s', status) FROM scrinalia.archive_worker_runs
                            WHERE run_id = p_run_id), 'no such run')),
-            HINT = 'only a QUEUED run can be cancelled; a RUNNING one ends with its lease';
+            HINT = 'only a QUEUED or RUNNING run can be cancelled; a finished one has ended already';
     END IF;
     RETURN run;
 END $$;
 
--- RUNNING rows whose lease expired become INTERRUPTED (a SCHEDULE attempt 1 or 2 is
--- then marked for a retry). Returns the reaped rows. Only the scheduler may (SW032,
--- check_scheduler_caller in 45_scheduler_lock.sql).
+-- Ends the RUNNING runs nobody may keep running: those whose lease expired become
+-- INTERRUPTED ('lease-expired'), and those past their maximum run time (deadline_at,
+-- set by the claim; a run without one, written by hand, is held to its worker's
+-- max_run_time_of() from its start) become INTERRUPTED too ('max-run-time', the error
+-- naming the limit). A SCHEDULE attempt 1 or 2 is then marked for a retry. The lease is
+-- fenced: the runner's next heartbeat or finish writes nothing and says why
+-- (lease_problem). Returns the ended rows. Only the scheduler may (SW032,
+-- check_scheduler_caller in 45_scheduler_lock.sql): every pass of it calls this, any
+-- release's scheduler.
 CREATE OR REPLACE FUNCTION scrinalia.reap_expired_leases()
 RETURNS SETOF scrinalia.archive_worker_runs
 LANGUAGE plpgsql SECURITY DEFINER
@@ -728,24 +756,37 @@ DECLARE n integer;
 BEGIN
     PERFORM scrinalia.check_scheduler_caller('reap_expired_leases');
     RETURN QUERY
-    WITH expired AS (
-        SELECT r.run_id FROM scrinalia.archive_worker_runs r
-         WHERE r.status = 'RUNNING' AND r.lease_expires_at <= now()
-           -- (a lease that ran out while the server was down: see lease_held_until)
-           AND scrinalia.lease_held_until(r.lease_expires_at, r.lease_duration, coalesce(r.heartbeat_at, r.started_at)) <= now()
+    WITH ended AS (
+        -- (each condition one partial index of the RUNNING runs: a bitmap OR of them)
+        SELECT r.run_id, r.lease_expires_at <= now()
+                         AND scrinalia.lease_held_until(r.lease_expires_at, r.lease_duration,
+                                                        coalesce(r.heartbeat_at, r.started_at)) <= now() AS lease_ended
+          FROM scrinalia.archive_worker_runs r
+         WHERE r.status = 'RUNNING'
+           AND ((r.lease_expires_at <= now()
+                 -- (a lease that ran out while the server was down: see lease_held_until)
+                 AND scrinalia.lease_held_until(r.lease_expires_at, r.lease_duration,
+                                                coalesce(r.heartbeat_at, r.started_at)) <= now())
+                OR r.deadline_at <= now()
+                OR (r.deadline_at IS NULL
+                    AND coalesce(r.started_at, r.created_at) + scrinalia.max_run_time_of(r.worker_name) <= now()))
          FOR UPDATE SKIP LOCKED
     )
     UPDATE scrinalia.archive_worker_runs r
        SET status = 'INTERRUPTED', finished_at = now(),
            -- (see finish_runs: one infinite start must not stop every reap, so every pass)
            duration = CASE WHEN isfinite(r.started_at) THEN now() - r.started_at END,
-           error = format('lease of runner %s expired at %s (last heartbeat %s)',
-                          r.lease_owner, r.lease_expires_at, r.heartbeat_at),
-           error_fingerprint = 'lease-expired',
+           error = CASE WHEN ended.lease_ended
+                        THEN format('lease of runner %s expired at %s (last heartbeat %s)',
+                                    r.lease_owner, r.lease_expires_at, r.heartbeat_at)
+                        ELSE format('ran longer than its maximum run time of %s (started at %s by runner %s, last heartbeat %s)',
+                                    coalesce(r.deadline_at - r.started_at, scrinalia.max_run_time_of(r.worker_name)),
+                                    r.started_at, r.lease_owner, r.heartbeat_at) END,
+           error_fingerprint = CASE WHEN ended.lease_ended THEN 'lease-expired' ELSE 'max-run-time' END,
            lease_token = NULL, lease_expires_at = NULL,
            retry_pending = scrinalia.owes_retry(r.trigger, 'INTERRUPTED', r.attempt)
-      FROM expired
-     WHERE r.run_id = expired.run_id
+      FROM ended
+     WHERE r.run_id = ended.run_id
     RETURNING r.*;
     GET DIAGNOSTICS n = ROW_COUNT;
     IF n > 0 THEN
