@@ -1,9 +1,13 @@
 -- Nothing stops unseen: every run's maximum run time, and what the workers' alerts
--- read without scanning the history.
--- * archive_workers.max_run_time: the worker's own limit (NULL: the policy's default,
+-- read without scanning the history. No column is added to the ledger or the
+-- catalogue: a function an earlier release's daemon calls returns their rows, and
+-- between this migration and the code replaced after it a wider row would not match
+-- what that daemon's prepared statement expects.
+-- * archive_worker_limits: a worker's own maximum run time (no row: the policy's
 --   default_max_run_time() in sql/05_policy.sql); set by the owner (set_max_run_time).
--- * archive_worker_runs.deadline_at: when a RUNNING run is ended (INTERRUPTED) by the
---   scheduler's pass; set by the claim, indexed over the RUNNING runs only.
+-- * ix_worker_runs_running_started: the RUNNING runs by their start, what the reaper
+--   reads to end those past their limit (started_at + the limit).
+-- * ix_worker_runs_timed_out: the runs ended at their limit recently (RUN_TIMED_OUT).
 -- * archive_worker_schedules.skipped_count_at_enqueue: skipped_count when the schedule
 --   last enqueued a period (a trigger keeps it): the difference is how many periods in
 --   a row were skipped; an index holds only the schedules skipping now.
@@ -12,22 +16,18 @@
 
 -- The strongest locks first (see 0006): a daemon that read a table in its open
 -- transaction and then writes to it must not deadlock with an upgrade.
-LOCK TABLE scrinalia.archive_worker_runs, scrinalia.archive_workers, scrinalia.archive_worker_schedules
-    IN ACCESS EXCLUSIVE MODE;
+LOCK TABLE scrinalia.archive_worker_runs, scrinalia.archive_worker_schedules IN ACCESS EXCLUSIVE MODE;
 
-ALTER TABLE scrinalia.archive_workers
-    ADD COLUMN max_run_time interval CHECK (max_run_time > interval '0');
+CREATE TABLE scrinalia.archive_worker_limits (
+    worker_name   text PRIMARY KEY REFERENCES scrinalia.archive_workers ON DELETE CASCADE,
+    max_run_time  interval NOT NULL CHECK (max_run_time > interval '0'),
+    updated_at    timestamptz NOT NULL DEFAULT now()
+);
 
-ALTER TABLE scrinalia.archive_worker_runs
-    ADD COLUMN deadline_at timestamptz;
-
--- the reaper's scan of the runs past their deadline (NULL: a run no claim started,
--- written by hand, whose worker's limit the reaper applies)
-CREATE INDEX ix_worker_runs_deadline
-    ON scrinalia.archive_worker_runs (deadline_at)
+CREATE INDEX ix_worker_runs_running_started
+    ON scrinalia.archive_worker_runs (started_at)
     WHERE status = 'RUNNING';
 
--- the runs interrupted at their maximum run time, recently: the RUN_TIMED_OUT alerts
 CREATE INDEX ix_worker_runs_timed_out
     ON scrinalia.archive_worker_runs (finished_at)
     WHERE error_fingerprint = 'max-run-time';

@@ -342,8 +342,7 @@ END $$;
 -- Claims up to p_limit claimable runs (not_before passed), oldest first, optionally
 -- among p_workers: one round trip hands a runner several runs, of different workers
 -- since a worker has one slot. Rows another claim holds are skipped (SKIP LOCKED);
--- each claimed run gets its own lease token and its deadline (started_at + the worker's
--- max_run_time_of(), which the reaper holds it to). Returns no row when nothing is claimable.
+-- each claimed run gets its own lease token. Returns no row when nothing is claimable.
 -- The two branches are one query each: with "p_workers IS NULL OR ..." in one query
 -- PL/pgSQL's generic plan filters instead of reading ix_worker_runs_queued in order.
 CREATE OR REPLACE FUNCTION scrinalia.claim_runs(p_runner_id text, p_lease interval DEFAULT '5 minutes',
@@ -372,10 +371,7 @@ BEGIN
             UPDATE scrinalia.archive_worker_runs r
                SET status = 'RUNNING', lease_owner = p_runner_id, lease_token = gen_random_uuid(),
                    lease_duration = p_lease, lease_expires_at = now() + p_lease,
-                   heartbeat_at = now(), started_at = now(),
-                   deadline_at = now() + coalesce((SELECT w.max_run_time FROM scrinalia.archive_workers w
-                                                    WHERE w.worker_name = r.worker_name),
-                                                  scrinalia.default_max_run_time())
+                   heartbeat_at = now(), started_at = now()
               FROM c
              WHERE r.run_id = c.run_id
             RETURNING r.*
@@ -394,10 +390,7 @@ BEGIN
             UPDATE scrinalia.archive_worker_runs r
                SET status = 'RUNNING', lease_owner = p_runner_id, lease_token = gen_random_uuid(),
                    lease_duration = p_lease, lease_expires_at = now() + p_lease,
-                   heartbeat_at = now(), started_at = now(),
-                   deadline_at = now() + coalesce((SELECT w.max_run_time FROM scrinalia.archive_workers w
-                                                    WHERE w.worker_name = r.worker_name),
-                                                  scrinalia.default_max_run_time())
+                   heartbeat_at = now(), started_at = now()
               FROM c
              WHERE r.run_id = c.run_id
             RETURNING r.*
@@ -693,7 +686,7 @@ BEGIN
     RETURN QUERY
     UPDATE scrinalia.archive_worker_runs r
        SET status = 'QUEUED', lease_owner = NULL, lease_token = NULL, lease_duration = NULL,
-           lease_expires_at = NULL, heartbeat_at = NULL, started_at = NULL, deadline_at = NULL
+           lease_expires_at = NULL, heartbeat_at = NULL, started_at = NULL
       FROM (SELECT u.run_id, u.lease_token, now() AS as_of
               FROM unnest(p_run_ids, p_lease_tokens) AS u(run_id, lease_token)) i
      -- status as text, the expiry against a column: by run_id, never the lease index
@@ -739,10 +732,9 @@ BEGIN
 END $$;
 
 -- Ends the RUNNING runs nobody may keep running: those whose lease expired become
--- INTERRUPTED ('lease-expired'), and those past their maximum run time (deadline_at,
--- set by the claim; a run without one, written by hand, is held to its worker's
--- max_run_time_of() from its start) become INTERRUPTED too ('max-run-time', the error
--- naming the limit). A SCHEDULE attempt 1 or 2 is then marked for a retry. The lease is
+-- INTERRUPTED ('lease-expired'), and those that started longer ago than their worker's
+-- maximum run time (max_run_time_of()) become INTERRUPTED too ('max-run-time', the
+-- error naming the limit). A SCHEDULE attempt 1 or 2 is then marked for a retry. The lease is
 -- fenced: the runner's next heartbeat or finish writes nothing and says why
 -- (lease_problem). Returns the ended rows. Only the scheduler may (SW032,
 -- check_scheduler_caller in 45_scheduler_lock.sql): every pass of it calls this, any
@@ -757,7 +749,8 @@ BEGIN
     PERFORM scrinalia.check_scheduler_caller('reap_expired_leases');
     RETURN QUERY
     WITH ended AS (
-        -- (each condition one partial index of the RUNNING runs: a bitmap OR of them)
+        -- (each condition one partial index of the RUNNING runs, a bitmap OR of them: the
+        -- runs started longer ago than the shortest limit in use, then each its own)
         SELECT r.run_id, r.lease_expires_at <= now()
                          AND scrinalia.lease_held_until(r.lease_expires_at, r.lease_duration,
                                                         coalesce(r.heartbeat_at, r.started_at)) <= now() AS lease_ended
@@ -767,10 +760,10 @@ BEGIN
                  -- (a lease that ran out while the server was down: see lease_held_until)
                  AND scrinalia.lease_held_until(r.lease_expires_at, r.lease_duration,
                                                 coalesce(r.heartbeat_at, r.started_at)) <= now())
-                OR r.deadline_at <= now()
-                OR (r.deadline_at IS NULL
-                    AND coalesce(r.started_at, r.created_at) + scrinalia.max_run_time_of(r.worker_name) <= now()))
-         FOR UPDATE SKIP LOCKED
+                OR (r.started_at <= now() - (SELECT least(scrinalia.default_max_run_time(), min(l.max_run_time))
+                                              FROM scrinalia.archive_worker_limits l)
+                    AND r.started_at + scrinalia.max_run_time_of(r.worker_name) <= now()))
+         FOR UPDATE OF r SKIP LOCKED
     )
     UPDATE scrinalia.archive_worker_runs r
        SET status = 'INTERRUPTED', finished_at = now(),
@@ -780,7 +773,7 @@ BEGIN
                         THEN format('lease of runner %s expired at %s (last heartbeat %s)',
                                     r.lease_owner, r.lease_expires_at, r.heartbeat_at)
                         ELSE format('ran longer than its maximum run time of %s (started at %s by runner %s, last heartbeat %s)',
-                                    coalesce(r.deadline_at - r.started_at, scrinalia.max_run_time_of(r.worker_name)),
+                                    scrinalia.max_run_time_of(r.worker_name),
                                     r.started_at, r.lease_owner, r.heartbeat_at) END,
            error_fingerprint = CASE WHEN ended.lease_ended THEN 'lease-expired' ELSE 'max-run-time' END,
            lease_token = NULL, lease_expires_at = NULL,

@@ -21,14 +21,14 @@ SELECT w.worker_name,
        -- every run's limit (0010_run_limits): the worker's maximum run time, when its
        -- RUNNING run started and when the scheduler ends it, and how many of the
        -- schedule's periods in a row were skipped (starved_alert_periods() is an alert)
-       coalesce(w.max_run_time, scrinalia.default_max_run_time()) AS max_run_time,
+       coalesce(wl.max_run_time, scrinalia.default_max_run_time()) AS max_run_time,
        CASE WHEN a.status = 'RUNNING' THEN a.started_at END AS active_started_at,
        CASE WHEN a.status = 'RUNNING'
-            THEN coalesce(a.deadline_at, a.started_at + coalesce(w.max_run_time, scrinalia.default_max_run_time()))
-            END AS active_deadline_at,
+            THEN a.started_at + coalesce(wl.max_run_time, scrinalia.default_max_run_time()) END AS active_deadline_at,
        CASE WHEN s.enabled THEN s.skipped_count - s.skipped_count_at_enqueue END AS skipped_in_a_row
   FROM scrinalia.archive_workers w
   LEFT JOIN scrinalia.archive_worker_schedules s ON s.worker_name = w.worker_name
+  LEFT JOIN scrinalia.archive_worker_limits wl ON wl.worker_name = w.worker_name
   LEFT JOIN scrinalia.archive_worker_runs a
          ON a.worker_name = w.worker_name AND a.status IN ('QUEUED', 'RUNNING')
   LEFT JOIN LATERAL (
@@ -63,6 +63,7 @@ CREATE OR REPLACE VIEW scrinalia.worker_catalogue AS
 SELECT w.worker_name, w.description, w.engines, w.presets, w.options, w.default_config,
        w.created_at, w.updated_at,
        -- (appended) the limit in force, and whether it is the policy's default
-       coalesce(w.max_run_time, scrinalia.default_max_run_time()) AS max_run_time,
-       w.max_run_time IS NULL AS max_run_time_is_default
-  FROM scrinalia.archive_workers w;
+       coalesce(wl.max_run_time, scrinalia.default_max_run_time()) AS max_run_time,
+       wl.max_run_time IS NULL AS max_run_time_is_default
+  FROM scrinalia.archive_workers w
+  LEFT JOIN scrinalia.archive_worker_limits wl ON wl.worker_name = w.worker_name;

@@ -43,7 +43,7 @@ $$;
 
 -- The RUNNING runs that have run overrun_alert_share() of their maximum run time, or
 -- whose schedule has skipped overrun_alert_periods() periods in a row, the last while
--- they ran (the scheduler ends a run at its maximum run time: deadline_at).
+-- they ran (the scheduler ends a run at its maximum run time: reap_expired_leases).
 CREATE OR REPLACE FUNCTION scrinalia.overrunning_runs()
 RETURNS TABLE (run_id bigint, worker_name text, runner text, started_at timestamptz, max_run_time interval,
                deadline_at timestamptz, skipped_periods bigint)
@@ -52,11 +52,11 @@ SET search_path = pg_catalog, scrinalia, pg_temp
 SET jit = off
 AS $$
     SELECT r.run_id, r.worker_name, r.lease_owner, r.started_at, l.max_run_time,
-           coalesce(r.deadline_at, r.started_at + l.max_run_time),
+           r.started_at + l.max_run_time,
            CASE WHEN s.last_skipped_at >= r.started_at THEN s.skipped_count - s.skipped_count_at_enqueue ELSE 0 END
       FROM scrinalia.archive_worker_runs r
-     CROSS JOIN LATERAL (SELECT coalesce(r.deadline_at - r.started_at,
-                                         scrinalia.max_run_time_of(r.worker_name)) AS max_run_time) l
+      LEFT JOIN scrinalia.archive_worker_limits wl ON wl.worker_name = r.worker_name
+     CROSS JOIN LATERAL (SELECT coalesce(wl.max_run_time, scrinalia.default_max_run_time()) AS max_run_time) l
       LEFT JOIN scrinalia.archive_worker_schedules s ON s.worker_name = r.worker_name AND s.enabled
      WHERE r.status = 'RUNNING' AND isfinite(r.started_at)
        AND (r.started_at <= now() - l.max_run_time * scrinalia.overrun_alert_share()
@@ -291,7 +291,7 @@ BEGIN
                AND r.scheduled_for >= scrinalia.period_start() AND r.scheduled_for < scrinalia.period_end()),
            coalesce(q.pending, 0), coalesce(q.processed, 0),
            cw.wait,
-           extract(epoch FROM coalesce(w.max_run_time, scrinalia.default_max_run_time()))::float8,
+           extract(epoch FROM coalesce(wl.max_run_time, scrinalia.default_max_run_time()))::float8,
            CASE WHEN a.status = 'RUNNING' AND isfinite(a.started_at)
                 THEN extract(epoch FROM now() - a.started_at)::float8 END,
            (ov.worker_name IS NOT NULL)::int,
@@ -333,6 +333,7 @@ BEGIN
                   WHERE r.status IN ('QUEUED', 'RUNNING')) a ON a.worker_name = w.worker_name
       LEFT JOIN (SELECT r.worker_name, min(r.run_id) AS run_id FROM scrinalia.archive_worker_runs r
                   WHERE r.retry_pending GROUP BY r.worker_name) ow ON ow.worker_name = w.worker_name
+      LEFT JOIN scrinalia.archive_worker_limits wl ON wl.worker_name = w.worker_name
       LEFT JOIN scrinalia.overrunning_runs() ov ON ov.worker_name = w.worker_name
       LEFT JOIN scrinalia.starved_schedules() sv ON sv.worker_name = w.worker_name
       LEFT JOIN scrinalia.unclaimed_runs() uc ON uc.worker_name = w.worker_name;

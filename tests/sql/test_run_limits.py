@@ -11,9 +11,7 @@ import pytest
 from helpers import claim, make_worker, raises_sqlstate, run_row, scheduled_run, table_fingerprints
 
 HEARTBEAT_RUNS = "SELECT lease_expires_at, lost_reason FROM scrinalia.heartbeat_runs(%s, %s)"
-FINISH_RUNS = (
-    "SELECT status, lost_reason FROM scrinalia.finish_runs(%s, %s, ARRAY[%s]::scrinalia.run_status[], %s, %s)"
-)
+FINISH_RUNS = "SELECT status, lost_reason FROM scrinalia.finish_runs(%s, %s, ARRAY[%s]::scrinalia.run_status[], %s, %s)"
 
 
 def _running(db, worker="ocr"):
@@ -84,22 +82,25 @@ def test_cancel_of_a_queued_run_is_unchanged_and_a_finished_run_is_refused(db):
 # -- the maximum run time -------------------------------------------------------------
 
 
-def test_every_claim_sets_a_deadline_from_the_default_limit(db):
-    run_id, _ = _running(db)
-    row = run_row(db, run_id)
-    default = db.execute("SELECT scrinalia.default_max_run_time()").fetchone()[0]
-    assert default == timedelta(hours=1)
-    assert row["deadline_at"] == row["started_at"] + default
-    # a release gives it back to the queue without one
-    db.execute("SELECT scrinalia.release_runs(%s, %s)", ([run_id], [row["lease_token"]]))
-    assert run_row(db, run_id)["deadline_at"] is None
+def _deadline(db):
+    """When the scheduler ends the worker's RUNNING run (worker_agenda), and its start."""
+    return db.execute(
+        "SELECT active_deadline_at, active_started_at, max_run_time FROM scrinalia.worker_agenda WHERE worker_name = 'ocr'"
+    ).fetchone()
+
+
+def test_every_run_is_held_to_the_default_limit(db):
+    _running(db)
+    deadline, started, limit = _deadline(db)
+    assert db.execute("SELECT scrinalia.default_max_run_time()").fetchone()[0] == limit == timedelta(hours=1)
+    assert deadline == started + limit
 
 
 def _overrun(db, run_id, limit="1 hour"):
     """The run started longer ago than its limit: the clock is data."""
     db.execute(
-        "UPDATE scrinalia.archive_worker_runs SET started_at = now() - %s::interval - interval '1 minute',"
-        " deadline_at = now() - interval '1 minute' WHERE run_id = %s",
+        "UPDATE scrinalia.archive_worker_runs SET started_at = now() - %s::interval - interval '1 minute'"
+        " WHERE run_id = %s",
         (limit, run_id),
     )
 
@@ -133,8 +134,7 @@ def test_a_scheduled_period_that_timed_out_is_retried(db):
 def test_a_reaped_lease_says_so_apart_from_a_timeout(db):
     run_id, token = _running(db)
     db.execute(
-        "UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() - interval '1 second'"
-        " WHERE run_id = %s",
+        "UPDATE scrinalia.archive_worker_runs SET lease_expires_at = now() - interval '1 second' WHERE run_id = %s",
         (run_id,),
     )
     assert _reap(db) == [(run_id, "INTERRUPTED", "lease-expired")]
@@ -148,23 +148,27 @@ def test_the_owner_sets_a_workers_limit_and_its_running_run_is_held_to_it(db):
         True,
     )
     assert db.execute("SELECT scrinalia.set_max_run_time('ocr', '10 minutes')").fetchone()[0] == timedelta(minutes=10)
-    row = run_row(db, run_id)
-    assert row["deadline_at"] == row["started_at"] + timedelta(minutes=10)
+    deadline, started, _ = _deadline(db)
+    assert deadline == started + timedelta(minutes=10)
     assert db.execute("SELECT max_run_time, max_run_time_is_default FROM scrinalia.worker_catalogue").fetchone() == (
         timedelta(minutes=10),
         False,
     )
-    db.execute("UPDATE scrinalia.archive_worker_runs SET started_at = now() - interval '11 minutes' WHERE run_id = %s",
-               (run_id,))
-    db.execute("SELECT scrinalia.set_max_run_time('ocr', '10 minutes')")
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET started_at = now() - interval '11 minutes' WHERE run_id = %s",
+        (run_id,),
+    )
+    # (other workers keep the default: an 11-minute run of theirs is left alone)
+    other, _ = _running(db, "thumbnails")
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET started_at = now() - interval '11 minutes' WHERE run_id = %s",
+        (other,),
+    )
     assert _reap(db) == [(run_id, "INTERRUPTED", "max-run-time")]
     assert "maximum run time of 00:10:00" in run_row(db, run_id)["error"]
-    # the next claim takes the worker's limit; NULL returns it to the default
-    db.execute("SELECT scrinalia.enqueue('ocr')")
-    nxt, *_ = claim(db)
-    row = run_row(db, nxt)
-    assert row["deadline_at"] == row["started_at"] + timedelta(minutes=10)
+    # NULL returns it to the default
     assert db.execute("SELECT scrinalia.set_max_run_time('ocr', NULL)").fetchone()[0] == timedelta(hours=1)
+    assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_limits").fetchone()[0] == 0
 
 
 @pytest.mark.parametrize("limit", ["0 seconds", "-1 minute", "8 days"])
@@ -174,25 +178,3 @@ def test_a_limit_out_of_bounds_is_refused(db, limit):
         db.execute("SELECT scrinalia.set_max_run_time('ocr', %s::interval)", (limit,))
     with raises_sqlstate("SW001", "unknown worker 'nope'"):
         db.execute("SELECT scrinalia.set_max_run_time('nope', '1 minute')")
-
-
-def test_a_running_row_without_a_deadline_is_held_to_its_workers_limit(db):
-    """A RUNNING run no claim of this release started (written by hand, or running
-    across the upgrade) has no deadline: the reaper applies the worker's limit."""
-    make_worker(db)
-    db.execute("SELECT scrinalia.set_max_run_time('ocr', '5 minutes')")
-    ids = [
-        db.execute(
-            "INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, status, lease_token, lease_owner,"
-            " lease_duration, lease_expires_at, started_at, heartbeat_at)"
-            " VALUES ('ocr', 'MANUAL', 'RUNNING', gen_random_uuid(), 'old', '1 minute', now() + interval '1 minute',"
-            " now() - %s::interval, now()) RETURNING run_id",
-            (ago,),
-        ).fetchone()[0]
-        for ago in ["1 minute"]
-    ]
-    assert run_row(db, ids[0])["deadline_at"] is None
-    assert _reap(db) == []
-    db.execute("UPDATE scrinalia.archive_worker_runs SET started_at = now() - interval '6 minutes'")
-    assert _reap(db) == [(ids[0], "INTERRUPTED", "max-run-time")]
-    assert "maximum run time of 00:05:00" in run_row(db, ids[0])["error"]
