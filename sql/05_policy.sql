@@ -349,3 +349,62 @@ RETURNS interval
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT interval '5 seconds' $$;
+
+-- Every run has a maximum run time: a RUNNING run past it is ended (INTERRUPTED, so a
+-- scheduled period is retried under the ADR's rule) by the scheduler's pass. This is
+-- the default; the owner sets a worker's own with set_max_run_time(), between the two
+-- bounds below.
+CREATE OR REPLACE FUNCTION scrinalia.default_max_run_time()
+RETURNS interval
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN interval '1 hour'; END $$;
+
+CREATE OR REPLACE FUNCTION scrinalia.shortest_max_run_time()
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT interval '1 second' $$;
+
+CREATE OR REPLACE FUNCTION scrinalia.longest_max_run_time()
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT interval '7 days' $$;
+
+-- The workers' alerts (current_alerts(), worker_metrics()): a run is overrunning once
+-- it has run this share of its maximum run time...
+CREATE OR REPLACE FUNCTION scrinalia.overrun_alert_share()
+RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 0.8::double precision $$;
+
+-- ...or once its schedule has skipped this many periods in a row, the last while it ran;
+CREATE OR REPLACE FUNCTION scrinalia.overrun_alert_periods()
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 2 $$;
+
+-- a schedule whose last this many periods were all skipped is starved;
+CREATE OR REPLACE FUNCTION scrinalia.starved_alert_periods()
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 3 $$;
+
+-- a claimable QUEUED run no runner has claimed for this long is unclaimed (the rule of
+-- monitoring/alerts.rules.yml's ScrinaliaNoRunnerClaiming says the same);
+CREATE OR REPLACE FUNCTION scrinalia.unclaimed_alert_after()
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT interval '5 minutes' $$;
+
+-- and a run ended at its maximum run time is a RUN_TIMED_OUT alert this long.
+CREATE OR REPLACE FUNCTION scrinalia.timed_out_alert_window()
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT interval '1 hour' $$;

@@ -338,3 +338,42 @@ AS $$
      WHERE n IS DISTINCT FROM '*'
        AND NOT EXISTS (SELECT 1 FROM scrinalia.archive_workers w WHERE w.worker_name = n)
 $$;
+
+-- A worker's maximum run time: its own (archive_worker_limits), else the policy's
+-- default_max_run_time().
+CREATE OR REPLACE FUNCTION scrinalia.max_run_time_of(p_worker_name text)
+RETURNS interval
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    RETURN coalesce((SELECT l.max_run_time FROM scrinalia.archive_worker_limits l WHERE l.worker_name = p_worker_name),
+                    scrinalia.default_max_run_time());
+END $$;
+
+-- Sets a worker's maximum run time (the owner only, as register_worker); NULL returns
+-- it to the default. Between shortest_max_run_time() and longest_max_run_time(), else
+-- SW002. It applies at once, to the worker's RUNNING run too (counted from its start).
+-- Returns the limit now in force.
+CREATE OR REPLACE FUNCTION scrinalia.set_max_run_time(p_worker_name text, p_max_run_time interval)
+RETURNS interval
+LANGUAGE plpgsql
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    PERFORM scrinalia.require_worker(p_worker_name);
+    IF p_max_run_time < scrinalia.shortest_max_run_time() OR p_max_run_time > scrinalia.longest_max_run_time() THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW002',
+            MESSAGE = format('invalid maximum run time %s for worker %L: between %s and %s',
+                             p_max_run_time, p_worker_name, scrinalia.shortest_max_run_time(),
+                             scrinalia.longest_max_run_time()),
+            HINT = 'NULL returns the worker to the default';
+    END IF;
+    IF p_max_run_time IS NULL THEN
+        DELETE FROM scrinalia.archive_worker_limits WHERE worker_name = p_worker_name;
+    ELSE
+        INSERT INTO scrinalia.archive_worker_limits (worker_name, max_run_time) VALUES (p_worker_name, p_max_run_time)
+        ON CONFLICT (worker_name) DO UPDATE SET max_run_time = EXCLUDED.max_run_time, updated_at = now();
+    END IF;
+    RETURN scrinalia.max_run_time_of(p_worker_name);
+END $$;

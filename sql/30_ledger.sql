@@ -47,7 +47,7 @@ AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'SW010',
         MESSAGE = format('worker %L is busy: %s', p_worker_name, p_holder),
-        HINT = 'one run per worker at a time: wait for it to finish, or cancel a queued run (a retry waiting for its moment too)';
+        HINT = 'one run per worker at a time: wait for it to finish, or cancel it (a queued or running run, a retry waiting for its moment too)';
 END $$;
 
 CREATE OR REPLACE FUNCTION scrinalia.enqueue(p_worker_name text, p_request jsonb DEFAULT '{}',
@@ -411,7 +411,11 @@ BEGIN
 END $$;
 
 -- Why a heartbeat, finish or release with this token does not hold the run; NULL when
--- it does (RUNNING, this token, the lease not expired).
+-- it does (RUNNING, this token, the lease not expired). A run that someone else ended
+-- says how, so that a runner tells them apart: "the run is CANCELLED (cancelled by
+-- ...)", "the run is INTERRUPTED (timed out: ...)" at its maximum run time, "the run is
+-- INTERRUPTED (reaped: ...)" when its lease expired; a run its runner ended says "the
+-- run is <status>" alone.
 CREATE OR REPLACE FUNCTION scrinalia.lease_problem(p_run_id bigint, p_lease_token uuid)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -422,7 +426,11 @@ BEGIN
     SELECT * INTO r FROM scrinalia.archive_worker_runs WHERE run_id = p_run_id;
     RETURN CASE
         WHEN NOT FOUND THEN 'no such run'
-        WHEN r.status <> 'RUNNING' THEN format('the run is %s', r.status)
+        WHEN r.status <> 'RUNNING' THEN format('the run is %s', r.status) || CASE
+            WHEN r.status = 'CANCELLED' THEN format(' (%s)', coalesce(r.error, 'cancelled'))
+            WHEN r.error_fingerprint = 'max-run-time' THEN format(' (timed out: %s)', r.error)
+            WHEN r.error_fingerprint = 'lease-expired' THEN format(' (reaped: %s)', r.error)
+            ELSE '' END
         WHEN r.lease_token IS DISTINCT FROM p_lease_token THEN 'another lease holds it'
         WHEN r.lease_expires_at <= now() THEN format('the lease expired at %s', r.lease_expires_at)
     END;
@@ -691,34 +699,46 @@ BEGIN
     END IF;
 END $$;
 
--- Cancels a QUEUED run (a retry waiting in its backoff included): frees the slot.
--- CANCELLED is never retried.
+-- Cancels a QUEUED run (a retry waiting in its backoff included) or a RUNNING one: it
+-- is CANCELLED at once and frees the slot; CANCELLED is never retried. A RUNNING run's
+-- lease is fenced: its runner's next heartbeat or finish writes nothing and answers
+-- "the run is CANCELLED (cancelled by ...)" (lease_problem), which tells it to stop.
 CREATE OR REPLACE FUNCTION scrinalia.cancel_run(p_run_id bigint, p_cancelled_by text DEFAULT NULL)
 RETURNS scrinalia.archive_worker_runs
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
-DECLARE run scrinalia.archive_worker_runs;
+DECLARE
+    run scrinalia.archive_worker_runs;
+    who text := coalesce(scrinalia.check_actor('cancelled_by', p_cancelled_by), 'an operator');
 BEGIN
-    UPDATE scrinalia.archive_worker_runs
+    UPDATE scrinalia.archive_worker_runs r
        SET status = 'CANCELLED', finished_at = now(),
-           error = format('cancelled by %s',
-                          coalesce(scrinalia.check_actor('cancelled_by', p_cancelled_by), 'an operator'))
-     WHERE run_id = p_run_id AND status = 'QUEUED'
-    RETURNING * INTO run;
+           duration = CASE WHEN r.status = 'RUNNING' AND isfinite(r.started_at) THEN now() - r.started_at END,
+           error = CASE WHEN r.status = 'RUNNING'
+                        THEN format('cancelled by %s while runner %s ran it', who, coalesce(r.lease_owner, '?'))
+                        ELSE format('cancelled by %s', who) END,
+           lease_token = NULL, lease_expires_at = NULL
+     WHERE r.run_id = p_run_id AND r.status IN ('QUEUED', 'RUNNING')
+    RETURNING r.* INTO run;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'SW011',
             MESSAGE = format('run #%s cannot be cancelled: %s', p_run_id,
                 coalesce((SELECT format('it is %s', status) FROM scrinalia.archive_worker_runs
                            WHERE run_id = p_run_id), 'no such run')),
-            HINT = 'only a QUEUED run can be cancelled; a RUNNING one ends with its lease';
+            HINT = 'only a QUEUED or RUNNING run can be cancelled; a finished one has ended already';
     END IF;
     RETURN run;
 END $$;
 
--- RUNNING rows whose lease expired become INTERRUPTED (a SCHEDULE attempt 1 or 2 is
--- then marked for a retry). Returns the reaped rows. Only the scheduler may (SW032,
--- check_scheduler_caller in 45_scheduler_lock.sql).
+-- Ends the RUNNING runs nobody may keep running: those whose lease expired become
+-- INTERRUPTED ('lease-expired'), and those that started longer ago than their worker's
+-- maximum run time (max_run_time_of()) become INTERRUPTED too ('max-run-time', the
+-- error naming the limit). A SCHEDULE attempt 1 or 2 is then marked for a retry. The lease is
+-- fenced: the runner's next heartbeat or finish writes nothing and says why
+-- (lease_problem). Returns the ended rows. Only the scheduler may (SW032,
+-- check_scheduler_caller in 45_scheduler_lock.sql): every pass of it calls this, any
+-- release's scheduler.
 CREATE OR REPLACE FUNCTION scrinalia.reap_expired_leases()
 RETURNS SETOF scrinalia.archive_worker_runs
 LANGUAGE plpgsql SECURITY DEFINER
@@ -728,24 +748,38 @@ DECLARE n integer;
 BEGIN
     PERFORM scrinalia.check_scheduler_caller('reap_expired_leases');
     RETURN QUERY
-    WITH expired AS (
-        SELECT r.run_id FROM scrinalia.archive_worker_runs r
-         WHERE r.status = 'RUNNING' AND r.lease_expires_at <= now()
-           -- (a lease that ran out while the server was down: see lease_held_until)
-           AND scrinalia.lease_held_until(r.lease_expires_at, r.lease_duration, coalesce(r.heartbeat_at, r.started_at)) <= now()
-         FOR UPDATE SKIP LOCKED
+    WITH ended AS (
+        -- (each condition one partial index of the RUNNING runs, a bitmap OR of them: the
+        -- runs started longer ago than the shortest limit in use, then each its own)
+        SELECT r.run_id, r.lease_expires_at <= now()
+                         AND scrinalia.lease_held_until(r.lease_expires_at, r.lease_duration,
+                                                        coalesce(r.heartbeat_at, r.started_at)) <= now() AS lease_ended
+          FROM scrinalia.archive_worker_runs r
+         WHERE r.status = 'RUNNING'
+           AND ((r.lease_expires_at <= now()
+                 -- (a lease that ran out while the server was down: see lease_held_until)
+                 AND scrinalia.lease_held_until(r.lease_expires_at, r.lease_duration,
+                                                coalesce(r.heartbeat_at, r.started_at)) <= now())
+                OR (r.started_at <= now() - (SELECT least(scrinalia.default_max_run_time(), min(l.max_run_time))
+                                              FROM scrinalia.archive_worker_limits l)
+                    AND r.started_at + scrinalia.max_run_time_of(r.worker_name) <= now()))
+         FOR UPDATE OF r SKIP LOCKED
     )
     UPDATE scrinalia.archive_worker_runs r
        SET status = 'INTERRUPTED', finished_at = now(),
            -- (see finish_runs: one infinite start must not stop every reap, so every pass)
            duration = CASE WHEN isfinite(r.started_at) THEN now() - r.started_at END,
-           error = format('lease of runner %s expired at %s (last heartbeat %s)',
-                          r.lease_owner, r.lease_expires_at, r.heartbeat_at),
-           error_fingerprint = 'lease-expired',
+           error = CASE WHEN ended.lease_ended
+                        THEN format('lease of runner %s expired at %s (last heartbeat %s)',
+                                    r.lease_owner, r.lease_expires_at, r.heartbeat_at)
+                        ELSE format('ran longer than its maximum run time of %s (started at %s by runner %s, last heartbeat %s)',
+                                    scrinalia.max_run_time_of(r.worker_name),
+                                    r.started_at, r.lease_owner, r.heartbeat_at) END,
+           error_fingerprint = CASE WHEN ended.lease_ended THEN 'lease-expired' ELSE 'max-run-time' END,
            lease_token = NULL, lease_expires_at = NULL,
            retry_pending = scrinalia.owes_retry(r.trigger, 'INTERRUPTED', r.attempt)
-      FROM expired
-     WHERE r.run_id = expired.run_id
+      FROM ended
+     WHERE r.run_id = ended.run_id
     RETURNING r.*;
     GET DIAGNOSTICS n = ROW_COUNT;
     IF n > 0 THEN

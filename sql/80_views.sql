@@ -17,9 +17,18 @@ SELECT w.worker_name,
        -- scheduler runs; enqueue answers SW010): the failed attempt, the attempt the
        -- retry will be, and since when. (Appended: a view grows only at its end.)
        o.run_id AS owed_by_run_id, o.status AS owed_by_status, o.attempt + 1 AS owed_attempt,
-       o.finished_at AS owed_since
+       o.finished_at AS owed_since,
+       -- every run's limit (0011_run_limits): the worker's maximum run time, when its
+       -- RUNNING run started and when the scheduler ends it, and how many of the
+       -- schedule's periods in a row were skipped (starved_alert_periods() is an alert)
+       coalesce(wl.max_run_time, scrinalia.default_max_run_time()) AS max_run_time,
+       CASE WHEN a.status = 'RUNNING' THEN a.started_at END AS active_started_at,
+       CASE WHEN a.status = 'RUNNING'
+            THEN a.started_at + coalesce(wl.max_run_time, scrinalia.default_max_run_time()) END AS active_deadline_at,
+       CASE WHEN s.enabled THEN s.skipped_count - s.skipped_count_at_enqueue END AS skipped_in_a_row
   FROM scrinalia.archive_workers w
   LEFT JOIN scrinalia.archive_worker_schedules s ON s.worker_name = w.worker_name
+  LEFT JOIN scrinalia.archive_worker_limits wl ON wl.worker_name = w.worker_name
   LEFT JOIN scrinalia.archive_worker_runs a
          ON a.worker_name = w.worker_name AND a.status IN ('QUEUED', 'RUNNING')
   LEFT JOIN LATERAL (
@@ -52,8 +61,13 @@ SELECT w.worker_name,
 
 -- The worker catalogue as `scrinalia-workers worker list|show` prints it: what a panel
 -- or an operator needs to know which workers, engines, presets and options exist.
--- Written only by the owner (register_worker, at deploy time); read by every group.
+-- Written only by the owner (register_worker at deploy time, set_max_run_time); read by
+-- every group.
 CREATE OR REPLACE VIEW scrinalia.worker_catalogue AS
 SELECT w.worker_name, w.description, w.engines, w.presets, w.options, w.default_config,
-       w.created_at, w.updated_at
-  FROM scrinalia.archive_workers w;
+       w.created_at, w.updated_at,
+       -- (appended) the limit in force, and whether it is the policy's default
+       coalesce(wl.max_run_time, scrinalia.default_max_run_time()) AS max_run_time,
+       wl.max_run_time IS NULL AS max_run_time_is_default
+  FROM scrinalia.archive_workers w
+  LEFT JOIN scrinalia.archive_worker_limits wl ON wl.worker_name = w.worker_name;

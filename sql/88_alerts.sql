@@ -37,11 +37,107 @@ BEGIN
 END
 $$;
 
+-- The workers' alerts: work that stopped (current_alerts() and worker_metrics() read
+-- these three, the one home of each rule). Each reads the live rows through a partial
+-- index, never the history.
+
+-- The RUNNING runs that have run overrun_alert_share() of their maximum run time, or
+-- whose schedule has skipped overrun_alert_periods() periods in a row, the last while
+-- they ran (the scheduler ends a run at its maximum run time: reap_expired_leases).
+CREATE OR REPLACE FUNCTION scrinalia.overrunning_runs()
+RETURNS TABLE (run_id bigint, worker_name text, runner text, started_at timestamptz, max_run_time interval,
+               deadline_at timestamptz, skipped_periods bigint)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
+AS $$
+    SELECT r.run_id, r.worker_name, r.lease_owner, r.started_at, l.max_run_time,
+           r.started_at + l.max_run_time,
+           CASE WHEN s.last_skipped_at >= r.started_at THEN s.skipped_count - s.skipped_count_at_enqueue ELSE 0 END
+      FROM scrinalia.archive_worker_runs r
+      LEFT JOIN scrinalia.archive_worker_limits wl ON wl.worker_name = r.worker_name
+     CROSS JOIN LATERAL (SELECT coalesce(wl.max_run_time, scrinalia.default_max_run_time()) AS max_run_time) l
+      LEFT JOIN scrinalia.archive_worker_schedules s ON s.worker_name = r.worker_name AND s.enabled
+     WHERE r.status = 'RUNNING' AND isfinite(r.started_at)
+       AND (r.started_at <= now() - l.max_run_time * scrinalia.overrun_alert_share()
+            OR (s.last_skipped_at >= r.started_at
+                AND s.skipped_count - s.skipped_count_at_enqueue >= scrinalia.overrun_alert_periods()))
+$$;
+
+-- The enabled schedules whose last starved_alert_periods() periods (or more) were all
+-- skipped, with what holds their worker's slot: its QUEUED or RUNNING run, else the
+-- failed attempt owed a retry. (The expression and predicate of ix_worker_schedules_skipping.)
+CREATE OR REPLACE FUNCTION scrinalia.starved_schedules()
+RETURNS TABLE (worker_name text, cron text, timezone text, skipped_in_a_row bigint,
+               last_enqueued_at timestamptz, last_skipped_at timestamptz, last_skip_reason text,
+               slot_run_id bigint, slot_status scrinalia.run_status)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
+AS $$
+    SELECT s.worker_name, s.cron, s.timezone, s.skipped_count - s.skipped_count_at_enqueue,
+           s.last_enqueued_at, s.last_skipped_at, s.last_skip_reason,
+           coalesce(a.run_id, o.run_id), coalesce(a.status, o.status)
+      FROM scrinalia.archive_worker_schedules s
+      LEFT JOIN scrinalia.archive_worker_runs a
+             ON a.worker_name = s.worker_name AND a.status IN ('QUEUED', 'RUNNING')
+      LEFT JOIN LATERAL (SELECT p.run_id, p.status FROM scrinalia.archive_worker_runs p
+                          WHERE p.worker_name = s.worker_name AND p.retry_pending
+                          ORDER BY p.run_id LIMIT 1) o ON true
+     WHERE s.enabled AND s.skipped_count > s.skipped_count_at_enqueue
+       AND s.skipped_count - s.skipped_count_at_enqueue >= scrinalia.starved_alert_periods()
+$$;
+
+-- The QUEUED runs claimable (not_before passed) for unclaimed_alert_after() or longer
+-- that no runner has claimed. (Through ix_worker_runs_queued: created that long ago.)
+CREATE OR REPLACE FUNCTION scrinalia.unclaimed_runs()
+RETURNS TABLE (run_id bigint, worker_name text, trigger scrinalia.run_trigger, attempt integer,
+               claimable_since timestamptz)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
+AS $$
+    SELECT r.run_id, r.worker_name, r.trigger, r.attempt,
+           greatest(coalesce(r.not_before, r.created_at), scrinalia.period_start())
+      FROM scrinalia.archive_worker_runs r
+     WHERE r.status = 'QUEUED'
+       AND r.created_at <= now() - scrinalia.unclaimed_alert_after()
+       AND coalesce(r.not_before, r.created_at) <= now() - scrinalia.unclaimed_alert_after()
+$$;
+
+-- Keeps skipped_count_at_enqueue (0011_run_limits): the schedule's skipped_count when it
+-- last enqueued a period, or was paused or resumed; the difference is the periods
+-- skipped in a row since. Only such an update calls it (the tick's skips do not).
+CREATE OR REPLACE FUNCTION scrinalia.schedule_enqueued_row()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    NEW.skipped_count_at_enqueue := NEW.skipped_count;
+    RETURN NEW;
+END $$;
+
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
+                    WHERE tgrelid OPERATOR(pg_catalog.=) 'scrinalia.archive_worker_schedules'::pg_catalog.regclass
+                      AND tgname OPERATOR(pg_catalog.=) 'schedule_enqueued') THEN
+        CREATE TRIGGER schedule_enqueued BEFORE UPDATE ON scrinalia.archive_worker_schedules
+            FOR EACH ROW
+            WHEN (NEW.last_enqueued_at IS DISTINCT FROM OLD.last_enqueued_at OR NEW.enabled IS DISTINCT FROM OLD.enabled)
+            EXECUTE FUNCTION scrinalia.schedule_enqueued_row();
+    END IF;
+END
+$$;
+
 -- The alerts of now, one row each, in words an operator acts on. kind is one of
 -- FAILED_AFTER_ALL_ATTEMPTS, SCHEDULE_OVERDUE, SCHEDULE_SET_ASIDE, LEASE_REAPED,
 -- SCHEDULER_UNHEALTHY, INSTANT_REPAIRED (55_repair.sql: a next_run_at or a retry's
 -- not_before no cron or policy could produce, repaired; a lease too long is reaped
--- and is a LEASE_REAPED). No row: nothing to do.
+-- and is a LEASE_REAPED), and the workers' work that stopped: RUN_OVERRUNNING,
+-- SCHEDULE_STARVED, RUN_UNCLAIMED, RUN_TIMED_OUT (a run ended at its maximum run time,
+-- for timed_out_alert_window()). No row: nothing to do.
 CREATE OR REPLACE FUNCTION scrinalia.current_alerts()
 RETURNS TABLE (kind text, worker_name text, since timestamptz, run_ids bigint[], message text)
 LANGUAGE sql STABLE SECURITY DEFINER
@@ -95,14 +191,70 @@ AS $$
                   r.error)
       FROM scrinalia.archive_worker_runs r
      WHERE r.status IN ('QUEUED', 'RUNNING') AND r.error_fingerprint = 'not-before-beyond-policy'
+    UNION ALL
+    SELECT 'RUN_OVERRUNNING', o.worker_name, o.started_at, ARRAY[o.run_id],
+           format('run #%s of %s has been RUNNING for %s on runner %s%s; its maximum run time is %s, at %s the scheduler interrupts it: look at its handler (the runner''s log), or cancel it (scrinalia-workers cancel %s)',
+                  o.run_id, o.worker_name, date_trunc('second', now() - o.started_at), coalesce(o.runner, '?'),
+                  CASE WHEN o.skipped_periods > 0
+                       THEN format(', and its schedule has skipped %s period(s) in a row', o.skipped_periods)
+                       ELSE '' END,
+                  o.max_run_time, o.deadline_at, o.run_id)
+      FROM scrinalia.overrunning_runs() o
+    UNION ALL
+    SELECT 'SCHEDULE_STARVED', s.worker_name, s.last_enqueued_at,
+           CASE WHEN s.slot_run_id IS NOT NULL THEN ARRAY[s.slot_run_id] END,
+           format('the last %s periods of %s (%s, %s) were all skipped, the latest at %s (%s): %s',
+                  s.skipped_in_a_row, s.worker_name, s.cron, s.timezone, s.last_skipped_at,
+                  coalesce(s.last_skip_reason, 'no reason kept'),
+                  CASE WHEN s.slot_run_id IS NULL THEN 'its slot is free now, the next period runs'
+                       WHEN s.slot_status = 'RUNNING'
+                       THEN format('run #%s holds its slot, still running: let it end or cancel it (scrinalia-workers cancel %s)',
+                                   s.slot_run_id, s.slot_run_id)
+                       WHEN s.slot_status = 'QUEUED'
+                       THEN format('run #%s holds its slot, queued: is a runner claiming it? (or cancel it: scrinalia-workers cancel %s)',
+                                   s.slot_run_id, s.slot_run_id)
+                       ELSE format('run #%s holds its slot, owed its retry: is a scheduler running?', s.slot_run_id) END)
+      FROM scrinalia.starved_schedules() s
+    UNION ALL
+    SELECT 'RUN_UNCLAIMED', u.worker_name, u.claimable_since, ARRAY[u.run_id],
+           format('run #%s of %s (%s%s) has been claimable since %s and no runner has claimed it: is a runner running with a handler for %s (its --workers, its login)?',
+                  u.run_id, u.worker_name, u.trigger,
+                  CASE WHEN u.trigger = 'SCHEDULE' THEN format(' attempt %s/%s', u.attempt, scrinalia.max_attempts()) ELSE '' END,
+                  u.claimable_since, u.worker_name)
+      FROM scrinalia.unclaimed_runs() u
+    UNION ALL
+    SELECT 'RUN_TIMED_OUT', r.worker_name, r.finished_at, ARRAY[r.run_id],
+           format('run #%s of %s was interrupted: it %s%s; make its handler finish sooner, or raise the worker''s limit (scrinalia.set_max_run_time, the owner)',
+                  r.run_id, r.worker_name, r.error,
+                  CASE WHEN r.retry_pending THEN ' (its period is retried)' ELSE '' END)
+      FROM scrinalia.archive_worker_runs r
+     WHERE r.error_fingerprint = 'max-run-time' AND r.finished_at > now() - scrinalia.timed_out_alert_window()
 $$;
 
--- Per worker: what prometheus-postgres-exporter exposes as gauges and counters.
+-- 0.5 grew worker_metrics() by the workers' alerts: a return type cannot change in
+-- place, so the earlier one is dropped and re-created in this same transaction (the
+-- exporter names the columns it reads; a scrape sees the old or the new one).
+DO $$
+DECLARE old pg_catalog.regprocedure := pg_catalog.to_regprocedure('scrinalia.worker_metrics()');
+BEGIN
+    IF old IS NOT NULL
+       AND pg_catalog.strpos(pg_catalog.pg_get_function_result(old), 'slot_run_id') OPERATOR(pg_catalog.=) 0 THEN
+        DROP FUNCTION scrinalia.worker_metrics();
+    END IF;
+END $$;
+
+-- Per worker: what prometheus-postgres-exporter exposes as gauges and counters. The
+-- workers' alerts (overrunning_runs(), starved_schedules(), unclaimed_runs()) as 1/0,
+-- with the run that holds the slot (slot_run_id: the QUEUED or RUNNING run, else the
+-- attempt owed a retry), a value, never a label.
 CREATE OR REPLACE FUNCTION scrinalia.worker_metrics()
 RETURNS TABLE (worker_name text, scheduled integer, paused integer, overdue integer, set_aside integer,
                failed_after_all_attempts integer, retries_created bigint, periods_skipped bigint,
                last_lateness_seconds double precision, queue_pending bigint, queue_processed bigint,
-               oldest_claimable_wait_seconds double precision)
+               oldest_claimable_wait_seconds double precision,
+               max_run_time_seconds double precision, running_seconds double precision,
+               overrunning integer, skipped_in_a_row bigint, starved integer, unclaimed integer,
+               slot_run_id bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 SET jit = off
@@ -138,7 +290,15 @@ BEGIN
                AND r.created_at >= scrinalia.period_start() AND r.created_at < scrinalia.period_end()
                AND r.scheduled_for >= scrinalia.period_start() AND r.scheduled_for < scrinalia.period_end()),
            coalesce(q.pending, 0), coalesce(q.processed, 0),
-           cw.wait
+           cw.wait,
+           extract(epoch FROM coalesce(wl.max_run_time, scrinalia.default_max_run_time()))::float8,
+           CASE WHEN a.status = 'RUNNING' AND isfinite(a.started_at)
+                THEN extract(epoch FROM now() - a.started_at)::float8 END,
+           (ov.worker_name IS NOT NULL)::int,
+           CASE WHEN s.enabled THEN s.skipped_count - s.skipped_count_at_enqueue ELSE 0 END,
+           (sv.worker_name IS NOT NULL)::int,
+           (uc.worker_name IS NOT NULL)::int,
+           coalesce(a.run_id, ow.run_id)
       FROM scrinalia.archive_workers w
       LEFT JOIN scrinalia.archive_worker_schedules s ON s.worker_name = w.worker_name
       -- (worker_queue_counters, grouped over the units alone: not a group per worker)
@@ -167,7 +327,16 @@ BEGIN
                                                                   scrinalia.period_start()), now()))::float8 AS wait
                    FROM scrinalia.archive_worker_runs r
                   WHERE r.status = 'QUEUED' AND (r.not_before IS NULL OR r.not_before <= now())
-                  GROUP BY r.worker_name) cw ON cw.worker_name = w.worker_name;
+                  GROUP BY r.worker_name) cw ON cw.worker_name = w.worker_name
+      -- (the slot: the live rows, one a worker, and the owed retries)
+      LEFT JOIN (SELECT r.worker_name, r.run_id, r.status, r.started_at FROM scrinalia.archive_worker_runs r
+                  WHERE r.status IN ('QUEUED', 'RUNNING')) a ON a.worker_name = w.worker_name
+      LEFT JOIN (SELECT r.worker_name, min(r.run_id) AS run_id FROM scrinalia.archive_worker_runs r
+                  WHERE r.retry_pending GROUP BY r.worker_name) ow ON ow.worker_name = w.worker_name
+      LEFT JOIN scrinalia.archive_worker_limits wl ON wl.worker_name = w.worker_name
+      LEFT JOIN scrinalia.overrunning_runs() ov ON ov.worker_name = w.worker_name
+      LEFT JOIN scrinalia.starved_schedules() sv ON sv.worker_name = w.worker_name
+      LEFT JOIN scrinalia.unclaimed_runs() uc ON uc.worker_name = w.worker_name;
 END
 $$;
 

@@ -27,7 +27,8 @@ GRANT EXECUTE ON FUNCTION
     scrinalia.retry_jitter(),
     scrinalia.max_cron_length(),
     scrinalia.max_timezone_length(),
-    scrinalia.max_request_bytes()
+    scrinalia.max_request_bytes(),
+    scrinalia.default_max_run_time()  -- (the views' limit of a worker without its own)
    TO scrinalia_reader, scrinalia_operator, scrinalia_runner, scrinalia_scheduler;
 
 GRANT SELECT ON scrinalia.worker_agenda, scrinalia.worker_run_history, scrinalia.worker_queue_counters

@@ -308,3 +308,12 @@ def blocked_writing_its_log(p: subprocess.Popen) -> bool:
         if len(fields) > 1 and fields[1] == "0x2":
             return True
     return False
+
+
+def migrations_from(first: str) -> list[str]:
+    """This release's migration ids from `first` to the head, in the order migrate
+    applies them (reversed: what a rollback to below `first` undoes)."""
+    from scrinalia_workers.admin.migrate import head_ids
+
+    ids = head_ids()
+    return ids[ids.index(first) :]

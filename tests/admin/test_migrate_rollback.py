@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from helpers import assert_one_line_error, cli, make_worker
+from helpers import assert_one_line_error, cli, make_worker, migrations_from
 from scrinalia_workers.admin import migrate as m
 
 
@@ -38,40 +38,18 @@ def test_rollback_of_0003_is_refused_while_schedule_runs_exist(empty_db_dsn):
             == 3
         )
         conn.execute("DELETE FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE'")
-    assert m.rollback(empty_db_dsn, count=8) == [
-        "0010_run_catch_up",
-        "0009_metrics_tallies",
-        "0008_metrics_indexes",
-        "0007_cron_masks",
-        "0006_ledger_indexes",
-        "0005_health",
-        "0004_roles",
-        "0003_schedules_retries",
-    ]
+    assert (
+        m.rollback(empty_db_dsn, count=len(migrations_from("0003_schedules_retries")))
+        == migrations_from("0003_schedules_retries")[::-1]
+    )
 
 
 def test_rolling_back_0004_alone_keeps_the_schedule_runs(empty_db_dsn):
     m.migrate(empty_db_dsn)
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         _schedule_runs(conn, 1)
-    assert m.rollback(empty_db_dsn, count=7) == [
-        "0010_run_catch_up",
-        "0009_metrics_tallies",
-        "0008_metrics_indexes",
-        "0007_cron_masks",
-        "0006_ledger_indexes",
-        "0005_health",
-        "0004_roles",
-    ]
-    assert m.migrate(empty_db_dsn) == [
-        "0004_roles",
-        "0005_health",
-        "0006_ledger_indexes",
-        "0007_cron_masks",
-        "0008_metrics_indexes",
-        "0009_metrics_tallies",
-        "0010_run_catch_up",
-    ]
+    assert m.rollback(empty_db_dsn, count=len(migrations_from("0004_roles"))) == migrations_from("0004_roles")[::-1]
+    assert m.migrate(empty_db_dsn) == migrations_from("0004_roles")
 
 
 def test_the_rollback_file_refuses_on_its_own(empty_db_dsn):

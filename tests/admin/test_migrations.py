@@ -7,6 +7,7 @@ import threading
 import psycopg
 from yoyo import read_migrations
 
+from helpers import migrations_from
 from scrinalia_workers import sqlfiles as paths
 from scrinalia_workers.admin import migrate as m
 
@@ -21,6 +22,7 @@ HEAD = [
     "0008_metrics_indexes",
     "0009_metrics_tallies",
     "0010_run_catch_up",
+    "0011_run_limits",
 ]
 
 
@@ -66,32 +68,17 @@ def test_rolls_back_cleanly_and_applies_again(empty_db_dsn):
 
 def test_partial_rollback_then_forward(empty_db_dsn):
     m.migrate(empty_db_dsn)
-    assert m.rollback(empty_db_dsn, count=8) == [
-        "0010_run_catch_up",
-        "0009_metrics_tallies",
-        "0008_metrics_indexes",
-        "0007_cron_masks",
-        "0006_ledger_indexes",
-        "0005_health",
-        "0004_roles",
-        "0003_schedules_retries",
-    ]
+    assert (
+        m.rollback(empty_db_dsn, count=len(migrations_from("0003_schedules_retries")))
+        == (migrations_from("0003_schedules_retries")[::-1])
+    )
     cols = _count(
         empty_db_dsn,
         "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'scrinalia' "
         "AND table_name = 'archive_worker_runs' AND column_name IN ('attempt', 'not_before')",
     )
     assert cols == 0
-    assert m.migrate(empty_db_dsn) == [
-        "0003_schedules_retries",
-        "0004_roles",
-        "0005_health",
-        "0006_ledger_indexes",
-        "0007_cron_masks",
-        "0008_metrics_indexes",
-        "0009_metrics_tallies",
-        "0010_run_catch_up",
-    ]
+    assert m.migrate(empty_db_dsn) == migrations_from("0003_schedules_retries")
 
 
 def test_schedule_enum_value_is_added_outside_a_transaction_and_usable(empty_db_dsn):

@@ -73,6 +73,15 @@ def test_register_a_yaml_file_then_list_and_show(db_dsn, db, tmp_path):
     assert shown["options"] == OCR["options"] and shown["default_config"] == OCR["default_config"]
     text = cli("worker", "show", "thumbnails", "--dsn", db_dsn).out
     assert '{"size": {"type": "integer", "values": [128, 256]}}' in text
+    # every run's limit: the default until the owner gives the worker its own
+    assert "max run time  1h00m00s (the default;" in text or "1h00m00s (the default;" in text
+    db.execute("SELECT scrinalia.set_max_run_time('thumbnails', '90 seconds')")
+    text = cli("worker", "show", "thumbnails", "--dsn", db_dsn).out
+    assert "1m30s (this worker's own: scrinalia.set_max_run_time;" in text
+    assert (
+        json.loads(cli("--json", "worker", "show", "thumbnails", "--dsn", db_dsn).out)["max_run_time_is_default"]
+        is False
+    )
     assert_one_line_error(cli("worker", "show", "nope", "--dsn", db_dsn), 1, "[SW001]", "unknown worker 'nope'")
 
 

@@ -85,7 +85,10 @@ def test_current_alerts_say_what_to_act_on_to_a_reader(world, connect_as):
     ids, msg = by_kind[("LEASE_REAPED", "gone")]
     assert ids == [world["gone"]] and "runner-7" in msg
     assert "no scheduler holds the lock" in by_kind[("SCHEDULER_UNHEALTHY", None)][1]
-    assert len(rows) == 5
+    # the manual run waiting 400 s: claimable longer than unclaimed_alert_after()
+    ids, msg = by_kind[("RUN_UNCLAIMED", "ocr")]
+    assert ids == [world["manual"]] and "no runner has claimed it" in msg
+    assert len(rows) == 6
 
 
 def test_a_later_successful_period_clears_the_failure_alert(world, db):
@@ -172,6 +175,13 @@ def test_the_real_exporter_exposes_the_metrics(world, db_dsn, role_logins, procs
     assert 399 <= _get(s, "scrinalia_worker_oldest_claimable_wait_seconds", worker_name="ocr") <= 460
     assert _get(s, "scrinalia_worker_overdue", worker_name="late") == 1
     assert _get(s, "scrinalia_worker_set_aside", worker_name="mars") == 1
+    # the workers' alerts: ocr's manual run nobody claims names the run by value
+    assert _get(s, "scrinalia_worker_unclaimed", worker_name="ocr") == 1
+    assert _get(s, "scrinalia_worker_slot_run_id", worker_name="ocr") == world["manual"]
+    assert _get(s, "scrinalia_worker_skipped_in_a_row", worker_name="ocr") == 1
+    assert _get(s, "scrinalia_worker_overrunning", worker_name="ocr") == 0
+    assert _get(s, "scrinalia_worker_starved", worker_name="ocr") == 0
+    assert _get(s, "scrinalia_worker_max_run_time_seconds", worker_name="late") == 3600
     assert _get(s, "scrinalia_ledger_runs", worker_name="ocr", status="FAILED", trigger="SCHEDULE") == 3
     assert _get(s, "scrinalia_ledger_runs", worker_name="gone", status="INTERRUPTED", trigger="MANUAL") == 1
     # low cardinality: no run ids among the labels
@@ -198,7 +208,7 @@ def test_the_alert_rules_pass_promtool_check_and_unit_tests():
         [tool, "check", "rules", str(MONITORING / "alerts.rules.yml")], capture_output=True, text=True, timeout=60
     )
     assert check.returncode == 0, check.stdout + check.stderr
-    assert "SUCCESS: 6 rules found" in check.stdout
+    assert "SUCCESS: 8 rules found" in check.stdout
     unit = subprocess.run(
         [tool, "test", "rules", str(MONITORING / "alerts.test.yml")], capture_output=True, text=True, timeout=60
     )

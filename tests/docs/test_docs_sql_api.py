@@ -77,6 +77,11 @@ INTERNAL = {
     "tally_delete_statement",
     "tally_truncate_statement",
     "tally_rebuild_lock_wait",
+    "max_run_time_of",
+    "overrunning_runs",
+    "starved_schedules",
+    "unclaimed_runs",
+    "schedule_enqueued_row",
 }
 
 # Blocks (by a fragment of their SQL) that fail as their documented role because of a

@@ -41,6 +41,7 @@ SHARED = {
     "takeover_grant_missing",
     "cron_fires_at",
     "cron_field_values",
+    "default_max_run_time",
 }
 READER = SHARED | {
     "get_schedule",

@@ -310,13 +310,14 @@ def test_expired_lease_becomes_interrupted_and_the_holder_cannot_report(db):
     assert row["status"] == "INTERRUPTED" and "expired" in row["error"] and row["lease_token"] is None
 
 
-def test_cancel_a_queued_run_only(db):
+def test_cancel_a_queued_or_running_run_only(db):
     make_worker(db)
     run_id = enqueue(db)[0]
     assert db.execute("SELECT status FROM scrinalia.cancel_run(%s, 'alice')", (run_id,)).fetchone()[0] == "CANCELLED"
     run2 = enqueue(db)[0]
-    claim(db)
-    with raises_sqlstate("SW011", "it is RUNNING"):
+    run2, token = claim(db)[:2]
+    finish(db, run2, token)
+    with raises_sqlstate("SW011", "it is SUCCEEDED"):
         db.execute("SELECT scrinalia.cancel_run(%s)", (run2,))
     with raises_sqlstate("SW011", "no such run"):
         db.execute("SELECT scrinalia.cancel_run(-1)")

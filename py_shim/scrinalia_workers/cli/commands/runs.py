@@ -95,7 +95,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     if args.json:
         print_json(r)
     else:
-        print(f"cancelled {_summary(r, most)}: the slot is free, it will not be retried")
+        # (a run that had started was RUNNING: its runner learns it at its next heartbeat)
+        running = " while it ran: its runner stops it at its next heartbeat;" if r["started_at"] else ":"
+        print(f"cancelled {_summary(r, most)}{running} the slot is free, it will not be retried")
     return EXIT_OK
 
 

@@ -10,7 +10,7 @@ from psycopg.rows import dict_row
 
 from scrinalia_workers import errors
 from scrinalia_workers.cli.common import EXIT_OK, PROG, open_db
-from scrinalia_workers.cli.fmt import print_fields, print_json, print_table, utc
+from scrinalia_workers.cli.fmt import duration, print_fields, print_json, print_table, utc
 from scrinalia_workers.gateway.connection import configured_dsn
 from scrinalia_workers.gateway.statements import cli as sql
 from scrinalia_workers.logs import one_line
@@ -94,6 +94,12 @@ def cmd_show(args: argparse.Namespace) -> int:
             ("presets", _compact(r["presets"])),
             ("options", _compact(r["options"])),
             ("default config", _compact(r["default_config"])),
+            (
+                "max run time",
+                f"{duration(r['max_run_time'])} ("
+                + ("the default" if r["max_run_time_is_default"] else "this worker's own: scrinalia.set_max_run_time")
+                + "; a run still running then is interrupted)",
+            ),
             ("created", utc(r["created_at"])),
             ("updated", utc(r["updated_at"])),
         ]

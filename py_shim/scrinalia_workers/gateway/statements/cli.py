@@ -78,7 +78,10 @@ LATEST_FAILURES = (
 
 # --- the worker catalogue (the owner's) ---------------------------------------
 
-_CATALOGUE_COLUMNS = "worker_name, description, engines, presets, options, default_config, created_at, updated_at"
+_CATALOGUE_COLUMNS = (
+    "worker_name, description, engines, presets, options, default_config, created_at, updated_at,"
+    " max_run_time, max_run_time_is_default"
+)
 CATALOGUE = f"SELECT {_CATALOGUE_COLUMNS} FROM scrinalia.worker_catalogue ORDER BY worker_name"
 # (worker,)
 CATALOGUE_WORKER = f"SELECT {_CATALOGUE_COLUMNS} FROM scrinalia.worker_catalogue WHERE worker_name = %s"
