@@ -317,3 +317,11 @@ def migrations_from(first: str) -> list[str]:
 
     ids = head_ids()
     return ids[ids.index(first) :]
+
+
+def rollback_to(dsn: str, first: str) -> list[str]:
+    """Rolls back this release's migrations down to `first` (included); what the
+    rollback answered (expected: migrations_from(first) reversed)."""
+    from scrinalia_workers.admin.migrate import rollback
+
+    return rollback(dsn, count=len(migrations_from(first)))

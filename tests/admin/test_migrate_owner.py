@@ -14,7 +14,7 @@ import subprocess
 import psycopg
 import pytest
 
-from helpers import assert_one_line_error, cli, migrations_from
+from helpers import assert_one_line_error, cli, migrations_from, rollback_to
 from scrinalia_workers.admin import groups
 from scrinalia_workers.admin import migrate as m
 
@@ -97,7 +97,7 @@ def test_with_the_groups_a_plain_owner_migrates_from_empty_and_again(cluster):
     with psycopg.connect(cluster.dsn("archive", "archive_api"), autocommit=True) as api:
         api.execute("SELECT * FROM scrinalia.worker_agenda").fetchall()
     # and the owner rolls back and forward (0004's rollback revokes, it drops no role)
-    assert m.rollback(dsn, count=len(migrations_from("0004_roles"))) == migrations_from("0004_roles")[::-1]
+    assert rollback_to(dsn, "0004_roles") == migrations_from("0004_roles")[::-1]
     assert cluster.groups_present() == set(groups.GROUPS)
     assert m.migrate(dsn) == migrations_from("0004_roles")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from helpers import assert_one_line_error, cli, make_worker, migrations_from
+from helpers import assert_one_line_error, cli, make_worker, migrations_from, rollback_to
 from scrinalia_workers.admin import migrate as m
 
 
@@ -26,7 +26,7 @@ def test_rollback_of_0003_is_refused_while_schedule_runs_exist(empty_db_dsn):
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         _schedule_runs(conn, 3)
     with pytest.raises(m.RollbackRefused) as e:
-        m.rollback(empty_db_dsn, count=8)
+        rollback_to(empty_db_dsn, "0003_schedules_retries")
     msg = str(e.value)
     assert "3 SCHEDULE run(s)" in msg and "nothing was rolled back" in msg
     assert "DELETE FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE'" in msg
@@ -48,7 +48,7 @@ def test_rolling_back_0004_alone_keeps_the_schedule_runs(empty_db_dsn):
     m.migrate(empty_db_dsn)
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         _schedule_runs(conn, 1)
-    assert m.rollback(empty_db_dsn, count=len(migrations_from("0004_roles"))) == migrations_from("0004_roles")[::-1]
+    assert rollback_to(empty_db_dsn, "0004_roles") == migrations_from("0004_roles")[::-1]
     assert m.migrate(empty_db_dsn) == migrations_from("0004_roles")
 
 

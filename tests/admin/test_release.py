@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from helpers import assert_one_line_error, cli, make_worker, migrations_from, table_fingerprints
+from helpers import assert_one_line_error, cli, make_worker, migrations_from, rollback_to, table_fingerprints
 from scrinalia_workers import __version__
 from scrinalia_workers.admin import migrate as m
 from scrinalia_workers.admin.bookkeeping import BOOKKEEPING_SCHEMA
@@ -104,7 +104,7 @@ def test_a_rollback_takes_the_code_written_for_the_head_and_migrate_brings_it_ba
         make_worker(c, "ocr")
         c.execute("SELECT scrinalia.put_schedule('ocr', '0 2 * * *', 'UTC')")
         run_id = c.execute("SELECT run_id FROM scrinalia.enqueue('ocr')").fetchone()[0]
-    assert m.rollback(db_dsn, count=len(migrations_from("0005_health"))) == migrations_from("0005_health")[::-1]
+    assert rollback_to(db_dsn, "0005_health") == migrations_from("0005_health")[::-1]
     with psycopg.connect(db_dsn, autocommit=True) as c:
         # no function nor view is left that needs what went, nor one that says the old head
         assert c.execute("SELECT to_regprocedure('scrinalia.schema_head()')").fetchone()[0] is None
@@ -156,7 +156,7 @@ def test_a_daemon_call_failing_after_a_rollback_is_told_why(db_dsn):
     """gateway.checks.schema_moved: what the daemons' loops call on an undefined object."""
     from scrinalia_workers.gateway.checks import schema_moved
 
-    assert m.rollback(db_dsn, count=len(migrations_from("0005_health"))) == migrations_from("0005_health")[::-1]
+    assert rollback_to(db_dsn, "0005_health") == migrations_from("0005_health")[::-1]
     with psycopg.connect(db_dsn, autocommit=True) as c:
         with pytest.raises(psycopg.errors.UndefinedFunction) as e:
             c.execute("SELECT * FROM scrinalia.claim_runs('r1', interval '1 minute', NULL, 1)")

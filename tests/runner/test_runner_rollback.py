@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import migrations_from
+from helpers import migrations_from, rollback_to
 from scrinalia_workers.admin import migrate as m
 
 pytestmark = pytest.mark.slow  # the real runner process
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow  # the real runner process
 def test_a_runner_left_running_after_a_rollback_exits_2_saying_why(db_dsn, procs):
     runner = procs.runner(db_dsn, "demo_handlers", "--runner-id", "left-behind")
     runner.wait_event("runner started", timeout=30)
-    assert m.rollback(db_dsn, count=len(migrations_from("0005_health"))) == migrations_from("0005_health")[::-1]
+    assert rollback_to(db_dsn, "0005_health") == migrations_from("0005_health")[::-1]
     runner.popen.wait(60)  # its next claim (or its idle wake-up) meets the rolled-back code
     assert runner.popen.returncode == 2, runner.raw
     text = "".join(runner.raw)

@@ -36,5 +36,13 @@ def test_the_agenda_keeps_its_columns_in_place(db):
     cur = db.cursor(row_factory=psycopg.rows.dict_row)
     cols = list(cur.execute("SELECT * FROM scrinalia.worker_agenda LIMIT 0").description or [])
     names = [c.name for c in cols]
-    assert names[-4:] == ["owed_by_run_id", "owed_by_status", "owed_attempt", "owed_since"]
-    assert names.index("arm_retry_at") == len(names) - 5
+    owed = names.index("owed_by_run_id")
+    assert names[owed - 1 : owed + 4] == [
+        "arm_retry_at",
+        "owed_by_run_id",
+        "owed_by_status",
+        "owed_attempt",
+        "owed_since",
+    ]
+    # what 0.5 added comes after them
+    assert names[owed + 4 :] == ["max_run_time", "active_started_at", "active_deadline_at", "skipped_in_a_row"]
