@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from helpers import make_worker, put_schedule, raises_sqlstate, set_next_run, tick
+from scrinalia_workers.testkit.waiting import wait_for
 
 NOT_THE_SCHEDULER = "SW032"
 OLD_LOCK, OLD_WORK = "scrinalia-scheduler lock", "scrinalia-scheduler"
@@ -89,3 +90,23 @@ def test_an_old_work_session_is_refused_once_its_holder_let_go(db, session, due)
     lock.execute("SELECT pg_advisory_unlock(scrinalia.scheduler_lock_key())")
     with raises_sqlstate(NOT_THE_SCHEDULER, "due_schedules"):
         work.execute("SELECT * FROM scrinalia.due_schedules()")
+
+
+def test_a_scheduler_of_this_release_ends_an_old_holder_and_takes_over(db, session, due):
+    """An old holder never heartbeats: the standby's eviction ends it at once."""
+    lock = _old_holder(session)
+    pid = _pid(lock)
+    standby = session("scheduler", "scrinalia-scheduler lock")
+    evicted, holder, reason = standby.execute(
+        "SELECT evicted, holder_pid, reason FROM scrinalia.evict_lock_holder(NULL)"
+    ).fetchone()
+    assert evicted and holder == pid, reason
+
+    def ended() -> bool:
+        try:
+            lock.execute("SELECT 1")
+            return False
+        except psycopg.OperationalError:
+            return True
+
+    wait_for(ended, timeout=5, what="the old holder's session ended")
