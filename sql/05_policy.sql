@@ -312,12 +312,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$ SELECT interval '5 seconds' $$;
 
 -- When a lease really ends, given its expiry, its length and when it was last renewed
--- (the claim or the last heartbeat). A lease renewed before this server started that
--- ran out while the server was down (at most one lease before the start) is held one
--- more lease from the start: the outage counts as the heartbeat nobody could send, so
--- the reaper cannot beat the runner coming back with its fenced report. A lease renewed
--- by this server, or that ran out longer before its start, ends at its own expiry.
--- (A promoted standby's start is its own, long before a failover: no grace there.)
+-- (the claim or the last heartbeat). A lease renewed before this server started and
+-- not run out a lease before the start (run out while the server was down, or running
+-- out in the seconds after it came back) is held at least one lease from the start:
+-- the outage counts as the heartbeat nobody could send, and a runner reconnecting with
+-- backoff gets a whole lease to heartbeat or report, so the reaper cannot beat it. A
+-- lease renewed by this server, or that ran out longer before its start, ends at its
+-- own expiry. (A promoted standby's start is its own, long before a failover: no grace.)
 CREATE OR REPLACE FUNCTION scrinalia.lease_held_until(p_expires_at timestamptz, p_duration interval,
                                                      p_renewed_at timestamptz,
                                                      p_server_start timestamptz DEFAULT pg_postmaster_start_time())
@@ -326,9 +327,8 @@ LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF p_renewed_at < p_server_start AND p_expires_at <= p_server_start
-       AND p_expires_at > p_server_start - p_duration THEN
-        RETURN p_server_start + p_duration;
+    IF p_renewed_at < p_server_start AND p_expires_at > p_server_start - p_duration THEN
+        RETURN greatest(p_expires_at, p_server_start + p_duration);
     END IF;
     RETURN p_expires_at;
 END $$;

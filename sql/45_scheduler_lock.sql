@@ -68,6 +68,11 @@ $$;
 -- vouches for nothing. Pid reuse: the work session is the holder's own connection; when
 -- it ends, the scheduler drops its lock session at its next statement, and a backend
 -- that took over the same pid meanwhile must also be of the holder's login.
+-- A holder that never heartbeats is 0.1.0's scheduler (it predates the vouch): while it
+-- holds the lock, its work session (of its login, named as that release names it) is
+-- its scheduler too, so that release keeps scheduling through a later migrate. That
+-- login could act from the lock session anyway; a holder that heartbeats since its
+-- session began vouches by its heartbeat alone.
 CREATE OR REPLACE FUNCTION scrinalia.is_scheduler_session(p_pid integer)
 RETURNS boolean
 LANGUAGE sql STABLE
@@ -78,8 +83,14 @@ AS $$
         SELECT 1 FROM scrinalia.scheduler_state st
           JOIN pg_catalog.pg_stat_activity ha ON ha.pid = h.pid
           JOIN pg_catalog.pg_stat_activity wa ON wa.pid = p_pid
-         WHERE st.heartbeat_pid = h.pid AND st.heartbeat_work_pid = p_pid
-           AND wa.usesysid = ha.usesysid AND wa.datid = ha.datid)
+         WHERE wa.usesysid = ha.usesysid AND wa.datid = ha.datid
+           AND ((st.heartbeat_pid = h.pid AND st.heartbeat_work_pid = p_pid)
+                -- (backend_start is NULL to an owner without pg_read_all_stats: a heartbeat
+                -- of the holder's pid then counts as its own)
+                OR (NOT coalesce(st.heartbeat_pid = h.pid
+                                 AND st.heartbeat_at >= coalesce(ha.backend_start, '-infinity'), false)
+                    AND ha.application_name = 'scrinalia-scheduler lock'
+                    AND wa.application_name = 'scrinalia-scheduler')))
       FROM h
 $$;
 

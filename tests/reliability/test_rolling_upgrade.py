@@ -1,9 +1,12 @@
-"""A rolling upgrade from the previous release, for real: the previous release's own
-code (git archive PREVIOUS) migrates a database and runs two schedulers and two
-runners under load, and this release's migrate changes the code they call. Then a
-release whose migration adds a column to archive_worker_runs (the row type the claim
-returns) under this release's daemons. The daemons log no error, none exits, and
-every period is enqueued exactly once.
+"""A rolling upgrade from each earlier release, for real: that release's own code (git
+archive PREVIOUS) migrates a database and runs two schedulers and two runners under
+load, and this release's migrate changes the code they call. Then a release whose
+migration adds a column to archive_worker_runs (the row type the claim returns) under
+this release's daemons. Every daemon runs under its own group's login (a scheduler
+login that is only a member of scrinalia_scheduler, a runner login only of
+scrinalia_runner), as a least-privilege deploy runs them: the superuser would pass
+every caller check. The daemons log no error (and never a loop of them), none exits,
+and every period is enqueued exactly once.
 
 (The previous release's runner prepares its claim on the server: a change of the
 claim's row type kills it with "cached plan must not change result type". This
@@ -36,12 +39,20 @@ from scrinalia_workers.testkit.waiting import wait_for
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-# the previous release (0.3.0) and the ones before (0.2.0, 0.1.0): each release's daemons must live
-# through the next one's migrate, and a deploy may skip a release
-PREVIOUS = ("97f3a12", "cb01a6d", "5ba9e6d")
+# the previous release (0.4.0, whose schema head is this release's) and the ones before (0.3.0,
+# 0.2.0, 0.1.0): each release's daemons must live through the next one's migrate, and a deploy
+# may skip a release
+# (its commit: its schema head)
+PREVIOUS = {
+    "14ef89b": "0009_metrics_tallies",
+    "97f3a12": "0008_metrics_indexes",
+    "cb01a6d": "0006_ledger_indexes",
+    "5ba9e6d": "0004_roles",
+}
 PERIODS = 24
 FIRST_AT = 3
 FAIL_EVERY = 6
+ERROR_LINES_AT_MOST = 3
 # what the previous release's daemons log when something went wrong
 TROUBLE = {
     "tick error",
@@ -70,13 +81,14 @@ HANDLERS = textwrap.dedent(f"""
 EXTRA_COLUMN = "ALTER TABLE scrinalia.archive_worker_runs ADD COLUMN upgrade_note text;\n"
 
 
-@pytest.fixture(scope="module", params=PREVIOUS)
+@pytest.fixture(scope="module", params=sorted(PREVIOUS))
 def previous(request, tmp_path_factory) -> Path:
     """An earlier release's tree, as `git archive` gives it."""
     commit = request.param
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("needs git and this checkout's history")
-    where = tmp_path_factory.mktemp("previous")
+    where = tmp_path_factory.mktemp("previous", numbered=True) / commit
+    where.mkdir()
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit], capture_output=True, check=False)
     if archive.returncode != 0:
         pytest.skip(f"release {commit} is not in this checkout's history")
@@ -121,9 +133,10 @@ def _succeeded(db) -> int:
     return db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs WHERE status = 'SUCCEEDED'").fetchone()[0]
 
 
-def _daemons(procs, dsn: str, env: dict[str, str]) -> list:
+def _daemons(procs, dsn: str, env: dict[str, str], logins: dict[str, str]) -> list:
     def daemon(module: str, *args: str):
-        argv = [sys.executable, "-m", f"scrinalia_workers.{module}", "--dsn", dsn, "--json", *args]
+        as_login = psycopg.conninfo.make_conninfo(dsn, user=logins[module])
+        argv = [sys.executable, "-m", f"scrinalia_workers.{module}", "--dsn", as_login, "--json", *args]
         return procs.start(argv, env=env)
 
     scheds = [daemon("scheduler", "--standby-retry", "0.5", "--max-sleep", "0.3", "--name", f"s{i}") for i in (1, 2)]
@@ -133,11 +146,22 @@ def _daemons(procs, dsn: str, env: dict[str, str]) -> list:
     return scheds + runners
 
 
+def _no_error_loop(daemons: list) -> None:
+    """A daemon refused on every pass shows as a flood of error lines: fail at once."""
+    errors = [sum(1 for e in p.events if e.get("level") == "error") for p in daemons]
+    assert max(errors) <= ERROR_LINES_AT_MOST, f"error lines {errors}: " + " | ".join(p.tail(2) for p in daemons)
+
+
 def _settle_and_check(db, procs, daemons: list, first, last, changed_at) -> None:
     """Every period run once, the owed retries made by the daemons alone, no error logged."""
+
+    def settled() -> bool:
+        _no_error_loop(daemons)
+        return settled_after(db, last)
+
     try:
         wait_for(
-            lambda: settled_after(db, last),
+            settled,
             timeout=PERIODS + FIRST_AT + 30,
             interval=0.2,
             what="every period ticked and run",
@@ -152,6 +176,7 @@ def _settle_and_check(db, procs, daemons: list, first, last, changed_at) -> None
     holds = [any(e.get("event") == "lock acquired" for e in p.events) for p in daemons]
     codes = procs.stop_all([p for p, h in zip(daemons, holds) if not h], timeout=30)
     codes += procs.stop_all([p for p, h in zip(daemons, holds) if h], timeout=30)
+    _no_error_loop(daemons)
     trouble = [
         (e.get("event"), e.get("reason"))
         for p in daemons
@@ -196,31 +221,42 @@ def handlers_env(tmp_path) -> Path:
     return where
 
 
-def test_the_previous_releases_daemons_through_this_releases_migrate(previous, empty_db_dsn, procs, handlers_env):
+def _same_sql(previous: Path) -> bool:
+    def text(root: Path) -> dict[str, str]:
+        return {p.name: p.read_text() for p in sorted((root / "sql").glob("*.sql"))}
+
+    return text(previous) == text(ROOT)
+
+
+def test_the_previous_releases_daemons_through_this_releases_migrate(
+    previous, empty_db_dsn, procs, handlers_env, role_logins
+):
     dsn = empty_db_dsn
     old = _env(previous, handlers_env)
     _migrate_cli(dsn, old)  # the previous release's own migrate
     with psycopg.connect(dsn, autocommit=True) as db:
         before = code_digest(db)
         first, last = _seed(db)
-        daemons = _daemons(procs, dsn, old)
+        daemons = _daemons(procs, dsn, old, role_logins)
         wait_for(lambda: _succeeded(db) >= 4, timeout=FIRST_AT + 20, what="the old daemons running periods")
         # this release's migrate, in place, under the previous release's daemons
-        assert m.migrate(dsn), "this release has migrations the previous one lacks"
-        assert code_digest(db) != before, "the migrate must change the code the old daemons call"
+        heads = m.head_ids()
+        assert m.migrate(dsn) == heads[heads.index(PREVIOUS[previous.name]) + 1 :]
+        if not _same_sql(previous):
+            assert code_digest(db) != before, "the migrate must change the code the old daemons call"
         changed_at = db.execute("SELECT now()").fetchone()[0]
         _settle_and_check(db, procs, daemons, first, last, changed_at)
 
 
 def test_a_migration_changing_the_claims_row_type_under_this_releases_daemons(
-    db, db_dsn, procs, handlers_env, tmp_path
+    db, db_dsn, procs, handlers_env, tmp_path, role_logins
 ):
     """The next release adds a column to archive_worker_runs: claim_next and claim_runs
     return another row type. This release's daemons prepare no statement on the server
     (gateway.connection), so nothing of theirs holds a plan of the old type."""
     env = {"PYTHONPATH": os.pathsep.join([str(handlers_env), os.environ.get("PYTHONPATH", "")])}
     first, last = _seed(db)
-    daemons = _daemons(procs, db_dsn, env)
+    daemons = _daemons(procs, db_dsn, env, role_logins)
     wait_for(lambda: _succeeded(db) >= 4, timeout=FIRST_AT + 20, what="the daemons running periods")
     _migrate_cli(db_dsn, {"SCRINALIA_ROOT": str(_a_release_with_a_new_column(tmp_path))})
     assert db.execute(

@@ -5,6 +5,7 @@ reported twice, the process never exits."""
 
 from __future__ import annotations
 
+import signal
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -116,3 +117,92 @@ def test_an_outage_shorter_than_the_lease_costs_no_run_that_succeeded(own_cluste
     assert rows == [("SUCCEEDED", 1)]
     assert p.count("lease lost") == 0 and sched.count("lease reaped") == 0
     assert p.stop() == 0 and sched.stop() == 0
+
+
+def _outage_setup(cluster, procs, lease: float, seconds: float):
+    """A migrated cluster, a scheduler reaping every 0.2 s, a runner, and one run of a
+    handler that sleeps `seconds`, claimed: (runner, scheduler, run_id, started_at)."""
+    dsn = cluster.dsn("postgres")
+    migrate(dsn, create_groups=True)
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute(
+            "SELECT scrinalia.register_worker('slow', '{}', '{}', %s)", (Jsonb({"seconds": {"type": "number"}}),)
+        )
+    sched = procs.scheduler(dsn, "--max-sleep", "0.2", "--standby-retry", "0.2")
+    sched.wait_event("lock acquired", timeout=20)
+    p = procs.runner(dsn, "scrinalia_workers.demo.load_handlers", "--runner-id", "back-late", "--lease", str(lease))
+    with psycopg.connect(dsn, autocommit=True) as db:
+        run = db.execute(
+            "SELECT run_id FROM scrinalia.enqueue('slow', %s)", (Jsonb({"options": {"seconds": seconds}}),)
+        )
+        run_id = run.fetchone()[0]
+    p.wait_event("claimed", run_id=run_id)
+    with psycopg.connect(dsn, autocommit=True) as db:
+        started = db.execute(
+            "SELECT started_at FROM scrinalia.archive_worker_runs WHERE run_id = %s", (run_id,)
+        ).fetchone()[0]
+    return p, sched, run_id, started
+
+
+def _lease(dsn: str, run_id: int):
+    with psycopg.connect(dsn, autocommit=True) as db:
+        return db.execute(
+            "SELECT heartbeat_at, lease_expires_at FROM scrinalia.archive_worker_runs WHERE run_id = %s", (run_id,)
+        ).fetchone()
+
+
+def _ran_once(dsn: str, p, sched, run_id: int) -> None:
+    p.wait_event("finished", run_id=run_id, status="SUCCEEDED", timeout=30)
+    with psycopg.connect(dsn, autocommit=True) as db:
+        rows = db.execute("SELECT status::text, attempt FROM scrinalia.archive_worker_runs").fetchall()
+    assert rows == [("SUCCEEDED", 1)]
+    assert p.count("lease lost") == 0 and sched.count("lease reaped") == 0
+    assert p.stop() == 0 and sched.stop() == 0
+
+
+@pytest.mark.parametrize("phase", ["just-before-a-heartbeat", "just-after-a-heartbeat"])
+def test_a_lease_running_out_after_the_restart_waits_for_the_runner(own_cluster, procs, phase):
+    """The server is down a second, at either phase of the heartbeat, and the lease runs
+    out after it is back while the runner has not reconnected yet (frozen across the
+    outage and the expiry: a backoff as long as it likes). The reaper leaves the run
+    alone; the runner, resumed, heartbeats or reports, and the run is SUCCEEDED once."""
+    cluster, lease = own_cluster, 6.0
+    dsn = cluster.dsn("postgres")
+    p, sched, run_id, started = _outage_setup(cluster, procs, lease, seconds=lease / 3 + 2)
+    if phase == "just-before-a-heartbeat":
+        at = started + timedelta(seconds=lease / 3 - 0.4)
+    else:
+        wait_for(lambda: _lease(dsn, run_id)[0] > started, timeout=10, what="the first heartbeat")
+        at = _lease(dsn, run_id)[0] + timedelta(seconds=0.3)
+    wait_for(lambda: datetime.now(UTC) >= at, timeout=10, what="the phase")
+    p.kill(signal.SIGSTOP)
+    renewed, expires = _lease(dsn, run_id)
+    cluster.pg_ctl("stop", "-w", "-m", "fast")
+    cluster.pg_ctl("start", "-w", "-t", "60", "-l", str(cluster.logfile))
+    with psycopg.connect(dsn, autocommit=True) as db:
+        up = db.execute("SELECT pg_postmaster_start_time()").fetchone()[0]
+        assert renewed < up < expires, "the lease must run out after the restart"
+        wait_for(lambda: datetime.now(UTC) >= expires + timedelta(seconds=0.3), timeout=20, what="the lease ran out")
+        # a pass after the expiry, the runner still away, reaps nothing
+        assert db.execute("SELECT count(*) FROM scrinalia.reap_expired_leases()").fetchone()[0] == 0
+        assert db.execute("SELECT now() < pg_postmaster_start_time() + %s", (timedelta(seconds=lease),)).fetchone()[0]
+    p.kill(signal.SIGCONT)
+    _ran_once(dsn, p, sched, run_id)
+
+
+def test_the_issues_outage_with_the_runners_real_backoff(own_cluster, procs):
+    """Down just before the first heartbeat, back a moment before the lease runs out,
+    the handler succeeding meanwhile: the runner reports after its own backoff (up to
+    about 2.5 s after the restart), later than the reaper's next pass."""
+    cluster, lease = own_cluster, 9.0
+    dsn = cluster.dsn("postgres")
+    p, sched, run_id, started = _outage_setup(cluster, procs, lease, seconds=lease / 3 + 1)
+    wait_for(lambda: datetime.now(UTC) >= started + timedelta(seconds=lease / 3 - 0.4), timeout=10, what="the phase")
+    expires = _lease(dsn, run_id)[1]
+    cluster.pg_ctl("stop", "-w", "-m", "fast")
+    p.wait_event("database unavailable", runs=str(run_id), timeout=20)  # the report waits with backoff
+    wait_for(lambda: datetime.now(UTC) >= expires - timedelta(seconds=1), timeout=20, what="a second before expiry")
+    cluster.pg_ctl("start", "-w", "-t", "60", "-l", str(cluster.logfile))
+    with psycopg.connect(dsn, autocommit=True) as db:
+        assert db.execute("SELECT pg_postmaster_start_time()").fetchone()[0] < expires
+    _ran_once(dsn, p, sched, run_id)
