@@ -20,6 +20,8 @@ LEASE = timedelta(seconds=30)
 
 def _enqueue_and_claim(db, lease: str) -> tuple[int, object]:
     make_worker(db)
+    # the leases here outlive the default maximum run time, which these tests are not about
+    db.execute("SELECT scrinalia.set_max_run_time('ocr', interval '7 days')")
     db.execute("SELECT scrinalia.enqueue('ocr', %s)", (Jsonb({}),))
     run_id, token = claim(db, lease=lease)[:2]
     return run_id, token
