@@ -540,7 +540,17 @@ AS $$
           WHERE s.enabled AND s.arm_error IS NOT NULL AND s.arm_retry_at < scrinalia.period_end()
          HAVING count(*) > 0),
         (SELECT min(r.lease_expires_at) FROM scrinalia.archive_worker_runs r
-          WHERE r.status = 'RUNNING'
+          WHERE r.status = 'RUNNING' AND coalesce(r.heartbeat_at, r.started_at) >= pg_postmaster_start_time()
+            AND r.lease_expires_at >= scrinalia.period_start() AND r.lease_expires_at < scrinalia.period_end()),
+        -- a lease last renewed before the server started is held a while longer
+        -- (lease_held_until): wake when that ends, not at its expiry, which the reaper
+        -- would pass over (a pass at every wake-up in between); few rows, those
+        -- started before the start (ix_worker_runs_running_started)
+        (SELECT min(scrinalia.lease_held_until(r.lease_expires_at, r.lease_duration,
+                                               coalesce(r.heartbeat_at, r.started_at)))
+           FROM scrinalia.archive_worker_runs r
+          WHERE r.status = 'RUNNING' AND r.started_at < pg_postmaster_start_time()
+            AND coalesce(r.heartbeat_at, r.started_at) < pg_postmaster_start_time()
             AND r.lease_expires_at >= scrinalia.period_start() AND r.lease_expires_at < scrinalia.period_end()),
         (SELECT now() FROM scrinalia.archive_worker_runs r
           WHERE r.status = 'RUNNING' AND r.lease_expires_at < scrinalia.period_start() LIMIT 1),

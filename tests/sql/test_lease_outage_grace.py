@@ -171,3 +171,16 @@ def test_a_runner_that_never_comes_back_is_reaped_a_lease_after_the_restart(db):
     assert db.execute("SELECT now() > pg_postmaster_start_time() + interval '1 second'").fetchone()[0]
     reaped = db.execute("SELECT run_id, status::text FROM scrinalia.reap_expired_leases()").fetchall()
     assert reaped == [(run_id, "INTERRUPTED")]
+
+
+def test_the_scheduler_wakes_when_a_held_lease_ends_not_at_its_expiry(db):
+    """A lease renewed before the server started and held after it: next_wakeup() must
+    not answer its expiry (already past), or the scheduler passes at every wake-up
+    until the hold ends, reaping nothing (an earlier release's, with no minimum sleep,
+    would spin)."""
+    run_id, _ = _enqueue_and_claim(db, "1 day")
+    _expire_before_start(db, run_id, "1 second")
+    wake, now, start = db.execute("SELECT scrinalia.next_wakeup(), now(), pg_postmaster_start_time()").fetchone()
+    assert wake > now
+    assert wake == start + timedelta(days=1)
+    assert db.execute("SELECT count(*) FROM scrinalia.reap_expired_leases()").fetchone()[0] == 0
