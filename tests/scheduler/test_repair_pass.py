@@ -124,3 +124,21 @@ def test_a_re_arm_the_server_refuses_is_logged_and_the_tick_goes_on(db, holder, 
         " WHERE worker_name = 'ahead'"
     ).fetchone()[0]
     assert far  # nothing written for it
+
+
+def test_a_run_past_its_maximum_run_time_is_its_own_line(db, holder):
+    """The reaper ends a hung run at its worker's maximum run time: the scheduler says
+    so as `run timed out` (a warning naming the limit), not as a lease that ran out."""
+    make_worker(db, "hung")
+    db.execute("SELECT scrinalia.set_max_run_time('hung', interval '1 minute')")
+    run_id = db.execute("SELECT run_id FROM scrinalia.enqueue('hung')").fetchone()[0]
+    claim(db, lease="1 hour")
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET started_at = now() - interval '2 minutes' WHERE run_id = %s",
+        (run_id,),
+    )
+    holder.tick()
+    (line,) = [e for e in holder.events() if e.get("run_id") == run_id]
+    assert (line["event"], line["level"], line["worker"]) == ("run timed out", "warning", "hung")
+    assert "1 minute" in line["reason"] or "00:01:00" in line["reason"]
+    assert run_row(db, run_id)["error_fingerprint"] == "max-run-time"

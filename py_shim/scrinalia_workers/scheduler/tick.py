@@ -43,6 +43,10 @@ MAX_CHUNKS = 1000
 # long after the last look. With passes at least every --max-sleep, a bad instant is
 # repaired within this plus one sleep of being written.
 REPAIR_EVERY_SECONDS = 60.0
+# What the reaper ended, by its fingerprint: a lease that ran out, or a run past its
+# worker's maximum run time (a hung handler, most often: worth its own line).
+REAPED_EVENTS = {"lease-expired": ("lease reaped", "info"), "max-run-time": ("run timed out", "warning")}
+
 # per scheduler name: the monotonic instant of its next look (a Pass lives one pass)
 _next_repair: dict[str, float] = {}
 
@@ -139,7 +143,11 @@ class Pass:
         for r in cur.execute(sql.REAP_EXPIRED_LEASES):
             progressed = True
             self.log(
-                "lease reaped", run_id=r["run_id"], worker=r["worker_name"], runner=r["lease_owner"], reason=r["error"]
+                *REAPED_EVENTS.get(r["error_fingerprint"], ("lease reaped", "info")),
+                run_id=r["run_id"],
+                worker=r["worker_name"],
+                runner=r["lease_owner"],
+                reason=r["error"],
             )
         for r in cur.execute(sql.CREATE_RETRIES):
             progressed = True

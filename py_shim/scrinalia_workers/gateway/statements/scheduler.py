@@ -46,7 +46,9 @@ LOCK_HOLDER = (
 SET_LOCK_TIMEOUT = "SET lock_timeout = '10s'"
 # first in every tick transaction: raises NOT_LOCK_HOLDER unless that session holds the lock
 CHECK_LOCK = "SELECT scrinalia.check_scheduler_lock(%s)"
-REAP_EXPIRED_LEASES = "SELECT run_id, worker_name, lease_owner, error FROM scrinalia.reap_expired_leases()"
+REAP_EXPIRED_LEASES = (
+    "SELECT run_id, worker_name, lease_owner, error, error_fingerprint FROM scrinalia.reap_expired_leases()"
+)
 CREATE_RETRIES = "SELECT run_id, retry_of, worker_name, attempt, not_before FROM scrinalia.create_retries()"
 DUE_SCHEDULES = "SELECT worker_name, cron, timezone, next_run_at, db_now FROM scrinalia.due_schedules(%s)"
 SET_SCHEDULES_ASIDE = (
