@@ -12,7 +12,7 @@ Systems (the peers' drains are bench/peers_drain.py):
   through ours_enqueue();
 - ours, one at a time: the same processes with --batch 1;
 - bare statements: 4 processes looping on the claim and finish statements of
-  sql/30_ledger.sql written out without their PL/pgSQL wrappers (one run at a time,
+  sql/31_claim.sql and sql/34_outcomes.sql written out without their PL/pgSQL wrappers (one run at a time,
   prepared), the floor issue 12 compares the runner with; and the same statements
   32 runs a claim, as the runner's batches (no handler thread, no log, no heartbeat);
 - graphile-worker, pgqueuer, procrastinate: each at its documented best and at its

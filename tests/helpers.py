@@ -275,10 +275,13 @@ def sql_variant(tmp_path: Path) -> Path:
     variant = tmp_path / "variant"
     shutil.copytree(root / "migrations", variant / "migrations")
     shutil.copytree(root / "sql", variant / "sql")
-    ledger = variant / "sql" / "30_ledger.sql"
-    text = ledger.read_text()
-    assert text.count("\nBEGIN\n") >= 5
-    ledger.write_text(text.replace("\nBEGIN\n", "\nBEGIN\n    -- the variant's body\n"))
+    changed = 0
+    for name in ("30_enqueue.sql", "31_claim.sql", "33_leases.sql", "34_outcomes.sql", "36_run_ends.sql"):
+        ledger = variant / "sql" / name
+        text = ledger.read_text()
+        changed += text.count("\nBEGIN\n")
+        ledger.write_text(text.replace("\nBEGIN\n", "\nBEGIN\n    -- the variant's body\n"))
+    assert changed >= 5
     return variant
 
 
