@@ -109,8 +109,10 @@ END $$;
 -- names it; the holder's own tick holds it between chunks). A row that does not name
 -- them yet (a new holder, its work session vouched for the first time) is waited for,
 -- at most max_tick_ahead() + heartbeat_interval(): the tick of a holder that died may
--- hold it that long; then SW032 names the session holding it. So a holder is known
--- as one once this returns, and its work session is vouched for before its first pass.
+-- hold it that long. So a holder is known as one once this returns, and its work
+-- session is vouched for before its first pass; a row held longer (by hand) leaves
+-- the heartbeat unrecorded, which the scheduler reads back before it says it holds
+-- the lock (scheduler_health() names that transaction).
 CREATE OR REPLACE FUNCTION scrinalia.write_heartbeat(p_name text, p_work_pid integer)
 RETURNS void
 LANGUAGE plpgsql
@@ -139,11 +141,7 @@ BEGIN
            SET heartbeat_at = now(), heartbeat_pid = pg_backend_pid(), heartbeat_work_pid = p_work_pid,
                heartbeat_by = scrinalia.check_actor('name', p_name);
     EXCEPTION WHEN lock_not_available THEN
-        RAISE EXCEPTION USING ERRCODE = 'SW032',
-            MESSAGE = format('scheduler_heartbeat: the scheduler-state row is held by %s: the heartbeat of pid %s is not recorded',
-                             coalesce((SELECT string_agg('pid ' || b, ', ') FROM unnest(pg_blocking_pids(pg_backend_pid())) b),
-                                      'another transaction'), pg_backend_pid()),
-            HINT = 'that session must end (scheduler_health() names it); the scheduler tries again';
+        NULL;  -- not recorded: the scheduler sees it (scheduler_status().heartbeat_pid) and tries again
     END;
     PERFORM set_config('lock_timeout', previous, true);
 END $$;

@@ -8,8 +8,9 @@ from __future__ import annotations
 import threading
 
 import psycopg
+import pytest
 
-from helpers import raises_sqlstate
+from scrinalia_workers.errors import LockLost
 from scrinalia_workers.scheduler.sessions import Sessions
 from scrinalia_workers.testkit.waiting import wait_for
 
@@ -64,12 +65,15 @@ def test_a_new_holder_records_its_heartbeat_before_it_returns(db, db_dsn, connec
     assert db.execute("SELECT heartbeat_pid FROM scrinalia.scheduler_state").fetchone()[0] == pid
 
 
-def test_a_row_held_too_long_is_said_never_taken_as_a_heartbeat(db, db_dsn, connect_as):
-    row = _hold_state_row(db_dsn)
+def test_a_row_held_too_long_leaves_the_heartbeat_unrecorded_and_the_daemon_says_so(db, db_dsn, role_logins):
+    row = _hold_state_row(db_dsn)  # by hand, for good
+    s = Sessions(psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["scheduler"]), "takeover")
     try:
-        with raises_sqlstate("SW032", "scheduler-state row is held by"):
-            connect_as("scheduler").execute("SELECT scrinalia.take_scheduler_lock('new', interval '1 second')")
+        with pytest.raises(LockLost, match="could not be recorded"):
+            s.acquire(10.0)
+        assert db.execute("SELECT heartbeat_pid FROM scrinalia.scheduler_state").fetchone()[0] is None
     finally:
+        s.close()
         row.rollback()
         row.close()
 

@@ -23,6 +23,9 @@ from scrinalia_workers.gateway.statements import scheduler as sql
 # How long one wait of the lock session in the lock's queue lasts (take_scheduler_lock's
 # cap): the standby stays in the queue, re-queueing only after this.
 QUEUE_WAIT = 3600.0
+# How many heartbeats a new holder tries before it gives the lock up, each waiting for
+# the scheduler-state row a moment (scrinalia.write_heartbeat).
+RECORD_TRIES = 3
 # How long stopping waits for the lock session's wait to be cancelled.
 CANCEL_WAIT = 5.0
 
@@ -158,8 +161,17 @@ class Sessions:
         check_schema(conn)  # a deploy may have moved the schema while we stood by
         self.work_conn, self.work_pid = self._open("scrinalia-scheduler")
         self.work_conn.execute(sql.SET_LOCK_TIMEOUT)
-        if not self.heartbeat():  # vouches for the work session before its first pass
-            raise UnsafeConnection(TRANSACTION_POOLER)
+        # the heartbeat recorded, vouching for the work session, before the first pass:
+        # each try waits a moment for a state row a dead holder's last tick may hold
+        for _ in range(RECORD_TRIES):
+            if not self.heartbeat():
+                raise UnsafeConnection(TRANSACTION_POOLER)
+            if _call(conn, sql.LOCK_HOLDER_HEARTBEAT)["heartbeat_pid"] == self.lock_pid:
+                break
+        else:
+            raise LockLost(
+                "the heartbeat could not be recorded: the scheduler-state row is held (scheduler_health names by whom)"
+            )
         conn.execute(sql.LISTEN)
         self._close_look()
         return True
