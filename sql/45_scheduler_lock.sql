@@ -114,14 +114,86 @@ BEGIN
         HINT = 'run the scheduler process (scrinalia-scheduler): it takes the lock and vouches for its work session';
 END $$;
 
+-- Writes the heartbeat of this session, the lock holder, vouching for p_work_pid.
+-- A refresh of a row that already names this session and p_work_pid is not waited for
+-- (a transaction holding the row must not hang the lock session: scheduler_health()
+-- names it; the holder's own tick holds it between chunks). A row that does not name
+-- them yet (a new holder, its work session vouched for the first time) is waited for,
+-- at most max_tick_ahead() + heartbeat_interval(): the tick of a holder that died may
+-- hold it that long. So a holder is known as one once this returns, and its work
+-- session is vouched for before its first pass; a row held longer (by hand) leaves
+-- the heartbeat unrecorded, which the scheduler reads back before it says it holds
+-- the lock (scheduler_health() names that transaction).
+CREATE OR REPLACE FUNCTION scrinalia.write_heartbeat(p_name text, p_work_pid integer)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+DECLARE
+    previous text := current_setting('lock_timeout');
+    named boolean;
+BEGIN
+    SELECT st.heartbeat_pid = pg_backend_pid() AND st.heartbeat_work_pid IS NOT DISTINCT FROM p_work_pid
+           AND st.heartbeat_at <= now()  -- (from the future: a hand write, holder_last_seen() ignores it)
+      INTO named FROM scrinalia.scheduler_state st;
+    IF coalesce(named, false) THEN
+        UPDATE scrinalia.scheduler_state st
+           SET heartbeat_at = now(), heartbeat_by = scrinalia.check_actor('name', p_name)
+         WHERE st.id = (SELECT x.id FROM scrinalia.scheduler_state x
+                         WHERE x.heartbeat_at <= now() - scrinalia.heartbeat_interval()
+                           FOR NO KEY UPDATE SKIP LOCKED);
+        RETURN;
+    END IF;
+    PERFORM set_config('lock_timeout',
+                       (extract(epoch FROM scrinalia.max_tick_ahead() + scrinalia.heartbeat_interval()) * 1000)::bigint::text,
+                       true);
+    BEGIN
+        UPDATE scrinalia.scheduler_state st
+           SET heartbeat_at = now(), heartbeat_pid = pg_backend_pid(), heartbeat_work_pid = p_work_pid,
+               heartbeat_by = scrinalia.check_actor('name', p_name);
+    EXCEPTION WHEN lock_not_available THEN
+        NULL;  -- not recorded: the scheduler sees it (scheduler_status().heartbeat_pid) and tries again
+    END;
+    PERFORM set_config('lock_timeout', previous, true);
+END $$;
+
+-- Whether p_work_pid may be vouched for by this session: a live session of this
+-- database, of the same login, not this one, and no other than the one this same
+-- holder already vouched for (a holder keeps its work session while it holds the
+-- lock: its tenure is counted from that session's start, holder_not_scheduling()).
+CREATE OR REPLACE FUNCTION scrinalia.check_work_session(p_work_pid integer)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_catalog.pg_stat_activity w
+         WHERE w.pid = p_work_pid AND w.pid <> pg_backend_pid()
+           AND w.usesysid = (SELECT u.usesysid FROM pg_catalog.pg_stat_activity u WHERE u.pid = pg_backend_pid())
+           AND w.datid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = current_database())) THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW032',
+            MESSAGE = format('scheduler_heartbeat: the work session %s is not a live session of login %s in this database',
+                             coalesce('pid ' || p_work_pid, 'NULL'), session_user),
+            HINT = 'a scheduler''s heartbeat names the other session of its own that ticks (p_work_pid)';
+    END IF;
+    IF EXISTS (SELECT 1 FROM scrinalia.scheduler_state st
+                WHERE st.heartbeat_pid = pg_backend_pid() AND st.heartbeat_work_pid <> p_work_pid) THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW032',
+            MESSAGE = format('scheduler_heartbeat: pid %s already vouched for its work session: it cannot name pid %s instead',
+                             pg_backend_pid(), p_work_pid),
+            HINT = 'a scheduler whose work session ended gives up the lock and takes it again';
+    END IF;
+END $$;
+
 -- Called by the scheduler on its lock session before every pass: true when this
--- session holds the lock, and then the heartbeat is recorded (at most once per
--- heartbeat_interval()). p_work_pid is the session it ticks on, which this vouches for
--- (is_scheduler_session): a live session of this database, of the same login, not this
--- one. Only the lock holder's own session can write it, so no other login can fake a
--- live scheduler: any other session gets SW032, and so does a holder that names no
--- work session of its own (a login that took the key and heartbeats, ticking nothing).
--- The schema's owner (session_is_owner) may heartbeat with no work session.
+-- session holds the lock, and then the heartbeat is recorded (write_heartbeat(): at
+-- most once per heartbeat_interval()). p_work_pid is the session it ticks on, which
+-- this vouches for (is_scheduler_session, check_work_session). Only the lock holder's
+-- own session can write it, so no other login can fake a live scheduler: any other
+-- session gets SW032, and so does a holder that names no work session of its own (a
+-- login that took the key and heartbeats, ticking nothing). The schema's owner
+-- (session_is_owner) may heartbeat with no work session.
 CREATE OR REPLACE FUNCTION scrinalia.scheduler_heartbeat(p_name text, p_work_pid integer DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER
@@ -135,27 +207,10 @@ BEGIN
                              pg_backend_pid(), coalesce('pid ' || holder, 'nobody')),
             HINT = 'only the scheduler lock holder heartbeats; a scheduler that gets this lost the lock';
     END IF;
-    IF NOT (scrinalia.session_is_owner() AND p_work_pid IS NULL) AND NOT EXISTS (
-        SELECT 1 FROM pg_catalog.pg_stat_activity w
-         WHERE w.pid = p_work_pid AND w.pid <> pg_backend_pid()
-           AND w.usesysid = (SELECT u.usesysid FROM pg_catalog.pg_stat_activity u WHERE u.pid = pg_backend_pid())
-           AND w.datid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = current_database())) THEN
-        RAISE EXCEPTION USING ERRCODE = 'SW032',
-            MESSAGE = format('scheduler_heartbeat: the work session %s is not a live session of login %s in this database',
-                             coalesce('pid ' || p_work_pid, 'NULL'), session_user),
-            HINT = 'a scheduler''s heartbeat names the other session of its own that ticks (p_work_pid)';
+    IF NOT (scrinalia.session_is_owner() AND p_work_pid IS NULL) THEN
+        PERFORM scrinalia.check_work_session(p_work_pid);
     END IF;
-    -- (not waited for when another transaction holds the row: the lock session must not
-    -- hang; scheduler_health() names that transaction)
-    UPDATE scrinalia.scheduler_state st
-       SET heartbeat_at = now(), heartbeat_pid = pg_backend_pid(), heartbeat_work_pid = p_work_pid,
-           heartbeat_by = scrinalia.check_actor('name', p_name)
-     WHERE st.id = (SELECT x.id FROM scrinalia.scheduler_state x
-                     WHERE x.heartbeat_at IS NULL OR x.heartbeat_at <= now() - scrinalia.heartbeat_interval()
-                        OR x.heartbeat_at > now()  -- from the future (a hand write): holder_last_seen() ignores it
-                        OR x.heartbeat_pid IS DISTINCT FROM pg_backend_pid()
-                        OR x.heartbeat_work_pid IS DISTINCT FROM p_work_pid
-                       FOR NO KEY UPDATE SKIP LOCKED);
+    PERFORM scrinalia.write_heartbeat(p_name, p_work_pid);
     RETURN true;
 END $$;
 
@@ -177,13 +232,57 @@ AS $$
 $$;
 
 -- Whether the lock holder p_holder_pid is a scheduler: its own session wrote the
--- heartbeat (take_scheduler_lock() writes it in the statement that gets the lock).
+-- heartbeat (take_scheduler_lock() writes it in the statement that gets the lock), or
+-- is writing it now: its transaction holds, or waits for, the scheduler-state row,
+-- which only the holder's heartbeat and the tick (from another session) may lock. So a
+-- new holder is not called "not a scheduler" in the instant between the lock granted
+-- and its heartbeat committed.
 CREATE OR REPLACE FUNCTION scrinalia.holder_heartbeats(p_holder_pid integer)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
-    SELECT coalesce(bool_or(st.heartbeat_pid = p_holder_pid), false) FROM scrinalia.scheduler_state st
+    SELECT coalesce(bool_or(st.heartbeat_pid = p_holder_pid), false)
+        OR EXISTS (SELECT 1 FROM scrinalia.scheduler_state st JOIN pg_catalog.pg_locks l
+                       ON l.locktype = 'transactionid' AND l.transactionid = st.xmax
+                    WHERE l.pid = p_holder_pid AND l.granted)
+        OR EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                    WHERE l.pid = p_holder_pid AND NOT l.granted
+                      AND (l.relation = 'scrinalia.scheduler_state'::regclass
+                           OR (l.locktype = 'transactionid'
+                               AND l.transactionid IN (SELECT st.xmax FROM scrinalia.scheduler_state st))))
+      FROM scrinalia.scheduler_state st
+$$;
+
+-- Why the lock holder p_holder_pid, which heartbeats, is not scheduling (NULL when it
+-- is, or when that cannot be told): an enabled schedule, not set aside, its row locked
+-- by no transaction, due for longer than scheduler_stale_after() while this holder
+-- held the lock, and still not handled. A scheduler handles a due schedule at its
+-- instant. The holder's tenure is counted from the start of the work session its
+-- heartbeat vouches for (a scheduler opens it once it has the lock, and keeps it:
+-- check_work_session()); the owner reads it only with pg_read_all_stats, else NULL.
+CREATE OR REPLACE FUNCTION scrinalia.holder_not_scheduling(p_holder_pid integer)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+    WITH h AS (
+        SELECT w.backend_start AS since, st.heartbeat_work_pid AS work_pid
+          FROM scrinalia.scheduler_state st
+          JOIN pg_catalog.pg_stat_activity w ON w.pid = st.heartbeat_work_pid
+         WHERE st.heartbeat_pid = p_holder_pid AND w.backend_start IS NOT NULL
+    )
+    SELECT format('schedule %s has been due since %s, more than %s, while pid %s held the lock (vouching for work session pid %s since %s), and it is not handled: the holder heartbeats but does not schedule',
+                  s.worker_name, coalesce(s.next_run_at, s.updated_at), scrinalia.scheduler_stale_after(),
+                  p_holder_pid, h.work_pid, h.since)
+      FROM h, scrinalia.archive_worker_schedules s
+     WHERE s.enabled AND s.arm_error IS NULL
+       AND (s.next_run_at IS NULL OR s.next_run_at <= now())
+       AND greatest(coalesce(s.next_run_at, s.updated_at), h.since) <= now() - scrinalia.scheduler_stale_after()
+       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                        WHERE l.locktype = 'transactionid' AND l.granted AND l.transactionid = s.xmax)
+     ORDER BY coalesce(s.next_run_at, s.updated_at), s.worker_name
+     LIMIT 1
 $$;
 
 -- The scheduler's sessions end themselves when idle (or idle inside a transaction)
@@ -210,8 +309,13 @@ END $$;
 -- The standby's attempt at the lock: waits in the lock's queue at most p_wait (so that
 -- when the holder goes, this session is first in line: a later pg_try_advisory_lock
 -- of anyone fails while a request waits ahead of it), and, once granted, writes the
--- heartbeat in the same statement, so that no committed moment shows this session
--- holding the lock without being known as a scheduler. False when the wait ran out.
+-- heartbeat in the same statement (write_heartbeat(), waiting for the state row a
+-- dead holder's tick may still hold), so that no committed moment shows this session
+-- holding the lock without being known as a scheduler. p_work_pid may be NULL: the
+-- scheduler opens its work session once it has the lock, and its next heartbeat vouches
+-- for it (until then no other session of it may decide; a holder that never does goes
+-- stale). False when the wait ran out. A session that holds the lock already is
+-- refused (SW032): taking it again would refresh a heartbeat that vouches for nothing.
 CREATE OR REPLACE FUNCTION scrinalia.take_scheduler_lock(p_name text, p_wait interval, p_work_pid integer DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER
@@ -219,6 +323,14 @@ SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 DECLARE previous text := current_setting('lock_timeout');
 BEGIN
+    IF scrinalia.scheduler_lock_holder() IS NOT DISTINCT FROM pg_backend_pid() THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW032',
+            MESSAGE = format('take_scheduler_lock: pid %s holds the scheduler lock already', pg_backend_pid()),
+            HINT = 'a holder heartbeats (scheduler_heartbeat), naming its work session';
+    END IF;
+    IF p_work_pid IS NOT NULL THEN
+        PERFORM scrinalia.check_work_session(p_work_pid);
+    END IF;
     PERFORM set_config('lock_timeout',
                        greatest(1, least(3600000, extract(epoch FROM p_wait) * 1000))::bigint::text, true);
     BEGIN
@@ -228,7 +340,8 @@ BEGIN
         RETURN false;
     END;
     PERFORM set_config('lock_timeout', previous, true);
-    RETURN scrinalia.scheduler_heartbeat(p_name, p_work_pid);
+    PERFORM scrinalia.write_heartbeat(p_name, p_work_pid);
+    RETURN true;
 END $$;
 
 -- Ends the session of a lock holder that keeps the scheduler from the lock, so that
@@ -237,7 +350,9 @@ END $$;
 --   when it is idle, or when the caller saw this same pid holding it last time
 --   (p_seen_pid; a scheduler writes its heartbeat in the statement that got the lock);
 -- - a scheduler whose heartbeat is older than scheduler_stale_after() (frozen: SIGSTOP,
---   a hung host), with its tick session recorded by that heartbeat.
+--   a hung host), with its tick session recorded by that heartbeat;
+-- - a holder that heartbeats but does not schedule (holder_not_scheduling()), with the
+--   work session its heartbeat vouches for.
 -- Never a superuser's session (PostgreSQL's own rule for pg_signal_backend): the
 -- reason names it for a DBA. It ends no other session. Needs the schema's owner to be
 -- a superuser or a member of pg_signal_backend; without it the reason says so.
@@ -251,6 +366,7 @@ DECLARE
     st record;
     act record;
     scheduler boolean;
+    idle_reason text;
 BEGIN
     evicted := false;
     SELECT * INTO st FROM scrinalia.scheduler_status();
@@ -276,12 +392,16 @@ BEGIN
         RETURN NEXT; RETURN;
     END IF;
     IF scheduler AND scrinalia.holder_last_seen(holder_pid) >= now() - stale THEN
-        reason := format('the holder is alive: heartbeat at %s', st.heartbeat_at);
-        RETURN NEXT; RETURN;
+        idle_reason := scrinalia.holder_not_scheduling(holder_pid);
+        IF idle_reason IS NULL THEN
+            reason := format('the holder is alive: heartbeat at %s', st.heartbeat_at);
+            RETURN NEXT; RETURN;
+        END IF;
     END IF;
     IF act.rolsuper THEN
         reason := format('cannot end the session of pid %s (%s): it is superuser %s''s, never ended from here; a DBA must end it (SELECT pg_terminate_backend(%s))',
-                         holder_pid, CASE WHEN scheduler THEN 'a stale scheduler' ELSE 'not a scheduler' END,
+                         holder_pid, CASE WHEN idle_reason IS NOT NULL THEN 'not scheduling'
+                                          WHEN scheduler THEN 'a stale scheduler' ELSE 'not a scheduler' END,
                          holder_role, holder_pid);
         RETURN NEXT; RETURN;
     END IF;
@@ -298,12 +418,15 @@ BEGIN
         evicted := false;
         reason := format('cannot end the session of pid %s (role %s, %s): the owner of the scrinalia schema needs membership in pg_signal_backend (GRANT pg_signal_backend TO %s, by a superuser) (%s)',
                          holder_pid, st.holder_role,
-                         CASE WHEN scheduler THEN 'a stale scheduler' ELSE 'not a scheduler' END,
+                         CASE WHEN idle_reason IS NOT NULL THEN 'not scheduling'
+                              WHEN scheduler THEN 'a stale scheduler' ELSE 'not a scheduler' END,
                          (SELECT n.nspowner::regrole::text FROM pg_catalog.pg_namespace n WHERE n.nspname = 'scrinalia'),
                          SQLERRM);
         RETURN NEXT; RETURN;
     END;
     reason := CASE WHEN NOT evicted THEN format('pid %s was gone already', holder_pid)
+                   WHEN idle_reason IS NOT NULL THEN format('ended the session of pid %s (role %s): %s',
+                                                            holder_pid, st.holder_role, idle_reason)
                    WHEN scheduler THEN format('ended the session of stale holder pid %s (role %s; last heartbeat %s)',
                                               holder_pid, st.holder_role, st.heartbeat_at)
                    ELSE format('ended the session of pid %s (role %s, application %L): it held the lock without being a scheduler',

@@ -119,7 +119,8 @@ AS $$
 $$;
 
 -- Is scheduling happening? Healthy only when the lock is held by a login that can
--- run the scheduler, that holder's heartbeat is fresh (scheduler_stale_after()), no
+-- run the scheduler, that holder's heartbeat is fresh (scheduler_stale_after()) and it
+-- is scheduling (holder_not_scheduling()), no
 -- enabled schedule is overdue beyond p_grace (default overdue_grace()) and none is
 -- set aside for an error. `reason` says in words what is wrong (NULL when healthy).
 CREATE OR REPLACE FUNCTION scrinalia.scheduler_health(p_grace interval DEFAULT NULL)
@@ -138,6 +139,7 @@ DECLARE
     overdue_names text;
     aside_names text;
     blockers text;
+    not_scheduling text;
 BEGIN
     IF grace < interval '0' THEN
         RAISE EXCEPTION USING ERRCODE = 'SW002', MESSAGE = format('scheduler_health takes a grace >= 0, not %s', grace);
@@ -165,6 +167,13 @@ BEGIN
     ELSIF scrinalia.holder_last_seen(holder_pid) < now() - stale THEN
         problems := problems || format('the scheduler''s heartbeat is stale: last at %s by %s (pid %s), more than %s ago: frozen or cut off',
                                        st.heartbeat_at, coalesce(st.heartbeat_by, '?'), holder_pid, stale);
+    ELSE
+        not_scheduling := scrinalia.holder_not_scheduling(holder_pid);
+        IF not_scheduling IS NOT NULL THEN
+            problems := problems || format('the scheduler lock holder pid %s (role %s, application %L) is not scheduling: %s; a standby ends it',
+                                           holder_pid, coalesce(st.holder_role, '?'),
+                                           coalesce(st.holder_application, ''), not_scheduling);
+        END IF;
     END IF;
 
     -- (a session holding what the tick needs: named after least(grace, blocker_grace()))

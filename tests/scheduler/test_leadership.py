@@ -14,7 +14,13 @@ import pytest
 from scrinalia_workers.errors import ConfigError, LockLost
 from scrinalia_workers.gateway.backoff import Backoff
 from scrinalia_workers.logs import EventLog
-from scrinalia_workers.scheduler.leadership import HOLDER_REPORT_EVERY, SESSIONS_ENDED, Leadership, State
+from scrinalia_workers.scheduler.leadership import (
+    HOLDER_REPORT_EVERY,
+    LOOK_AGAIN,
+    SESSIONS_ENDED,
+    Leadership,
+    State,
+)
 from scrinalia_workers.testkit.clock import FakeClock
 from scrinalia_workers.text import HIDDEN
 
@@ -172,8 +178,9 @@ def test_a_stale_holder_is_evicted_then_the_next_attempt_gets_the_lock():
     (ev,) = m.events("stale holder evicted")
     assert ev["level"] == "warning" and ev["holder_pid"] == 4242 and ev["reason"] == "heartbeat 5 s old"
     assert m.events("standby") == []
-    # straight back into the lock's queue after the eviction, before the evicted login can reconnect
-    assert m.clock.slept == [] and m.session.waits == [0.3, 0.3]
+    # no sleep, and the next look soon: the lock went to the next in the queue, ahead of
+    # this standby's session, which kept its place
+    assert m.clock.slept == [] and m.session.waits == [0.3, LOOK_AGAIN]
     assert holds == [State.HOLDING]
     assert [e["event"] for e in m.events()] == ["stale holder evicted", "lock acquired", "stopping"]
 
@@ -344,3 +351,18 @@ def test_a_holder_the_login_may_not_see_is_said_hidden_never_none():
     out = io.StringIO()  # and the plain log line (no --json) prints no None
     EventLog(json_lines=False, stream=out)("standby", **{k: v for k, v in ev.items() if k not in ("ts", "event")})
     assert "None" not in out.getvalue() and "holder_since=hidden" in out.getvalue()
+
+
+def test_a_holder_that_is_not_a_scheduler_is_looked_at_again_soon_until_ended():
+    """The second look, which ends a busy squatter, comes LOOK_AGAIN later, not a
+    standby_retry: a queue of squatters ahead of this standby is drained in a second."""
+    m = Machine(standby_retry=3.0, acquired=[False, False], holder=SQUATTER)
+    m.lead.run(lambda: None)
+    assert m.session.waits[:3] == [3.0, LOOK_AGAIN, LOOK_AGAIN]
+    assert m.session.seen[:2] == [None, 666]
+
+
+def test_a_live_scheduler_holding_the_lock_is_looked_at_every_standby_retry():
+    m = Machine(standby_retry=3.0, acquired=[False, False])
+    m.lead.run(lambda: None)
+    assert m.session.waits[:3] == [3.0, 3.0, 3.0]

@@ -103,11 +103,11 @@ def test_one_lock_holder_and_takeover_after_kill(db, db_dsn, procs):
 
 
 def _last_standby_attempt(db):
-    """When the scheduler's lock session last began an attempt at the lock: its wait in
-    the lock's queue (or, just after, the look at the holder)."""
+    """When the standby last looked at the holder (from its look session, while its lock
+    session waits in the lock's queue)."""
     row = db.execute(
-        "SELECT query_start FROM pg_stat_activity WHERE application_name = 'scrinalia-scheduler lock'"
-        " AND (query LIKE '%%take_scheduler_lock%%' OR query LIKE '%%scheduler_status()%%')"
+        "SELECT query_start FROM pg_stat_activity WHERE application_name = 'scrinalia-scheduler standby'"
+        " AND (query LIKE '%%evict_lock_holder%%' OR query LIKE '%%scheduler_status()%%')"
     ).fetchone()
     return row and row[0]
 

@@ -217,7 +217,7 @@ def test_the_daemon_sessions_read_a_refused_heartbeat_as_the_lock_lost(db, db_ds
 
     s = Sessions(psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["scheduler"]), "fence-test")
     try:
-        assert s.acquire() is True
+        assert s.acquire(5.0) is True
         assert db.execute("SELECT heartbeat_pid, heartbeat_work_pid FROM scrinalia.scheduler_state").fetchone() == (
             s.lock_pid,
             s.work_pid,

@@ -2,9 +2,9 @@
 
     python -m scrinalia_workers.scheduler [--dsn DSN] [--json] ...
 
-A dedicated *lock session* holds pg_try_advisory_lock(scrinalia.scheduler_lock_key())
-for the process lifetime and LISTENs for work; another instance stays in standby and
-retries every --standby-retry seconds (scheduler.leadership: the states, and what
+A dedicated *lock session* holds the advisory lock scrinalia.scheduler_lock_key() for
+the process lifetime and LISTENs for work; another instance stays in standby, its lock
+session in the lock's queue, and looks at the holder every --standby-retry seconds (scheduler.leadership: the states, and what
 moves the process from one to another; scheduler.sessions: the two sessions).
 
 While it holds the lock, pass after pass on a separate *work session*: the prepared
@@ -81,9 +81,10 @@ class Scheduler:
     def lock_pid(self) -> int | None:
         return self.sessions.lock_pid
 
-    def _acquire(self) -> bool:
-        """One attempt at the lock; True when held (and the work session is ready)."""
-        return self.leadership.attempt()
+    def _acquire(self, wait: float = 5.0) -> bool:
+        """One attempt at the lock, waiting at most `wait` seconds; True when held (and
+        the work session is ready)."""
+        return self.leadership.attempt(wait)
 
     def _check_lock(self) -> None:
         self.leadership.check()

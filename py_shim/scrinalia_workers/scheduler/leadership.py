@@ -4,14 +4,18 @@ Exactly one scheduler ticks: the one whose *lock session* holds the advisory loc
 scrinalia.scheduler_lock_key(). The database is the authority on who holds it; this
 process only decides, from what the database answers, whether it may act as the
 holder. Any login can take the key or send a NOTIFY, so holding is re-checked
-(scrinalia.scheduler_heartbeat()) before every pass and between chunks. A standby
-waits for the lock *in its queue* (scrinalia.take_scheduler_lock(), bounded by
-standby_retry), so that a squatter's try-lock fails behind it and the lock comes to it
-when it frees; between waits it ends a holder that keeps the lock from a scheduler
-(scrinalia.evict_lock_holder(): at once one that never wrote a heartbeat, after
-SCHEDULER_STALE_AFTER a frozen scheduler; never a superuser's session). The lock
-session ends itself when idle that long (idle_session_timeout), so a frozen holder
-frees the lock even where no standby may end a session.
+(scrinalia.scheduler_heartbeat()) before every pass and between chunks. A standby's
+lock session waits for the lock *in its queue* (scrinalia.take_scheduler_lock()) and
+stays there, so that a squatter's try-lock, or a later wait of any login, is behind it
+and the lock comes to it when it frees; every standby_retry, from its other session
+(the look session) while the lock session keeps its place, it ends a holder that
+keeps the lock from a scheduler (scrinalia.evict_lock_holder(): at once one that
+never wrote a heartbeat, after SCHEDULER_STALE_AFTER a frozen scheduler or one that
+heartbeats and leaves due schedules unhandled; never a superuser's session): the
+lock goes to the next in the queue, and the standby looks again LOOK_AGAIN later
+until it is its own. The lock session ends itself when idle that long
+(idle_session_timeout), so a frozen holder frees the lock even where no standby may
+end a session.
 
 States
 ------
@@ -45,10 +49,11 @@ Transitions, what triggers them and what is logged
 - STANDBY -> HOLDING: the attempt got the lock, the schema is current, the work session
   is open and the first heartbeat says we hold it. Logs ``lock acquired``. The
   reconnect backoff starts over.
-- STANDBY -> STANDBY: the lock stayed with another session for standby_retry. If that
-  holder is not a scheduler (idle, or seen at the last look, without a heartbeat of its
-  own) or its heartbeat is stale, it is ended (logs ``stale holder evicted``, warning)
-  and the next wait in the queue starts at once. Otherwise the holder is named (logs
+- STANDBY -> STANDBY: the lock stayed with another session for standby_retry (or
+  LOOK_AGAIN after an eviction). If that holder is not a scheduler (idle, or seen at
+  the last look, without a heartbeat of its own), does not schedule, or its heartbeat
+  is stale, it is ended (logs ``stale holder evicted``, warning) and the next look
+  comes LOOK_AGAIN later. Otherwise the holder is named (logs
   ``standby``: info when it is a live scheduler, error when it is not a scheduler or
   when it is stale and the database refused to end it, with that reason), at most once
   per HOLDER_REPORT_EVERY while it stays the same. No sleep: the wait is the pacing.
@@ -98,6 +103,10 @@ SESSIONS_ENDED = (
 )
 # How evict_lock_holder()'s reason begins when the database refused to end the session.
 REFUSED = "cannot end the session"
+# How soon a standby looks again after it ended a holder, or found one that is not a
+# scheduler and is ended at the second look: the next squatter in the queue, ahead of
+# this standby, has the lock then, and is ended in turn.
+LOOK_AGAIN = 0.1
 
 
 class State(enum.Enum):
@@ -160,6 +169,7 @@ class Leadership:
         self._holder_seen: tuple | None = None
         self._holder_logged_at: float | None = None
         self._unevicted: int | None = None  # a holder not a scheduler, seen at the last look
+        self._look_in = standby_retry  # how long the next attempt waits before the next look
 
     # --- the loop --------------------------------------------------------------------
 
@@ -183,9 +193,9 @@ class Leadership:
         # no sleep between attempts: the attempt itself waits in the lock's queue, so a
         # squatter's try-lock fails behind it and the lock comes here when it frees
         try:
-            if self.attempt(self.standby_retry):
+            if self.attempt(self._look_in):
                 return
-            self._stand_by()
+            self._look_in = self.standby_retry if self._stand_by() else min(LOOK_AGAIN, self.standby_retry)
         except ConfigError:
             raise
         except Exception as e:  # noqa: BLE001 - transient or not, never a crash loop
@@ -248,6 +258,7 @@ class Leadership:
 
     def _lose(self, delay: float) -> None:
         self.session.close()
+        self._look_in = self.standby_retry
         self.state = State.LOST
         self.retry_in = delay
 
@@ -266,9 +277,11 @@ class Leadership:
 
     # --- standing by -----------------------------------------------------------------
 
-    def _stand_by(self) -> None:
-        """Someone else holds the lock: end its session if it is stale (frozen, or not
-        a scheduler at all), else say who it is (at a bounded rate)."""
+    def _stand_by(self) -> bool:
+        """Someone else holds the lock: end its session if it is stale (frozen, not
+        scheduling, or not a scheduler at all), else say who it is (at a bounded rate).
+        True when the holder stays (a live scheduler, or one this standby cannot end):
+        the next look is then a standby_retry away; else it comes at once."""
         ev = self.session.evict_stale(self._unevicted)
         # the same pid still there at the next look, still without a heartbeat, is ended
         self._unevicted = None if ev["evicted"] else ev["holder_pid"]
@@ -281,12 +294,13 @@ class Leadership:
                 holder_role=ev["holder_role"],
                 reason=ev["reason"],
             )
-            return
+            return False
         st = self.session.holder()
         if st["holder_pid"] is None:
-            return  # it went between the two looks: the next attempt takes the lock
+            return False  # it went between the two looks: the lock comes to our queued session
         scheduler = bool(st["holder_is_scheduler"]) and st.get("heartbeat_pid", st["holder_pid"]) == st["holder_pid"]
         refused = (ev["reason"] or "").startswith(REFUSED)
+        stays = scheduler or refused
         seen = (st["holder_pid"], st["holder_role"], scheduler, refused)
         now = self.clock.monotonic()
         if (
@@ -294,7 +308,7 @@ class Leadership:
             and self._holder_logged_at is not None
             and now - self._holder_logged_at < HOLDER_REPORT_EVERY
         ):
-            return
+            return stays
         self._holder_seen, self._holder_logged_at = seen, now
         holder = dict(
             holder_pid=st["holder_pid"],
@@ -311,5 +325,6 @@ class Leadership:
             reason = "the scheduler holding the lock is stale and this standby cannot end its session"
         else:
             self.log("standby", name=self.name, **holder, reason="another scheduler holds the lock")
-            return
+            return stays
         self.log("standby", level="error", name=self.name, **holder, reason=f"{reason} ({ev['reason']})")
+        return stays

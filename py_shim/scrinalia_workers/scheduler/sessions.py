@@ -9,6 +9,7 @@ session, or a heartbeat answered by another session) and refused (UnsafeConnecti
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import psycopg
@@ -18,6 +19,15 @@ from scrinalia_workers.errors import NOT_THE_SCHEDULER, LockLost, UnsafeConnecti
 from scrinalia_workers.gateway import connection as db
 from scrinalia_workers.gateway.checks import check_schema, schema_moved
 from scrinalia_workers.gateway.statements import scheduler as sql
+
+# How long one wait of the lock session in the lock's queue lasts (take_scheduler_lock's
+# cap): the standby stays in the queue, re-queueing only after this.
+QUEUE_WAIT = 3600.0
+# How many heartbeats a new holder tries before it gives the lock up, each waiting for
+# the scheduler-state row a moment (scrinalia.write_heartbeat).
+RECORD_TRIES = 3
+# How long stopping waits for the lock session's wait to be cancelled.
+CANCEL_WAIT = 5.0
 
 TRANSACTION_POOLER = (
     "the scheduler's two sessions are not its own: a transaction-mode pooler is in the "
@@ -51,9 +61,43 @@ def _server_pid(conn: psycopg.Connection) -> int:
     return one_row(conn.cursor(row_factory=dict_row).execute(sql.SERVER_PID))["pid"]
 
 
+class _Queued:
+    """The lock session's wait in the lock's queue (take_scheduler_lock), in a thread of
+    its own, so that the standby keeps its place in the queue while its look session
+    ends the holder in front of it: an eviction hands the lock towards this standby,
+    never to a squatter that queued while the standby was out of the queue."""
+
+    def __init__(self, conn: psycopg.Connection, name: str):
+        self.conn = conn
+        self.done = threading.Event()
+        self.got = False
+        self.error: BaseException | None = None
+        threading.Thread(target=self._wait, args=(name,), name="scheduler-lock-queue", daemon=True).start()
+
+    def _wait(self, name: str) -> None:
+        try:
+            self.got = bool(_call(self.conn, sql.TAKE_LOCK, (name, QUEUE_WAIT, None))["got"])
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            self.error = e
+        finally:
+            self.done.set()
+
+    def cancel(self) -> None:
+        """Ends the wait (the process stops); the lock, if it came meanwhile, goes with
+        the session."""
+        if not self.done.is_set():
+            try:
+                self.conn.cancel()
+            except psycopg.Error:
+                pass
+            self.done.wait(CANCEL_WAIT)
+
+
 class Sessions:
-    """The lock session (opened at the first attempt, kept while standing by) and the
-    work session (opened once the lock is ours). Implements leadership.LockSession."""
+    """The lock session (opened at the first attempt, kept in the lock's queue while
+    standing by), the look session (the standby's other session: who holds the lock,
+    and its eviction) and the work session (opened once the lock is ours: the holder's
+    tenure is counted from its start). Implements leadership.LockSession."""
 
     def __init__(self, dsn: str, name: str, idle_margin: float = 5.0):
         self.dsn = dsn
@@ -61,11 +105,10 @@ class Sessions:
         self.idle_margin = idle_margin  # the longest wait between two of our statements
         self.lock_conn: psycopg.Connection | None = None
         self.work_conn: psycopg.Connection | None = None
+        self.look_conn: psycopg.Connection | None = None
         self.lock_pid: int | None = None
         self.work_pid: int | None = None
-        # the work session to be, opened before the lock is taken so that the statement
-        # taking it can vouch for it (the heartbeat names it); kept while standing by
-        self._next_work: psycopg.Connection | None = None
+        self._queued: _Queued | None = None
 
     @property
     def lock(self) -> psycopg.Connection:
@@ -79,41 +122,58 @@ class Sessions:
             raise LockLost("the work session is closed: the lock is not held")
         return self.work_conn
 
+    def _open(self, application_name: str, **kw: Any) -> tuple[psycopg.Connection, int]:
+        conn = db.connect(self.dsn, application_name=application_name, **kw)
+        pid = _server_pid(conn)
+        # two client connections share a server session only behind a transaction pooler
+        if pid == self.lock_pid:
+            conn.close()
+            raise UnsafeConnection(TRANSACTION_POOLER)
+        conn.execute(sql.LIMIT_SESSION, (self.idle_margin,))
+        return conn, pid
+
     def _lock_session(self) -> psycopg.Connection:
         if self.lock_conn is None or self.lock_conn.closed:
-            self.lock_conn = db.connect(self.dsn, application_name="scrinalia-scheduler lock", server_keepalives=True)
-            self.lock_pid = _server_pid(self.lock_conn)
-            self.lock_conn.execute(sql.LIMIT_SESSION, (self.idle_margin,))
+            self.lock_pid = None
+            self.lock_conn, self.lock_pid = self._open("scrinalia-scheduler lock", server_keepalives=True)
         return self.lock_conn
 
-    def _next_work_session(self) -> tuple[psycopg.Connection, int]:
-        """The session that will tick once the lock is ours, and its server pid."""
-        if self._next_work is not None and not self._next_work.closed:
-            try:
-                return self._next_work, _server_pid(self._next_work)
-            except psycopg.Error:  # ended meanwhile (a restart, an idle limit): a new one
-                self._next_work.close()
-        self._next_work = db.connect(self.dsn, application_name="scrinalia-scheduler")
-        self._next_work.execute(sql.SET_LOCK_TIMEOUT)
-        return self._next_work, _server_pid(self._next_work)
+    def _look(self) -> psycopg.Connection:
+        """The standby's other session, for its looks while the lock session waits."""
+        self._lock_session()
+        if self.look_conn is None or self.look_conn.closed:
+            self.look_conn, _ = self._open("scrinalia-scheduler standby")
+        return self.look_conn
 
     def acquire(self, wait: float = 0.0) -> bool:
-        """One attempt at the lock, waiting in its queue at most `wait` seconds; True
-        when held and the work session is ready."""
+        """Waits at most `wait` seconds for the lock (the lock session stays in its queue
+        between two calls); True when held and the work session is ready."""
         conn = self._lock_session()
-        work, work_pid = self._next_work_session()
-        # two client connections share a server session only behind a transaction pooler
-        if work_pid == self.lock_pid:
-            raise UnsafeConnection(TRANSACTION_POOLER)
-        got = _call(conn, sql.TAKE_LOCK, (self.name, wait, work_pid))["got"]
-        if not got:
+        if self._queued is None:
+            self._queued = _Queued(conn, self.name)
+        if not self._queued.done.wait(wait):
             return False
-        self.work_conn, self.work_pid, self._next_work = work, work_pid, None
+        q, self._queued = self._queued, None
+        if q.error is not None:
+            raise q.error
+        if not q.got:
+            return False  # QUEUE_WAIT ran out: the next call queues again
         check_schema(conn)  # a deploy may have moved the schema while we stood by
-        self.work_conn.execute(sql.LIMIT_SESSION, (self.idle_margin,))
-        if not self.heartbeat():
-            raise UnsafeConnection(TRANSACTION_POOLER)
+        self.work_conn, self.work_pid = self._open("scrinalia-scheduler")
+        self.work_conn.execute(sql.SET_LOCK_TIMEOUT)
+        # the heartbeat recorded, vouching for the work session, before the first pass:
+        # each try waits a moment for a state row a dead holder's last tick may hold
+        for _ in range(RECORD_TRIES):
+            if not self.heartbeat():
+                raise UnsafeConnection(TRANSACTION_POOLER)
+            if _call(conn, sql.LOCK_HOLDER_HEARTBEAT)["heartbeat_pid"] == self.lock_pid:
+                break
+        else:
+            raise LockLost(
+                "the heartbeat could not be recorded: the scheduler-state row is held (scheduler_health names by whom)"
+            )
         conn.execute(sql.LISTEN)
+        self._close_look()
         return True
 
     def heartbeat(self) -> bool:
@@ -131,13 +191,14 @@ class Sessions:
         return bool(row["held"])
 
     def evict_stale(self, seen_pid: int | None = None) -> dict[str, Any]:
-        """scrinalia.evict_lock_holder(): ends a holder that is not a scheduler (`seen_pid`:
-        the one seen holding it last time) or whose heartbeat is stale."""
-        return _call(self.lock, sql.EVICT_LOCK_HOLDER, (seen_pid,))
+        """scrinalia.evict_lock_holder() from the look session, while the lock session
+        waits in the queue: ends a holder that is not a scheduler (`seen_pid`: the one
+        seen holding it last time), that does not schedule, or whose heartbeat is stale."""
+        return _call(self._look(), sql.EVICT_LOCK_HOLDER, (seen_pid,))
 
     def holder(self) -> dict[str, Any]:
         """Who holds the lock (scrinalia.scheduler_status())."""
-        return _call(self.lock, sql.LOCK_HOLDER_HEARTBEAT)
+        return _call(self._look(), sql.LOCK_HOLDER_HEARTBEAT)
 
     def notified(self, timeout: float) -> bool:
         """Waits up to `timeout` seconds for a NOTIFY on the lock session; True when one came."""
@@ -146,12 +207,24 @@ class Sessions:
     def release(self) -> None:
         self.lock.execute(sql.RELEASE_LOCK)
 
+    def _close_look(self) -> None:
+        if self.look_conn is not None:
+            try:
+                self.look_conn.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection
+                pass
+        self.look_conn = None
+
     def close(self) -> None:
-        for c in (self.work_conn, self.lock_conn, self._next_work):
+        if self._queued is not None:
+            self._queued.cancel()
+            self._queued = None
+        self._close_look()
+        for c in (self.work_conn, self.lock_conn):
             if c is not None:
                 try:
                     c.close()
                 except Exception:  # noqa: BLE001 - closing a broken connection
                     pass
-        self.work_conn = self.lock_conn = self._next_work = None
+        self.work_conn = self.lock_conn = None
         self.lock_pid = self.work_pid = None

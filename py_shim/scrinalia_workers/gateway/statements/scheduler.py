@@ -10,7 +10,6 @@ REQUIRED_FUNCTIONS: tuple[str, ...] = (
     "scheduler_heartbeat(text, integer)",
     "check_scheduler_lock(integer)",
     "scheduler_status()",
-    "evict_stale_scheduler()",
     "reap_expired_leases()",
     "create_retries()",
     "due_schedules(integer)",
@@ -28,21 +27,15 @@ REQUIRED_FUNCTIONS: tuple[str, ...] = (
 
 # the server's pid, not libpq's: behind a pooler they differ
 SERVER_PID = "SELECT pg_backend_pid() AS pid"
-TRY_LOCK = "SELECT pg_try_advisory_lock(scrinalia.scheduler_lock_key()) AS got"
 RELEASE_LOCK = "SELECT pg_advisory_unlock(scrinalia.scheduler_lock_key())"
 LISTEN = "LISTEN scrinalia_scheduler"
 # held: whether this session holds the lock (the heartbeat is recorded only then);
 # pid: the session that answered, which a transaction pooler may have swapped
 HEARTBEAT = "SELECT scrinalia.scheduler_heartbeat(%s, %s) AS held, pg_backend_pid() AS pid"
-EVICT_STALE_HOLDER = "SELECT evicted, holder_pid, holder_role, reason FROM scrinalia.evict_stale_scheduler()"
-LOCK_HOLDER = (
-    "SELECT holder_pid, holder_role, holder_application, holder_backend_start, holder_is_scheduler,"
-    " heartbeat_at FROM scrinalia.scheduler_status()"
-)
 
 # --- the work session ------------------------------------------------------------------
 
-# a tick must never hang behind a row lock of a frozen peer (see evict_stale_scheduler)
+# a tick must never hang behind a row lock of a frozen peer (see evict_lock_holder)
 SET_LOCK_TIMEOUT = "SET lock_timeout = '10s'"
 # first in every tick transaction: raises NOT_LOCK_HOLDER unless that session holds the lock
 CHECK_LOCK = "SELECT scrinalia.check_scheduler_lock(%s)"
