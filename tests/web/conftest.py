@@ -1,65 +1,20 @@
 """The web view's fixtures: a ledger with a few workers, a failed chain, an alert and an
-active run; the real `scrinalia-workers web` process on a free loopback port, as a
-given login; and HTTP through urllib (no redirect followed, errors returned as answers)."""
+active run; planted hostile text; the real `scrinalia-workers web` process on a free
+loopback port, as a given login."""
 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import threading
-import urllib.error
-import urllib.request
-from dataclasses import dataclass, field
-from email.message import Message
-from urllib.parse import urlencode
 
-import psycopg
 import pytest
+from psycopg.types.json import Jsonb
+from webview import CHAIN_ERRORS, HOSTILE, SERVING, WebProc
 
 from helpers import make_worker, put_schedule, tick
 from scrinalia_workers.testkit.waiting import wait_for
-
-SERVING = re.compile(r"serving (http://\S+/)")
-
-
-@dataclass
-class Answer:
-    status: int
-    headers: Message
-    body: str
-
-
-@dataclass
-class WebProc:
-    proc: subprocess.Popen
-    lines: list[str] = field(default_factory=list)
-    url: str = ""
-
-    def get(self, path: str, headers: dict[str, str] | None = None) -> Answer:
-        return request(self.url.rstrip("/") + path, headers=headers)
-
-    def post(self, fields: dict[str, str], headers: dict[str, str] | None = None) -> Answer:
-        origin = self.url.rstrip("/")
-        hdrs = {"Origin": origin, "Content-Type": "application/x-www-form-urlencoded", **(headers or {})}
-        return request(origin + "/action", urlencode(fields).encode(), {k: v for k, v in hdrs.items() if v})
-
-    def log(self) -> str:
-        return "".join(self.lines)
-
-
-def request(url: str, data: bytes | None = None, headers: dict[str, str] | None = None) -> Answer:
-    req = urllib.request.Request(url, data=data, headers=headers or {}, method="POST" if data is not None else "GET")
-    try:
-        with urllib.request.urlopen(req, timeout=20) as r:
-            return Answer(r.status, r.headers, r.read().decode())
-    except urllib.error.HTTPError as e:
-        return Answer(e.code, e.headers, e.read().decode())
-
-
-def login_dsn(dsn: str, login: str) -> str:
-    return psycopg.conninfo.make_conninfo(dsn, user=login)
 
 
 @pytest.fixture
@@ -101,9 +56,6 @@ def start_web():
                 w.proc.wait()
 
 
-CHAIN_ERRORS = ("OCR engine crashed: page 3", "OCR engine crashed: page 3 again", "gave up: disk full")
-
-
 @pytest.fixture
 def ledger(db):
     """Workers ocr (daily in Lisbon, its 2026-01-01 period failed all three attempts:
@@ -127,3 +79,23 @@ def ledger(db):
         ).fetchall()
     [(queued,)] = db.execute("SELECT run_id FROM scrinalia.enqueue('thumbs', '{}', 'MANUAL', 'test')").fetchall()
     return {"chain_last": previous, "queued": queued}
+
+
+@pytest.fixture
+def planted(db):
+    make_worker(db, "ocr")
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, request, updated_by,"
+        " next_run_at, arm_error, arm_error_since, arm_retry_at, last_skipped_at, last_skip_reason)"
+        " VALUES ('ocr', '* * * * *', 'UTC', %s, %s, now() + interval '1 hour', %s, now(),"
+        " now() + interval '1 hour', now(), %s)",
+        (Jsonb({"options": {"lang": HOSTILE}}), HOSTILE, HOSTILE, HOSTILE),
+    )
+    db.execute("UPDATE scrinalia.scheduler_state SET last_tick_by = %s, last_tick_at = now()", (HOSTILE,))
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, status, error, created_at, started_at,"
+        " finished_at, scheduled_for) VALUES ('ocr', 'MANUAL', 'FAILED', %s, now(), now(), now(), NULL),"
+        " ('ocr', 'SCHEDULE', 'FAILED', %s, now(), now(), now(), date_trunc('minute', now()))",
+        (HOSTILE, HOSTILE),
+    )
+    return db

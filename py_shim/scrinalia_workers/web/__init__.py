@@ -32,14 +32,16 @@ from scrinalia_workers.web.server import Settings, WebServer
 __all__ = ["serve"]
 
 
-def serve(bind: Bind, settings: Settings, log: EventLog, out: TextIO = sys.stderr) -> int:
-    """Serves until SIGTERM or Ctrl-C; the first line says where (the port, when 0 was asked)."""
+def serve(bind: Bind, settings: Settings, log: EventLog, notes: list[str], out: TextIO = sys.stderr) -> int:
+    """Serves until SIGTERM or Ctrl-C; the first line says where (the port, when 0 was
+    asked), then the start-up's notes (what the login may not do, an exposed address)."""
     try:
         server = WebServer((bind.host, bind.port), settings, log)
     except OSError as e:
         raise UsageError(f"cannot listen on {bind.host}:{bind.port}: {e.strerror or e}") from None
     port = server.server_address[1]
-    print(f"scrinalia-workers web: serving {bind.url(port)}", file=out, flush=True)
+    for line in [f"serving {bind.url(port)}", *notes]:
+        print(f"scrinalia-workers web: {line}", file=out, flush=True)
 
     def stop(*_: Any) -> None:  # shutdown() waits for serve_forever: from another thread
         threading.Thread(target=server.shutdown, daemon=True).start()

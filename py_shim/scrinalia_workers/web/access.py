@@ -21,12 +21,15 @@ _RANK = ("scrinalia_operator", "scrinalia_reader", "scrinalia_monitor", "scrinal
 class Login:
     name: str
     groups: tuple[str, ...]
+    superuser: bool
     can_operate: bool  # may call the operator's writes
     can_rerun: bool  # scrinalia.rerun exists on this database and may be called
 
     @property
     def kind(self) -> str:
         """'a reader', 'a monitor', ... or 'in no scrinalia group'."""
+        if self.superuser:
+            return "a superuser"
         for g in _RANK:
             if g in self.groups:
                 return "an operator" if g == "scrinalia_operator" else f"a {g.removeprefix('scrinalia_')}"
@@ -43,4 +46,4 @@ def who_is(conn: psycopg.Connection[Any]) -> Login:
         act = one(cur.execute(sql.CAN_ACT))
     except psycopg.Error:  # no usage of the schema, or no operator's functions on this database
         act = {"operate": False, "rerun": False}
-    return Login(row["login"], tuple(row["groups"]), bool(act["operate"]), bool(act["rerun"]))
+    return Login(row["login"], tuple(row["groups"]), bool(row["superuser"]), bool(act["operate"]), bool(act["rerun"]))

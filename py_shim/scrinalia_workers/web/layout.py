@@ -19,7 +19,7 @@ h3 { font-size: 1em; margin: 1em 0 .3em; }
 table { border-collapse: collapse; margin-bottom: .5em; }
 th, td { border: 1px solid #ccc; padding: .25em .5em; text-align: left; vertical-align: top; }
 th { background: #eee; }
-td { max-width: 40em; overflow-wrap: anywhere; }
+td { max-width: 40em; overflow-wrap: break-word; }
 .login, .note, .none { color: #555; }
 .healthy { color: #146c2e; font-weight: bold; }
 .unhealthy, .FAILED, .INTERRUPTED, .alert { color: #a40000; font-weight: bold; }
@@ -33,7 +33,7 @@ form.act { display: inline; margin: 0 .2em 0 0; }
 form.act button { font-size: .85em; }
 dl { display: grid; grid-template-columns: max-content auto; gap: .2em 1em; }
 dt { font-weight: bold; }
-dd { margin: 0; overflow-wrap: anywhere; }
+dd { margin: 0; overflow-wrap: break-word; }
 .period { margin-left: 1em; }
 """
 

@@ -8,7 +8,6 @@ cannot use. What the login cannot do is said once here, and on every page.
 from __future__ import annotations
 
 import argparse
-import sys
 
 from scrinalia_workers import errors
 from scrinalia_workers.cli.common import PROG
@@ -41,17 +40,16 @@ def cmd_web(args: argparse.Namespace) -> int:
     notes = [exposed] if exposed else []
     if args.allow_actions and not login.can_operate:
         notes.append(f"--allow-actions: this login ({login.kind}) may not act, so no action is offered")
+    elif login.superuser:
+        notes.append("this login is a superuser: a login in scrinalia_reader is all the view needs")
     elif login.can_operate and not args.allow_actions:
         notes.append(f"this login ({login.kind}) may write, but the view writes nothing without --allow-actions")
     if not login.groups:
         notes.append(f"this login ({login.kind}) can read nothing: grant scrinalia_reader")
-    for note in notes:
-        print(f"{PROG} web: {note}", file=sys.stderr)
-
     settings = Settings(
         dsn=dsn,
         allowed_hosts=frozenset({*LOOPBACK_NAMES, bind.host.lower(), *(h.lower() for h in args.allow_host)}),
         actions=Actions.new(rerun=login.can_rerun) if args.allow_actions else None,
         page_size=args.page_size,
     )
-    return web.serve(bind, settings, EventLog(json_lines=args.json, level=args.log_level))
+    return web.serve(bind, settings, EventLog(json_lines=args.json, level=args.log_level), notes)

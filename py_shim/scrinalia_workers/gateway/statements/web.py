@@ -10,7 +10,8 @@ they show, to know whether a next page exists. Parameters are psycopg's named on
 
 # (the groups as text[]): which of them this login is in (directly or through another)
 LOGIN_GROUPS = (
-    "SELECT current_user AS login, coalesce(array_agg(r.rolname::text ORDER BY r.rolname), '{}') AS groups"
+    "SELECT current_user AS login, coalesce(array_agg(r.rolname::text ORDER BY r.rolname), '{}') AS groups,"
+    " (SELECT s.rolsuper FROM pg_catalog.pg_roles s WHERE s.rolname = current_user) AS superuser"
     " FROM pg_catalog.pg_roles r WHERE r.rolname = ANY (%(groups)s::text[])"
     " AND pg_catalog.pg_has_role(current_user, r.oid, 'USAGE')"
 )
