@@ -92,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     gs.add_parser(
         "logins",
         parents=[common],
-        help="the groups, then a login per job (owner, scheduler, runner, exporter) with the passwords "
+        help="the groups, then a login per job (owner, scheduler, runner, exporter; web when its password is set) "
+        "with the passwords "
         "SCRINALIA_<JOB>_PASSWORD gives (a superuser, once per cluster and database)",
     ).set_defaults(func=admin.cmd_groups)
 
