@@ -5,11 +5,13 @@ the logins that may not read a panel, a row that cannot render, and misconfigura
 from __future__ import annotations
 
 import re
+import socket
 
 import pytest
 from webview import CHAIN_ERRORS, login_dsn, request
 
 from helpers import assert_one_line_error, cli, make_workers
+from scrinalia_workers.testkit.waiting import wait_for
 
 SECURITY = {
     "Content-Security-Policy": "default-src 'none'",
@@ -158,3 +160,36 @@ def test_a_lost_database_is_a_page_that_says_so(ledger, db_dsn, role_logins, sta
         admin.execute("ALTER ROLE sw_login_reader LOGIN")
     assert a.status == 503 and "Database unavailable" in a.body
     assert w.proc.poll() is None and w.get("/").status == 200
+
+
+def _idle_client(url: str) -> socket.socket:
+    """A client that connects and never finishes its request."""
+    host, port = url.removeprefix("http://").rstrip("/").rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=20)
+    s.sendall(b"GET / HTTP/1.0\r\n")
+    return s
+
+
+def test_a_client_that_never_finishes_is_cut_off_at_the_request_timeout(ledger, db_dsn, role_logins, start_web):
+    w = start_web(login_dsn(db_dsn, role_logins["reader"]), "--request-timeout", "1")
+    with _idle_client(w.url) as idle:
+        assert idle.recv(1024) == b""  # closed by the server (the client's own timeout is 20 s)
+    assert w.get("/").status == 200
+
+
+def test_requests_beyond_the_bound_get_503_at_once(ledger, db_dsn, role_logins, start_web):
+    w = start_web(login_dsn(db_dsn, role_logins["reader"]), "--request-timeout", "60")
+    idle = [_idle_client(w.url) for _ in range(8)]  # each holds one of the 8 slots (accepted in order)
+    try:
+        a = w.get("/")
+        assert a.status == 503 and a.headers["Retry-After"] == "1"
+    finally:
+        for s in idle:
+            s.close()
+    wait_for(lambda: w.get("/").status == 200, timeout=20, what="a slot free again")
+
+
+def test_too_many_fields_is_a_refusal_not_a_traceback(ledger, db_dsn, role_logins, start_web):
+    w = start_web(login_dsn(db_dsn, role_logins["reader"]))
+    assert w.get("/?" + "&".join(f"f{i}=1" for i in range(20))).status == 400
+    assert "Traceback" not in w.log()

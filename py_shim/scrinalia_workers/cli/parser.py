@@ -32,6 +32,7 @@ DEMO_SECONDS = argtypes.seconds(0, 3600, above=True)
 LOCK_WAIT = argtypes.seconds(0, 86400)
 WATCH_INTERVAL = argtypes.seconds(0.2, 3600)
 PAGE_SIZE = argtypes.count(10, 1000)
+REQUEST_TIMEOUT = argtypes.seconds(1, 300)
 
 
 def _global_options(p: argparse.ArgumentParser, top: bool) -> None:
@@ -228,6 +229,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     wb.add_argument(
         "--page-size", type=PAGE_SIZE, default=50, metavar="N", help="rows per panel (10..1000, default 50)"
+    )
+    wb.add_argument(
+        "--request-timeout",
+        type=REQUEST_TIMEOUT,
+        default=15.0,
+        metavar="SECONDS",
+        help="the longest a request may take, reading it and the database's answer (1..300, default 15)",
     )
     wb.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"], help="default info")
     wb.set_defaults(func=web.cmd_web)

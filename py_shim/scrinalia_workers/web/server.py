@@ -121,7 +121,10 @@ class Handler(BaseHTTPRequestHandler):
         if not self._host_ok():
             return
         url = urlsplit(self.path)
-        query = {k: v[0] for k, v in parse_qs(url.query, max_num_fields=8).items()}
+        query = _fields(url.query)
+        if query is None:
+            self._send(400, message_page("Refused", "too many query fields"))
+            return
         if url.path == "/style.css":
             self._send(200, STYLE, "text/css; charset=utf-8")
         elif url.path in ("/", "/runs", "/worker"):
@@ -189,7 +192,10 @@ class Handler(BaseHTTPRequestHandler):
             self._send(413, message_page("Refused", "a form of this server is small and says its length"))
             return
         raw = self.rfile.read(length).decode("utf-8", "replace")
-        fields = {k: v[0] for k, v in parse_qs(raw, max_num_fields=8).items()}
+        fields = _fields(raw)
+        if fields is None:
+            self._send(400, message_page("Refused", "too many form fields"))
+            return
         try:
             action, value = actions.check(fields, self.headers.get("Origin"), self.headers.get("Host"))
             conn = self._connect()
@@ -208,6 +214,14 @@ class Handler(BaseHTTPRequestHandler):
             return
         self.server.log("web_action", action=action, value=value, client=self.client_address[0])
         self._send(200, message_page("Done", done))
+
+
+def _fields(text: str) -> dict[str, str] | None:
+    """A query or form's fields, the first value of each; None for more than a page takes."""
+    try:
+        return {k: v[0] for k, v in parse_qs(text, max_num_fields=8).items()}
+    except ValueError:
+        return None
 
 
 def _scalar(conn: psycopg.Connection[Any], statement: str) -> Any:

@@ -51,5 +51,6 @@ def cmd_web(args: argparse.Namespace) -> int:
         allowed_hosts=frozenset({*LOOPBACK_NAMES, bind.host.lower(), *(h.lower() for h in args.allow_host)}),
         actions=Actions.new(rerun=login.can_rerun) if args.allow_actions else None,
         page_size=args.page_size,
+        request_timeout=args.request_timeout,
     )
     return web.serve(bind, settings, EventLog(json_lines=args.json, level=args.log_level), notes)
