@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 import tomllib
+import urllib.request
 from pathlib import Path
 
 import psycopg
@@ -333,6 +334,45 @@ def test_the_stack_runs_as_compose_resolves_it(empty_db_dsn, tmp_path, procs):
         assert proc.running(), f"{name} exited:\n{_out(proc, 20)}"
     codes = dict(zip(started, procs.stop_all(started.values())))
     assert all(c == 0 for c in codes.values()), codes  # SIGTERM: a clean stop
+
+
+@pytest.mark.slow
+def test_the_web_view_runs_as_its_own_reader_login(empty_db_dsn, procs):
+    """Profile "web": the set-up makes its login, in scrinalia_reader only; the service,
+    run as compose resolves it (its port only moved to a free one), serves the pages as
+    that login, read-only, published on the host's loopback alone."""
+    web_url = psycopg.conninfo.make_conninfo(empty_db_dsn, user="scrinalia_web")
+    urls = {
+        "SCRINALIA_SUPERUSER_DATABASE_URL": empty_db_dsn,
+        "SCRINALIA_DATABASE_URL": psycopg.conninfo.make_conninfo(empty_db_dsn, user="scrinalia_owner"),
+        "SCRINALIA_WEB_DATABASE_URL": web_url,
+    }
+    s = resolve(urls, profiles=("web",))["services"]
+    web = s["web"]
+    assert web["profiles"] == ["web"] and web["restart"] == "always"
+    assert web["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    assert [(p["host_ip"], p["target"]) for p in web["ports"]] == [("127.0.0.1", 8080)]
+    assert s["setup"]["environment"]["SCRINALIA_WEB_LOGIN"] == "scrinalia_web"
+    default = resolve(profiles=("web",))["services"]["web"]["environment"]["DATABASE_URL"]
+    assert default.startswith("postgresql://scrinalia_web:scrinalia_web@postgres:5432/")
+
+    assert service(procs, s["setup"]).wait(60) == 0
+    assert service(procs, s["migrate"]).wait(60) == 0
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        member = conn.execute(
+            "SELECT pg_has_role('scrinalia_web', 'scrinalia_reader', 'MEMBER'),"
+            " pg_has_role('scrinalia_web', 'scrinalia_operator', 'MEMBER'),"
+            " (SELECT rolsuper FROM pg_roles WHERE rolname = 'scrinalia_web')"
+        ).fetchone()
+    assert member == (True, False, False)
+    p = service(procs, {**web, "command": [a.replace("0.0.0.0:8080", "0.0.0.0:0") for a in web["command"]]})
+    found = wait_for(
+        lambda: re.search(r"serving http://0\.0\.0\.0:(\d+)/", _out(p)), timeout=20, what="the web view", watch=[p]
+    )
+    with urllib.request.urlopen(f"http://127.0.0.1:{found.group(1)}/", timeout=20) as r:
+        page = r.read().decode()
+    assert "login scrinalia_web (a reader), read-only" in page and "<h2>Agenda</h2>" in page
+    assert procs.stop_all([p]) == [0]
 
 
 def test_the_runner_gets_handlers_even_when_the_variable_is_empty():

@@ -3,9 +3,10 @@
 
 It creates the groups when missing, then a login for each job in its one group: the
 owner (who migrates: CREATE and CONNECT on this database, no group), the scheduler
-(scrinalia_scheduler), the runner (scrinalia_runner) and the exporter
-(scrinalia_monitor). Each login's name and password come from the environment
-(SCRINALIA_<JOB>_LOGIN, SCRINALIA_<JOB>_PASSWORD), never from the command line; a login
+(scrinalia_scheduler), the runner (scrinalia_runner), the exporter (scrinalia_monitor)
+and, when SCRINALIA_WEB_PASSWORD is set, the web view (scrinalia_reader). Each login's
+name and password come from the environment (SCRINALIA_<JOB>_LOGIN,
+SCRINALIA_<JOB>_PASSWORD), never from the command line; a login
 that exists gets the password again and its group, nothing else. After it the superuser
 is needed no more: every process logs in as its own job.
 """
@@ -30,6 +31,7 @@ class Job:
     key: str  # the environment's name for it: SCRINALIA_<KEY>_LOGIN / _PASSWORD
     default_login: str
     group: str | None  # None: the owner, who gets the database instead of a group
+    optional: bool = False  # created only when its password is given
 
 
 JOBS = (
@@ -37,6 +39,7 @@ JOBS = (
     Job("SCHEDULER", "scrinalia_sched", "scrinalia_scheduler"),
     Job("RUNNER", "scrinalia_run", "scrinalia_runner"),
     Job("EXPORTER", "scrinalia_exporter", "scrinalia_monitor"),
+    Job("WEB", "scrinalia_web", "scrinalia_reader", optional=True),
 )
 _LOGIN = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
@@ -44,6 +47,8 @@ _LOGIN = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 def _wanted(env: dict[str, str]) -> list[tuple[Job, str, str]]:
     found = []
     for job in JOBS:
+        if job.optional and not env.get(f"SCRINALIA_{job.key}_PASSWORD"):
+            continue
         login = env.get(f"SCRINALIA_{job.key}_LOGIN") or job.default_login
         if not _LOGIN.fullmatch(login) or login.startswith(("pg_", "scrinalia_reader", "scrinalia_operator")):
             raise ConfigError(f"SCRINALIA_{job.key}_LOGIN {login!r} is not a login name this step creates")

@@ -10,7 +10,7 @@ import argparse
 from typing import Any, NoReturn
 
 from scrinalia_workers import __version__, argtypes
-from scrinalia_workers.cli.commands import admin, demo, runs, schedule, settings, status, worker
+from scrinalia_workers.cli.commands import admin, demo, runs, schedule, settings, status, web, worker
 from scrinalia_workers.cli.common import PROG
 from scrinalia_workers.errors import UsageError
 
@@ -31,6 +31,8 @@ MIGRATIONS = argtypes.count(1, 1_000)
 DEMO_SECONDS = argtypes.seconds(0, 3600, above=True)
 LOCK_WAIT = argtypes.seconds(0, 86400)
 WATCH_INTERVAL = argtypes.seconds(0.2, 3600)
+PAGE_SIZE = argtypes.count(10, 1000)
+REQUEST_TIMEOUT = argtypes.seconds(1, 300)
 
 
 def _global_options(p: argparse.ArgumentParser, top: bool) -> None:
@@ -91,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     gs.add_parser(
         "logins",
         parents=[common],
-        help="the groups, then a login per job (owner, scheduler, runner, exporter) with the passwords "
+        help="the groups, then a login per job (owner, scheduler, runner, exporter; web when its password is set) "
+        "with the passwords "
         "SCRINALIA_<JOB>_PASSWORD gives (a superuser, once per cluster and database)",
     ).set_defaults(func=admin.cmd_groups)
 
@@ -202,6 +205,40 @@ def build_parser() -> argparse.ArgumentParser:
         help="DEMO ONLY: register the demo-* workers and schedules (compose's demo profile)",
     )
     ds.set_defaults(func=demo.cmd_seed)
+
+    wb = sub.add_parser(
+        "web",
+        parents=[common],
+        help="serve the web view: agenda, active runs, alerts, histories, health (a reader login)",
+    )
+    wb.add_argument(
+        "--bind", default="127.0.0.1:8080", metavar="HOST:PORT", help="where to listen (default 127.0.0.1:8080)"
+    )
+    wb.add_argument("--public", action="store_true", help="allow a --bind beyond the loopback")
+    wb.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host name the view answers to besides the loopback's and --bind's (repeatable)",
+    )
+    wb.add_argument(
+        "--allow-actions",
+        action="store_true",
+        help="offer pause/resume, enqueue, cancel and re-run (an operator login): off by default",
+    )
+    wb.add_argument(
+        "--page-size", type=PAGE_SIZE, default=50, metavar="N", help="rows per panel (10..1000, default 50)"
+    )
+    wb.add_argument(
+        "--request-timeout",
+        type=REQUEST_TIMEOUT,
+        default=15.0,
+        metavar="SECONDS",
+        help="the longest a request may take, reading it and the database's answer (1..300, default 15)",
+    )
+    wb.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"], help="default info")
+    wb.set_defaults(func=web.cmd_web)
 
     for name, text in (
         ("scheduler", "run the scheduler daemon (its own --help)"),
