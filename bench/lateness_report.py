@@ -4,7 +4,7 @@ at each boundary)."""
 
 from __future__ import annotations
 
-from scrinalia_workers.scheduler.daemon import PREPARED_LIMIT, TICK_CHUNK
+from scrinalia_workers.scheduler.settings import DEFAULTS
 
 from . import pgcron
 from .common import percentile
@@ -71,9 +71,9 @@ def commit_rows(s: dict) -> tuple[list[list[str]], list[str], bool]:
         )
         notes.append(
             f"The spike: {sp['n']:,} more schedules (yearly cron) set due at one instant 4 s ahead, the "
-            f"minute schedules disabled; the scheduler wakes by itself, ticks up to {PREPARED_LIMIT:,} of "
+            f"minute schedules disabled; the scheduler wakes by itself, ticks up to {DEFAULTS.prepared_limit:,} of "
             f"them ahead of the instant in one transaction committed at it, and any beyond in chunks of "
-            f"{TICK_CHUNK:,}: the first run was visible after {sp['first'] * 1000:.0f} ms, "
+            f"{DEFAULTS.tick_chunk:,}: the first run was visible after {sp['first'] * 1000:.0f} ms, "
             f"the last after {sp['last'] * 1000:.0f} ms. Checked: {sp['n']:,} runs on distinct workers, no "
             "period twice."
         )

@@ -8,7 +8,7 @@ workers hold a QUEUED manual run, so half of the decisions are skips and half ar
 enqueues.
 
 The pass: `Scheduler.tick()` itself over the same due schedules, as the daemon runs
-it after a restart: chunks of TICK_CHUNK, each its own transaction, the lock checked
+it after a restart: chunks of SchedulerSettings.tick_chunk, each its own transaction, the lock checked
 between them, every decision logged (to /dev/null), reaping and retries first.
 
 The set-based floor (issue 12): the same rows locked, inserted and updated by plain
@@ -28,6 +28,7 @@ import psycopg
 from scrinalia_workers import cron
 from scrinalia_workers.logs import EventLog
 from scrinalia_workers.scheduler import daemon as scheduler
+from scrinalia_workers.scheduler.settings import DEFAULTS
 
 from . import seed
 from .common import Result, check, conn, median, now, vacuum_analyze
@@ -347,7 +348,7 @@ def run(dsn: str, quick: bool = False) -> Result:
             "catalogue, settings and request, does its work a few times per tick.",
             f"The pass (the headline): the scheduler's own `Scheduler.tick()` over the N due schedules, as a "
             f"scheduler that has just taken the lock runs it (connected before the clock starts, croniter's parse "
-            f"cache cleared): reaping and retries, then chunks of {scheduler.TICK_CHUNK:,} due schedules, each its "
+            f"cache cleared): reaping and retries, then chunks of {DEFAULTS.tick_chunk:,} due schedules, each its "
             "own transaction with the lock checked between them, the tick checking every next instant against its "
             "cron, and every decision logged (plain lines, to /dev/null). Timed from the call to its return: every "
             "run committed and logged.",
@@ -391,7 +392,7 @@ def run(dsn: str, quick: bool = False) -> Result:
                 for f in figures
             )
             + "; next_occurrences() computes each distinct pair once.",
-            f"The pass pays what the floor does not: a due query and a plan per chunk of {scheduler.TICK_CHUNK:,}, "
+            f"The pass pays what the floor does not: a due query and a plan per chunk of {DEFAULTS.tick_chunk:,}, "
             "the lock check between chunks, the check of each next instant against its cron (bit masks per stored "
             "cron), one log line per decision (an enqueued run's catch_up field: one cron evaluation per "
             "(cron, zone) and missed window; none more for a pair whose first occurrence after the earliest "

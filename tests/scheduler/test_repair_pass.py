@@ -82,16 +82,35 @@ def test_one_pass_repairs_what_a_clock_ten_years_ahead_left(db, holder):
     assert ("INSTANT_REPAIRED", "sched") in kinds and ("INSTANT_REPAIRED", "lease") in kinds
 
 
-def test_the_repair_is_paced_and_comes_back_within_its_bound(db, holder):
-    holder.tick()  # the first pass looks
-    p = tick.Pass(holder.work_conn, name=holder.name, lock_pid=holder.lock_pid, log=holder.log, check_lock=lambda: None)
-    assert p.repair is False  # not again at once
-    # the bound, as data: the pacing instant reached
-    tick._next_repair[holder.name] = 0.0
-    p = tick.Pass(holder.work_conn, name=holder.name, lock_pid=holder.lock_pid, log=holder.log, check_lock=lambda: None)
-    assert p.repair is True
-    assert tick._next_repair[holder.name] > 0.0
-    assert tick.REPAIR_EVERY_SECONDS <= 60
+def test_the_repair_is_paced_and_comes_back_within_its_bound(db, db_dsn, monkeypatch):
+    """The first pass looks for bad stored instants, the next ones not until repair_every
+    has passed on the scheduler's own clock (injected here: nothing waits)."""
+    from scrinalia_workers.scheduler import daemon
+    from scrinalia_workers.testkit.clock import FakeClock
+
+    looks: list[bool] = []
+
+    class Recorded(tick.Pass):
+        def __init__(self, *a, **kw):
+            looks.append(kw["repair"])
+            super().__init__(*a, **kw)
+
+    monkeypatch.setattr(daemon, "Pass", Recorded)
+    clock = FakeClock(1000.0)
+    s = Scheduler(db_dsn, name=f"paced-{uuid.uuid4().hex[:8]}", log=EventLog(stream=io.StringIO()), clock=clock)
+    assert s._acquire()
+    try:
+        s.tick()
+        s.tick()
+        clock.advance(s.settings.repair_every - 0.5)
+        s.tick()
+        clock.advance(0.5)
+        s.tick()
+        s.tick()
+    finally:
+        s._close()
+    assert looks == [True, False, False, True, False]
+    assert s.settings.repair_every <= 60
 
 
 def test_a_re_arm_the_server_refuses_is_logged_and_the_tick_goes_on(db, holder, monkeypatch):

@@ -3,6 +3,7 @@ before the next, so the first runs of a spike are visible while the rest is deci
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -10,7 +11,6 @@ import pytest
 from helpers import due_yearly, lock_holding_scheduler, make_workers
 from scrinalia_workers import cron
 from scrinalia_workers.errors import LockLost
-from scrinalia_workers.scheduler import tick
 from scrinalia_workers.scheduler.occurrences import Occurrences
 
 
@@ -25,7 +25,7 @@ _due = due_yearly
 
 
 def test_a_spike_is_ticked_in_committed_chunks_each_once(db, holder, monkeypatch):
-    monkeypatch.setattr(tick, "TICK_CHUNK", 7)
+    holder.settings = replace(holder.settings, tick_chunk=7)
     names = make_workers(db, 30)
     _due(db, names)
     assert holder.tick()
@@ -44,7 +44,7 @@ def test_a_spike_is_ticked_in_committed_chunks_each_once(db, holder, monkeypatch
 
 
 def test_the_lock_is_checked_between_chunks(db, holder, monkeypatch):
-    monkeypatch.setattr(tick, "TICK_CHUNK", 5)
+    holder.settings = replace(holder.settings, tick_chunk=5)
     names = make_workers(db, 12)
     _due(db, names)
     checks = []
@@ -94,7 +94,7 @@ def test_next_occurrences_are_shared_across_chunks_only_while_valid(monkeypatch)
 
 
 def test_a_spike_of_whole_chunks_takes_no_last_empty_one(db, holder, monkeypatch):
-    monkeypatch.setattr(tick, "TICK_CHUNK", 5)
+    holder.settings = replace(holder.settings, tick_chunk=5)
     _due(db, make_workers(db, 10))
     checks = []
     real = holder._check_lock

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+from dataclasses import replace
 
 import psycopg
 import pytest
@@ -15,7 +16,8 @@ import pytest
 from helpers import YEARLY, make_workers, put_schedule, raises_sqlstate
 from scrinalia_workers import cron
 from scrinalia_workers.logs import EventLog
-from scrinalia_workers.scheduler import Scheduler, prepared, tick
+from scrinalia_workers.scheduler import Scheduler, prepared
+from scrinalia_workers.scheduler.settings import DEFAULTS
 from scrinalia_workers.testkit.waiting import wait_for
 
 
@@ -209,7 +211,7 @@ def test_the_real_loop_uses_the_prepared_tick(db, db_dsn):
 
 
 def test_a_spike_beyond_the_prepared_limit_has_the_rest_ticked_after(db, holder, monkeypatch):
-    monkeypatch.setattr(prepared, "PREPARED_LIMIT", 3)
+    holder.settings = replace(holder.settings, prepared_limit=3)
     names = make_workers(db, 7)
     _schedule(db, names, "date_trunc('second', now()) + interval '2 seconds'")
     t = _next_run(db, names[0])
@@ -229,7 +231,7 @@ def test_a_spike_beyond_the_prepared_limit_has_the_rest_ticked_after(db, holder,
 def test_a_spike_larger_than_a_chunk_is_prepared_whole_and_visible_at_its_instant(db, holder, monkeypatch):
     """Not only its first chunk: every run of the spike is committed at the instant, in
     one transaction, and the lead grew with its size."""
-    monkeypatch.setattr(tick, "TICK_CHUNK", 3)
+    holder.settings = replace(holder.settings, tick_chunk=3)
     names = make_workers(db, 7)
     _schedule(db, names, "date_trunc('second', now()) + interval '2 seconds'")
     t = _next_run(db, names[0])
@@ -251,6 +253,6 @@ def test_the_longest_lead_stays_inside_max_tick_ahead(db):
     """The scheduler's lead for its largest prepared tick must be one the server accepts
     (scrinalia.max_tick_ahead(), the one home of that bound), with room for the trip."""
     bound = db.execute("SELECT extract(epoch FROM scrinalia.max_tick_ahead())::float8").fetchone()[0]
-    longest = prepared.ahead_of(prepared.PREPARED_LIMIT)
-    assert longest == prepared.ahead_of(10 * prepared.PREPARED_LIMIT)  # capped
+    longest = prepared.ahead_of(DEFAULTS.prepared_limit)
+    assert longest == prepared.ahead_of(10 * DEFAULTS.prepared_limit)  # capped
     assert longest <= 0.75 * bound

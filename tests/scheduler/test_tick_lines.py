@@ -9,6 +9,7 @@ import json
 import re
 import threading
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -80,8 +81,8 @@ def test_lines_carry_the_instant_each_was_logged(monkeypatch):
 @pytest.fixture
 def holder(db_dsn, monkeypatch):
     """A Scheduler holding the lock in this process, its events captured as JSON lines."""
-    monkeypatch.setattr(tick, "THREAD_LINES", 1)  # every chunk's lines through the thread
     with lock_holding_scheduler(db_dsn, "lines") as s:
+        s.settings = replace(s.settings, thread_lines=1)  # every chunk's lines through the thread
         yield s
 
 
@@ -93,7 +94,7 @@ def _enqueued(holder) -> list[str]:
 
 
 def test_every_decision_is_written_before_the_pass_returns(db, holder, monkeypatch):
-    monkeypatch.setattr(tick, "TICK_CHUNK", 4)
+    holder.settings = replace(holder.settings, tick_chunk=4)
     names = make_workers(db, 11)
     _due(db, names)
     real = tick.decision_text
@@ -113,7 +114,7 @@ def test_every_decision_is_written_before_the_pass_returns(db, holder, monkeypat
 
 
 def test_a_lost_lock_still_writes_the_committed_chunks_lines(db, holder, monkeypatch):
-    monkeypatch.setattr(tick, "TICK_CHUNK", 5)
+    holder.settings = replace(holder.settings, tick_chunk=5)
     names = make_workers(db, 12)
     _due(db, names)
     checks = []
@@ -132,7 +133,7 @@ def test_a_lost_lock_still_writes_the_committed_chunks_lines(db, holder, monkeyp
 
 
 def test_an_error_while_logging_is_raised_by_the_pass_after_the_others_lines(db, holder, monkeypatch):
-    monkeypatch.setattr(tick, "TICK_CHUNK", 3)
+    holder.settings = replace(holder.settings, tick_chunk=3)
     _due(db, make_workers(db, 7))
     real = tick.decision_text
     calls = []
@@ -152,8 +153,8 @@ def test_an_error_while_logging_is_raised_by_the_pass_after_the_others_lines(db,
 
 
 def test_a_small_chunk_is_logged_before_the_pass_goes_on(db, holder, monkeypatch):
-    monkeypatch.setattr(tick, "THREAD_LINES", 3)
-    monkeypatch.setattr(tick, "TICK_CHUNK", 3)
+    holder.settings = replace(holder.settings, thread_lines=3)
+    holder.settings = replace(holder.settings, tick_chunk=3)
     _due(db, make_workers(db, 5))  # a chunk of 3 through the thread, then one of 2 at once
     threads = []
     real = tick.decision_text

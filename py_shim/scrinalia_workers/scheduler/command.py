@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+from dataclasses import replace
 
 from scrinalia_workers import __version__, argtypes
 from scrinalia_workers.errors import ConfigError
@@ -13,6 +14,7 @@ from scrinalia_workers.gateway.statements.scheduler import REQUIRED_FUNCTIONS
 from scrinalia_workers.logs import EventLog, startup_error
 from scrinalia_workers.policy import MAX_ACTOR_LENGTH
 from scrinalia_workers.scheduler.daemon import Scheduler
+from scrinalia_workers.scheduler.settings import DEFAULTS
 
 EXIT_CONFIG = 2
 
@@ -27,23 +29,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--standby-retry",
         type=argtypes.seconds(0.05, 3600),
-        default=3.0,
+        default=DEFAULTS.standby_retry,
         metavar="SECONDS",
-        help="seconds between two lock attempts of a standby (default 3)",
+        help=f"seconds between two looks of a standby at the holder (default {DEFAULTS.standby_retry:g})",
     )
     p.add_argument(
         "--max-sleep",
         type=argtypes.seconds(0.05, 3600),
-        default=5.0,
+        default=DEFAULTS.max_sleep,
         metavar="SECONDS",
-        help="the longest sleep between passes (default 5)",
+        help=f"the longest sleep between passes (default {DEFAULTS.max_sleep:g})",
     )
     p.add_argument(
         "--min-wake-interval",
         type=argtypes.seconds(0.0, 10),
-        default=0.2,
+        default=DEFAULTS.min_wake_interval,
         metavar="SECONDS",
-        help="NOTIFY wake-ups closer than this to the last pass are coalesced (default 0.2)",
+        help=f"NOTIFY wake-ups closer than this to the last pass are coalesced (default {DEFAULTS.min_wake_interval:g})",
     )
     argtypes.add_wait_for_database(p, STARTUP_WAIT_MAX)
     p.add_argument("--name", type=_name, help="recorded as the ticker (default host:pid)")
@@ -83,9 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     sched = Scheduler(
         dsn,
         name=args.name,
-        standby_retry=args.standby_retry,
-        max_sleep=args.max_sleep,
-        min_wake_interval=args.min_wake_interval,
+        settings=replace(
+            DEFAULTS,
+            standby_retry=args.standby_retry,
+            max_sleep=args.max_sleep,
+            min_wake_interval=args.min_wake_interval,
+        ),
         log=log,
     )
 

@@ -31,12 +31,11 @@ from scrinalia_workers.gateway.statements import scheduler as sql
 from scrinalia_workers.logs import EventLog, one_line
 from scrinalia_workers.scheduler import pacing, prepared
 from scrinalia_workers.scheduler.leadership import Leadership
-from scrinalia_workers.scheduler.prepared import PREPARED_LIMIT
 from scrinalia_workers.scheduler.sessions import Sessions, one_row
-from scrinalia_workers.scheduler.tick import TICK_CHUNK, Pass
+from scrinalia_workers.scheduler.settings import DEFAULTS, SchedulerSettings
+from scrinalia_workers.scheduler.tick import Pass
 
-# Re-exported for the benchmarks (bench/), which read them from here.
-__all__ = ["PREPARED_LIMIT", "TICK_CHUNK", "Scheduler"]
+__all__ = ["Scheduler", "SchedulerSettings"]
 
 
 class Scheduler:
@@ -45,17 +44,14 @@ class Scheduler:
         dsn: str,
         *,
         name: str | None = None,
-        standby_retry: float = 3.0,
-        max_sleep: float = 5.0,
-        min_wake_interval: float = 0.2,
+        settings: SchedulerSettings = DEFAULTS,
         log: EventLog | None = None,
         clock: Clock = SYSTEM,
     ):
         self.dsn = dsn
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
-        self.standby_retry = standby_retry
-        self.max_sleep = max_sleep
-        self.min_wake_interval = min_wake_interval
+        self.settings = settings
+        standby_retry, max_sleep = settings.standby_retry, settings.max_sleep
         self.log = log or EventLog()
         self.clock = clock
         self.stop = threading.Event()
@@ -66,6 +62,7 @@ class Scheduler:
         self.passes = 0
         self._last_pass = 0.0
         self._prepared: prepared.Prepared | None = None
+        self._next_repair: float | None = None  # the clock's instant of the next look (None: the first pass)
 
     # --- the sessions and the lock (scheduler.leadership) --------------------------------
 
@@ -99,8 +96,18 @@ class Scheduler:
         self.passes += 1
         self._last_pass = self.clock.monotonic()
         self.log("pass", level="debug", n=self.passes)
+        now = self.clock.monotonic()
+        repair = self._next_repair is None or now >= self._next_repair
+        if repair:
+            self._next_repair = now + self.settings.repair_every
         return Pass(
-            self.sessions.work, name=self.name, lock_pid=self.lock_pid, log=self.log, check_lock=self._check_lock
+            self.sessions.work,
+            name=self.name,
+            lock_pid=self.lock_pid,
+            log=self.log,
+            check_lock=self._check_lock,
+            repair=repair,
+            settings=self.settings,
         ).run()
 
     # --- waiting (scheduler.pacing) and the prepared tick (scheduler.prepared) -----------
@@ -110,17 +117,17 @@ class Scheduler:
         row = one_row(self.sessions.work.cursor(row_factory=dict_row).execute(sql.NEXT_WAKEUP))
         wake_at, wake_in = row["wake_at"], row["wake_in"]
         lead = 0.0
-        if pacing.prepares(wake_in, progressed, self.max_sleep):
+        if pacing.prepares(wake_in, progressed, self.settings.max_sleep):
             self._prepare(wake_at, self.clock.monotonic() + wake_in)
             if self._prepared is not None and self._prepared.due_at == wake_at:
                 lead = self._prepared.ahead  # the prepared tick goes out ahead of its instant
-        return pacing.delay_after_pass(wake_in, progressed, self.max_sleep, lead)
+        return pacing.delay_after_pass(wake_in, progressed, self.settings.max_sleep, lead)
 
     def _prepare(self, due_at: datetime, ready: float) -> None:
         if self._prepared is not None and self._prepared.due_at == due_at:
             return
         self._prepared = None  # stays None if the read fails
-        self._prepared = prepared.prepare(self.sessions.work, due_at, ready)
+        self._prepared = prepared.prepare(self.sessions.work, due_at, ready, self.settings.prepared_limit)
 
     def _tick_prepared(self) -> None:
         """The prepared tick, when its time has come; a wake-up before that keeps it."""
@@ -137,7 +144,7 @@ class Scheduler:
             clock=self.clock,
             stop=self.stop,
             last_pass=self._last_pass,
-            min_wake_interval=self.min_wake_interval,
+            min_wake_interval=self.settings.min_wake_interval,
             notified=self.sessions.notified,
         )
 
@@ -145,7 +152,7 @@ class Scheduler:
 
     def _hold(self) -> None:
         """Pass after pass while we hold the lock; returns when asked to stop."""
-        errors = Backoff(base=0.2, cap=max(self.max_sleep, 1.0))
+        errors = Backoff(base=0.2, cap=max(self.settings.max_sleep, 1.0))
         while not self.stop.is_set():
             try:
                 self._tick_prepared()  # before the heartbeat: it checks the lock itself

@@ -6,7 +6,7 @@ lock and calls tick_due_at(), which does the work at once and returns at the ins
 (on the server's clock), and the COMMIT follows: the runs become visible at the
 instant, not after the due query, the cron work and the tick one after another on a
 machine that is busy at every minute boundary. What it does not decide (a schedule
-changed meanwhile, a spike beyond PREPARED_LIMIT) the ordinary pass after it does.
+changed meanwhile, a spike beyond the prepared limit) the ordinary pass after it does.
 """
 
 from __future__ import annotations
@@ -22,22 +22,23 @@ from scrinalia_workers.errors import NOT_LOCK_HOLDER, LockLost
 from scrinalia_workers.gateway.statements import scheduler as sql
 from scrinalia_workers.logs import EventLog
 from scrinalia_workers.scheduler.decision_lines import log_decision
+from scrinalia_workers.scheduler.settings import DEFAULTS
 
 # How long before a due instant the prepared tick is sent (scrinalia.tick_due_at, at
 # most scrinalia.max_tick_ahead()): enough for its work on a busy machine, so that
 # only the COMMIT is left for the instant; the slots are taken this much early.
 # TICK_AHEAD, plus AHEAD_PER_SCHEDULE for each schedule it ticks (twice what that work
-# takes on a small machine), for at most PREPARED_LIMIT schedules, inside
-# max_tick_ahead(): a spike of PREPARED_LIMIT is visible whole at its instant, and
+# takes on a small machine), for at most SchedulerSettings.prepared_limit schedules,
+# inside max_tick_ahead(): a spike of that many is visible whole at its instant, and
 # what is beyond the limit goes to the ordinary pass after it.
 TICK_AHEAD = 0.25
 AHEAD_PER_SCHEDULE = 40e-6
-PREPARED_LIMIT = 10_000
 
 
 def ahead_of(schedules: int) -> float:
-    """The lead of a prepared tick of that many schedules."""
-    return TICK_AHEAD + AHEAD_PER_SCHEDULE * min(schedules, PREPARED_LIMIT)
+    """The lead of a prepared tick of that many schedules (counted up to the default
+    limit, which the lead's bound, max_tick_ahead(), was chosen for)."""
+    return TICK_AHEAD + AHEAD_PER_SCHEDULE * min(schedules, DEFAULTS.prepared_limit)
 
 
 class Prepared(NamedTuple):
@@ -66,11 +67,11 @@ class Prepared(NamedTuple):
         return bool(self.workers) and min(self.nexts) > self.due_at + late
 
 
-def prepare(conn: psycopg.Connection, due_at: datetime, ready: float) -> Prepared | None:
-    """Reads the schedules due at due_at (at most PREPARED_LIMIT) and computes their
+def prepare(conn: psycopg.Connection, due_at: datetime, ready: float, limit: int) -> Prepared | None:
+    """Reads the schedules due at due_at (at most `limit`) and computes their
     next occurrences; None when none is due then. One whose occurrence cannot be
     computed is left out: the ordinary pass sets it aside."""
-    rows = conn.cursor(row_factory=dict_row).execute(sql.SCHEDULES_DUE_AT, (due_at, PREPARED_LIMIT)).fetchall()
+    rows = conn.cursor(row_factory=dict_row).execute(sql.SCHEDULES_DUE_AT, (due_at, limit)).fetchall()
     if not rows:
         return None
     nexts = cron.try_next_occurrences([(r["cron"], r["timezone"]) for r in rows], due_at)

@@ -2,9 +2,9 @@
 repair stored instants no cron or policy produces (at the first pass, then about once
 a minute), then the due schedules in chunks, and a log line per decision.
 
-Each chunk of at most TICK_CHUNK due schedules is one transaction: check the lock,
-due_schedules(TICK_CHUNK + 1) + the cron next occurrences + tick() of the first
-TICK_CHUNK, commit (the one more says whether another chunk is due: a spike of whole
+Each chunk of at most settings.tick_chunk due schedules is one transaction: check the lock,
+due_schedules(tick_chunk + 1) + the cron next occurrences + tick() of the first
+tick_chunk, commit (the one more says whether another chunk is due: a spike of whole
 chunks costs no last, empty one). Runs become
 visible chunk by chunk (a spike of 10,000 due at one instant does not wait for the
 last one), the heartbeat is written between chunks, and a chunk that fails rolls back
@@ -14,7 +14,6 @@ alone. A schedule whose next occurrence cannot be computed here is set aside
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -27,28 +26,11 @@ from scrinalia_workers.gateway.statements import scheduler as sql
 from scrinalia_workers.logs import EventLog, Lines, one_line
 from scrinalia_workers.scheduler.decision_lines import decision_text
 from scrinalia_workers.scheduler.occurrences import Occurrences
+from scrinalia_workers.scheduler.settings import DEFAULTS, SchedulerSettings
 
-# Due schedules per tick transaction. Each chunk costs a transaction, a due query over
-# all that is still due, a planning and a config resolution, about a tenth of a 5,000
-# chunk's work: a minute's usual load fits in one; a larger spike's first runs are
-# visible while the rest is decided (one at a known instant is prepared ahead anyway).
-TICK_CHUNK = 20_000
-# A chunk with fewer decisions is logged at once, not by the thread: it would gain
-# nothing, and its lines come out as soon as it is committed.
-THREAD_LINES = 1000
-# Chunks per pass at most (a million schedules); the next pass goes on at once.
-MAX_CHUNKS = 1000
-# How often a holder looks for stored instants no cron or policy produces (a clock
-# that ran ahead, a forged write): at its first pass, then at the first pass this
-# long after the last look. With passes at least every --max-sleep, a bad instant is
-# repaired within this plus one sleep of being written.
-REPAIR_EVERY_SECONDS = 60.0
 # What the reaper ended, by its fingerprint: a lease that ran out, or a run past its
 # worker's maximum run time (a hung handler, most often: worth its own line).
 REAPED_EVENTS = {"lease-expired": ("lease reaped", "info"), "max-run-time": ("run timed out", "warning")}
-
-# per scheduler name: the monotonic instant of its next look (a Pass lives one pass)
-_next_repair: dict[str, float] = {}
 
 Row = dict[str, Any]
 
@@ -76,16 +58,13 @@ class Pass:
         lock_pid: int | None,
         log: EventLog,
         check_lock: Callable[[], None],
-        repair: bool | None = None,
+        repair: bool = True,
+        settings: SchedulerSettings = DEFAULTS,
     ):
-        """`repair`: look for bad stored instants this pass (None: when it is time)."""
+        """`repair`: look for bad stored instants this pass (the scheduler says when)."""
         self.conn = conn
-        if repair is None:
-            now = time.monotonic()
-            repair = now >= _next_repair.get(name, now)
-            if repair:
-                _next_repair[name] = now + REPAIR_EVERY_SECONDS
         self.repair = repair
+        self.settings = settings
         self.name = name
         self.lock_pid = lock_pid
         self.log = log
@@ -119,7 +98,7 @@ class Pass:
     ) -> None:
         """The lines of a committed chunk, to the thread (at most one more waiting); a
         small one's written at once (after those before it), as the pass goes on."""
-        if len(decided) < THREAD_LINES:
+        if len(decided) < self.settings.thread_lines:
             self._wait_lines(0)
             self._log_chunk(crons, aside, columns, decided)
             return
@@ -163,7 +142,7 @@ class Pass:
             progressed = (
                 repair_instants(cur, self.conn, self.name, self.lock_pid, self.log, self.occurrences) or progressed
             )
-        for n in range(MAX_CHUNKS):
+        for n in range(self.settings.max_chunks):
             if n:
                 self.check_lock()  # the heartbeat, and a lost lock stops the pass between chunks
             decided, full = self.chunk(cur)
@@ -181,11 +160,12 @@ class Pass:
         plain = self.conn.cursor(binary=True)
         with self.conn.transaction():
             check_lock_in_transaction(cur, self.lock_pid)
-            due = plain.execute(sql.DUE_SCHEDULES, (TICK_CHUNK + 1,)).fetchall()
+            chunk = self.settings.tick_chunk
+            due = plain.execute(sql.DUE_SCHEDULES, (chunk + 1,)).fetchall()
             if not due:
                 return False, False
-            full = len(due) > TICK_CHUNK
-            del due[TICK_CHUNK:]  # (locked until the commit, then the next chunk's first)
+            full = len(due) > chunk
+            del due[chunk:]  # (locked until the commit, then the next chunk's first)
             w, c, z, t = _positions(plain, "worker_name", "cron", "timezone", "db_now")
             db_now = due[0][t]
             nexts = self.occurrences.after_each([(d[c], d[z]) for d in due], db_now)
