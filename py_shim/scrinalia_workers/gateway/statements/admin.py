@@ -137,6 +137,15 @@ REGISTER_WORKER = "SELECT scrinalia.register_worker(%s, %s, %s, %s, %s, %s)"
 # --- one login per job (groups logins) -------------------------------------------------------
 
 ROLE_EXISTS = "SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) %s"
+# (groups, login): what an existing login already has that this step would never give it,
+# and the scrinalia groups it is in, directly or through another role; no row: no such role
+LOGIN_STANDING = """
+SELECT r.rolcanlogin, r.rolsuper, r.rolcreaterole, r.rolreplication, r.rolbypassrls,
+       ARRAY(SELECT g FROM pg_catalog.unnest(%s::text[]) g
+              WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_roles x WHERE x.rolname OPERATOR(pg_catalog.=) g)
+                AND pg_catalog.pg_has_role(r.oid, g, 'MEMBER')) AS groups
+  FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) %s
+"""
 
 # --- the release, and what a rollback leaves -------------------------------------------------
 
