@@ -90,13 +90,19 @@ def build_parser() -> argparse.ArgumentParser:
     gs = group("groups", "the cluster-wide groups, once per cluster (before migrate)")
     gs.add_parser("create", parents=[common], help="create them (needs CREATEROLE)").set_defaults(func=admin.cmd_groups)
     gs.add_parser("sql", parents=[common], help="print the SQL, for a DBA to run").set_defaults(func=admin.cmd_groups)
-    gs.add_parser(
+    gl = gs.add_parser(
         "logins",
         parents=[common],
         help="the groups, then a login per job (owner, scheduler, runner, exporter; web when its password is set) "
         "with the passwords "
         "SCRINALIA_<JOB>_PASSWORD gives (a superuser, once per cluster and database)",
-    ).set_defaults(func=admin.cmd_groups)
+    )
+    gl.add_argument(
+        "--reset-password",
+        action="store_true",
+        help="set the password of a login that exists already too (without it, it keeps its own)",
+    )
+    gl.set_defaults(func=admin.cmd_groups)
 
     e = sub.add_parser("enqueue", parents=[common], help="enqueue a CLI run of a worker now")
     e.add_argument("worker")
