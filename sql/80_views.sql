@@ -35,7 +35,12 @@ SELECT r.run_id, r.worker_name, r.status, r.trigger, r.attempt,
        (SELECT n.run_id FROM scrinalia.archive_worker_runs n WHERE n.retry_of = r.run_id) AS retried_by,
        r.not_before, r.scheduled_for, r.created_at, r.started_at, r.finished_at, r.duration,
        r.error, r.error_fingerprint, r.requested_by, r.lease_owner, r.lease_expires_at,
-       r.request, r.config, r.config_sources
+       r.request, r.config, r.config_sources,
+       -- a run's re-runs by hand (rerun()), oldest first ('{}' when none), and the run a
+       -- re-run re-runs. (Appended: a view grows only at its end.)
+       ARRAY(SELECT n.run_id FROM scrinalia.archive_worker_runs n
+              WHERE n.rerun_of = r.run_id ORDER BY n.run_id) AS rerun_by,
+       r.rerun_of
   FROM scrinalia.archive_worker_runs r;
 
 CREATE OR REPLACE VIEW scrinalia.worker_queue_counters AS

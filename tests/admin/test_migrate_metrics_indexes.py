@@ -48,10 +48,10 @@ def test_the_retry_index_is_made_and_rolled_back(empty_db_dsn):
         before = c.execute(RETRIES).fetchall()
         assert [(r[1], r[2]) for r in c.execute(failures)] == [("ocr", "FAILED")]
     assert before == [("idle", 0), ("ocr", 1)]
-    assert m.rollback(empty_db_dsn, count=2) == ["0009_metrics_tallies", "0008_metrics_indexes"]
+    assert m.rollback(empty_db_dsn, count=3) == ["0010_rerun", "0009_metrics_tallies", "0008_metrics_indexes"]
     with psycopg.connect(empty_db_dsn, autocommit=True) as c:
         assert c.execute(GONE).fetchone()[0]
-    assert m.migrate(empty_db_dsn) == ["0008_metrics_indexes", "0009_metrics_tallies"]
+    assert m.migrate(empty_db_dsn) == ["0008_metrics_indexes", "0009_metrics_tallies", "0010_rerun"]
     with psycopg.connect(empty_db_dsn, autocommit=True) as c:
         assert c.execute(INDEX).fetchone()[0]
         assert c.execute(RETRIES).fetchall() == before

@@ -97,7 +97,8 @@ def test_with_the_groups_a_plain_owner_migrates_from_empty_and_again(cluster):
     with psycopg.connect(cluster.dsn("archive", "archive_api"), autocommit=True) as api:
         api.execute("SELECT * FROM scrinalia.worker_agenda").fetchall()
     # and the owner rolls back and forward (0004's rollback revokes, it drops no role)
-    assert m.rollback(dsn, count=6) == [
+    assert m.rollback(dsn, count=7) == [
+        "0010_rerun",
         "0009_metrics_tallies",
         "0008_metrics_indexes",
         "0007_cron_masks",
@@ -113,6 +114,7 @@ def test_with_the_groups_a_plain_owner_migrates_from_empty_and_again(cluster):
         "0007_cron_masks",
         "0008_metrics_indexes",
         "0009_metrics_tallies",
+        "0010_rerun",
     ]
 
 

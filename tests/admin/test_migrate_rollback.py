@@ -26,7 +26,7 @@ def test_rollback_of_0003_is_refused_while_schedule_runs_exist(empty_db_dsn):
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         _schedule_runs(conn, 3)
     with pytest.raises(m.RollbackRefused) as e:
-        m.rollback(empty_db_dsn, count=7)
+        m.rollback(empty_db_dsn, count=8)
     msg = str(e.value)
     assert "3 SCHEDULE run(s)" in msg and "nothing was rolled back" in msg
     assert "DELETE FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE'" in msg
@@ -38,7 +38,8 @@ def test_rollback_of_0003_is_refused_while_schedule_runs_exist(empty_db_dsn):
             == 3
         )
         conn.execute("DELETE FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE'")
-    assert m.rollback(empty_db_dsn, count=7) == [
+    assert m.rollback(empty_db_dsn, count=8) == [
+        "0010_rerun",
         "0009_metrics_tallies",
         "0008_metrics_indexes",
         "0007_cron_masks",
@@ -53,7 +54,8 @@ def test_rolling_back_0004_alone_keeps_the_schedule_runs(empty_db_dsn):
     m.migrate(empty_db_dsn)
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         _schedule_runs(conn, 1)
-    assert m.rollback(empty_db_dsn, count=6) == [
+    assert m.rollback(empty_db_dsn, count=7) == [
+        "0010_rerun",
         "0009_metrics_tallies",
         "0008_metrics_indexes",
         "0007_cron_masks",
@@ -68,6 +70,7 @@ def test_rolling_back_0004_alone_keeps_the_schedule_runs(empty_db_dsn):
         "0007_cron_masks",
         "0008_metrics_indexes",
         "0009_metrics_tallies",
+        "0010_rerun",
     ]
 
 

@@ -20,6 +20,7 @@ HEAD = [
     "0007_cron_masks",
     "0008_metrics_indexes",
     "0009_metrics_tallies",
+    "0010_rerun",
 ]
 
 
@@ -65,7 +66,8 @@ def test_rolls_back_cleanly_and_applies_again(empty_db_dsn):
 
 def test_partial_rollback_then_forward(empty_db_dsn):
     m.migrate(empty_db_dsn)
-    assert m.rollback(empty_db_dsn, count=7) == [
+    assert m.rollback(empty_db_dsn, count=8) == [
+        "0010_rerun",
         "0009_metrics_tallies",
         "0008_metrics_indexes",
         "0007_cron_masks",
@@ -88,6 +90,7 @@ def test_partial_rollback_then_forward(empty_db_dsn):
         "0007_cron_masks",
         "0008_metrics_indexes",
         "0009_metrics_tallies",
+        "0010_rerun",
     ]
 
 

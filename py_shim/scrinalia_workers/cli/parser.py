@@ -145,8 +145,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     st.set_defaults(func=status.cmd_status)
 
-    r = sub.add_parser("runs", parents=[common], help="the run history, newest first")
+    r = sub.add_parser(
+        "runs",
+        parents=[common],
+        help="the run history, newest first; `runs rerun RUN_ID` re-runs an ended run by hand",
+        usage=f"{PROG} runs [WORKER] [--limit N] [--timeline] | {PROG} runs rerun RUN_ID [--requested-by NAME]",
+    )
     r.add_argument("worker", nargs="?")
+    # `runs rerun RUN_ID`: a second positional rather than subcommands, which would take
+    # WORKER's place (a worker named "rerun" is still listed by `runs rerun`)
+    r.add_argument("rerun_id", nargs="?", type=RUN_ID, metavar="RUN_ID", help="with `rerun`: the ended run to re-run")
+    r.add_argument("--requested-by", metavar="NAME", help="with `rerun`: recorded on the run (default cli:USER@HOST)")
     r.add_argument("--limit", type=LIMIT, default=20, metavar="N", help="how many (1..100000, default 20)")
     r.add_argument(
         "--timeline",
