@@ -1,15 +1,17 @@
--- A run made by hand to re-run an ended one (scrinalia.rerun, sql/32_rerun.sql) names
--- it. Nullable, no default: adding it rewrites nothing, and an earlier release's
--- daemons, which never write it, keep working. ON DELETE SET NULL: prune_runs deletes
--- an old run without asking what re-ran it; the re-run stays, its link gone.
--- Partial index: the history's "re-run by" looks a run's re-runs up; the runs nobody
--- re-ran, nearly all, are no entry of it. The key's check and the index read the
--- ledger once, writes held back meanwhile: about a second per million runs.
+-- Which run a run made by hand re-runs (scrinalia.rerun, sql/32_rerun.sql): a table of
+-- its own rather than a column of the ledger, whose row type claim_next and the other
+-- functions return: a column more changes their result type, and a daemon of an earlier
+-- release whose statement was prepared against the old one then fails ("cached plan
+-- must not change result type"). No foreign key either: one would refuse a TRUNCATE of
+-- the ledger. The ledger's triggers (32_rerun.sql) delete a link with either of its
+-- runs (prune_runs deletes an old run without asking what re-ran it: the re-run stays,
+-- unlinked) and empty the table with the ledger.
 -- depends: 0009_metrics_tallies
 
-ALTER TABLE scrinalia.archive_worker_runs
-    ADD COLUMN rerun_of bigint REFERENCES scrinalia.archive_worker_runs ON DELETE SET NULL;
+CREATE TABLE scrinalia.archive_run_reruns (
+    run_id   bigint PRIMARY KEY,
+    rerun_of bigint NOT NULL
+);
 
-CREATE INDEX ix_worker_runs_rerun_of
-    ON scrinalia.archive_worker_runs (rerun_of)
-    WHERE rerun_of IS NOT NULL;
+-- a run's re-runs, for the history's rerun_by and the delete trigger
+CREATE INDEX ix_run_reruns_rerun_of ON scrinalia.archive_run_reruns (rerun_of);

@@ -38,10 +38,11 @@ SELECT r.run_id, r.worker_name, r.status, r.trigger, r.attempt,
        r.request, r.config, r.config_sources,
        -- a run's re-runs by hand (rerun()), oldest first ('{}' when none), and the run a
        -- re-run re-runs. (Appended: a view grows only at its end.)
-       ARRAY(SELECT n.run_id FROM scrinalia.archive_worker_runs n
+       ARRAY(SELECT n.run_id FROM scrinalia.archive_run_reruns n
               WHERE n.rerun_of = r.run_id ORDER BY n.run_id) AS rerun_by,
-       r.rerun_of
-  FROM scrinalia.archive_worker_runs r;
+       l.rerun_of
+  FROM scrinalia.archive_worker_runs r
+  LEFT JOIN scrinalia.archive_run_reruns l ON l.run_id = r.run_id;
 
 CREATE OR REPLACE VIEW scrinalia.worker_queue_counters AS
 SELECT w.worker_name,

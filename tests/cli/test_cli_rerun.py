@@ -28,7 +28,7 @@ def test_runs_rerun_enqueues_a_linked_manual_run_shown_by_runs_and_the_timeline(
     r = cli("runs", "rerun", str(failed_period), dsn=db_dsn)
     assert r.code == 0, r.err
     (new,) = db.execute(
-        "SELECT run_id FROM scrinalia.archive_worker_runs WHERE rerun_of = %s", (failed_period,)
+        "SELECT run_id FROM scrinalia.archive_run_reruns WHERE rerun_of = %s", (failed_period,)
     ).fetchone()
     assert f"enqueued run #{new} QUEUED (ocr, MANUAL)" in r.out and f"re-run of run #{failed_period}" in r.out
     assert (
@@ -45,6 +45,7 @@ def test_runs_rerun_enqueues_a_linked_manual_run_shown_by_runs_and_the_timeline(
 
     rows = json.loads(cli("runs", "ocr", "--json", dsn=db_dsn).out)
     assert {x["run_id"]: (x["rerun_of"], x["rerun_by"]) for x in rows}[new] == (failed_period, [])
+    assert_one_line_error(cli("runs", "rerun", str(new), dsn=db_dsn), 1, "SW011", "it is QUEUED")
 
 
 def test_runs_rerun_refusals_are_one_line(db_dsn, db, failed_period):

@@ -76,6 +76,8 @@ INTERNAL = {
     "tally_delete_statement",
     "tally_truncate_statement",
     "tally_rebuild_lock_wait",
+    "run_reruns_delete_statement",
+    "run_reruns_truncate_statement",
 }
 
 # Blocks (by a fragment of their SQL) that fail as their documented role because of a
@@ -180,7 +182,7 @@ def test_the_examples_run_in_order(db, doc):
         "SELECT array_agg(status::text ORDER BY run_id) FROM scrinalia.archive_worker_runs WHERE worker_name = 'ocr'"
     ).fetchone()[0] == ["FAILED", "CANCELLED", "CANCELLED"]
     assert db.execute(
-        "SELECT trigger::text, rerun_of FROM scrinalia.archive_worker_runs WHERE run_id = %s",
+        "SELECT trigger::text, rerun_of FROM scrinalia.worker_run_history WHERE run_id = %s",
         (int(variables["rerun_id"]),),
     ).fetchone() == ("MANUAL", int(variables["run_id"]))
     assert (

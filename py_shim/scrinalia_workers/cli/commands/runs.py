@@ -124,9 +124,9 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         r = one(conn.cursor(row_factory=dict_row).execute(sql.RERUN, (args.rerun_id, args.requested_by or who())))
         most = max_attempts(conn)
     if args.json:
-        print_json(r)
+        print_json({**r, "rerun_of": args.rerun_id})
     else:
-        print(f"enqueued {_summary(r, most)}, a re-run of run #{r['rerun_of']}: it is not retried if it fails")
+        print(f"enqueued {_summary(r, most)}, a re-run of run #{args.rerun_id}: it is not retried if it fails")
     return EXIT_OK
 
 
