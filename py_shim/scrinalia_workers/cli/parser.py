@@ -118,6 +118,18 @@ def build_parser() -> argparse.ArgumentParser:
     put.add_argument("--request", default="{}", metavar="JSON", help="the request each scheduled run gets")
     put.add_argument("--disabled", action="store_true", help="save it paused")
     put.set_defaults(func=schedule.cmd_put)
+    nx = ss.add_parser(
+        "next", parents=[common], help="the next instants the schedule fires, in its zone and in UTC (DST noted)"
+    )
+    nx.add_argument("worker")
+    nx.add_argument(
+        "--count",
+        type=LIMIT,
+        default=10,
+        metavar="N",
+        help="how many (1..100, scrinalia.max_fire_previews(); default 10)",
+    )
+    nx.set_defaults(func=schedule.cmd_next)
     imp = ss.add_parser(
         "import", parents=[common], help="create or replace the schedules of a JSON/YAML file, all or nothing"
     )

@@ -96,3 +96,7 @@ INSTALL_SURFACE = (
 # --- re-runs ------------------------------------------------------------------
 # (run_id, requested_by): a MANUAL run of the same request, linked by rerun_of
 RERUN = "SELECT * FROM scrinalia.rerun(%s, %s)"
+
+# --- schedule previews --------------------------------------------------------
+# (worker, count): the next instants its schedule fires, earliest first
+NEXT_FIRES = "SELECT n, fires_at, local_time, timezone, utc_offset, note FROM scrinalia.next_fires(%s, %s)"
