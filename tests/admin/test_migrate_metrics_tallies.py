@@ -46,7 +46,7 @@ def test_rolled_back_and_upgraded_again_the_tallies_are_rebuilt(empty_db_dsn):
         c.execute("SELECT * FROM scrinalia.worker_metrics()")  # folded into the tallies
         assert c.execute("SELECT count(*) FROM scrinalia.run_tally").fetchone()[0] > 0
 
-    assert m.rollback(empty_db_dsn, count=1) == ["0009_metrics_tallies"]
+    assert m.rollback(empty_db_dsn, count=2) == ["0010_rerun", "0009_metrics_tallies"]
     with psycopg.connect(empty_db_dsn, autocommit=True) as c:
         assert c.execute(TALLY_OBJECTS).fetchone() == (0, 0)
         # the previous release meanwhile: runs finished, cancelled, deleted, none seen by a trigger
@@ -56,7 +56,7 @@ def test_rolled_back_and_upgraded_again_the_tallies_are_rebuilt(empty_db_dsn):
             "DELETE FROM scrinalia.archive_worker_runs WHERE run_id = (SELECT max(run_id) FROM scrinalia.archive_worker_runs)"
         )
 
-    assert m.migrate(empty_db_dsn) == ["0009_metrics_tallies"]
+    assert m.migrate(empty_db_dsn) == ["0009_metrics_tallies", "0010_rerun"]
     with psycopg.connect(empty_db_dsn, autocommit=True) as c:
         assert c.execute(COUNTS).fetchall() == c.execute(LEDGER).fetchall()
         assert c.execute(RETRIES).fetchall() == [("idle", 0, 0), ("ocr", 1, 1)]

@@ -46,9 +46,10 @@ def test_upgrade_in_place_keeps_the_data_and_reaches_the_head(empty_db_dsn, prev
         "0007_cron_masks",
         "0008_metrics_indexes",
         "0009_metrics_tallies",
+        "0010_rerun",
     ]
     with psycopg.connect(empty_db_dsn, autocommit=True) as c:
-        assert c.execute("SELECT scrinalia.schema_head()").fetchone()[0] == "0009_metrics_tallies"
+        assert c.execute("SELECT scrinalia.schema_head()").fetchone()[0] == "0010_rerun"
         st = c.execute("SELECT holder_role, heartbeat_at FROM scrinalia.scheduler_status()").fetchone()
         assert st == (None, None)
         assert (

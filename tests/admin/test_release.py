@@ -104,7 +104,8 @@ def test_a_rollback_takes_the_code_written_for_the_head_and_migrate_brings_it_ba
         make_worker(c, "ocr")
         c.execute("SELECT scrinalia.put_schedule('ocr', '0 2 * * *', 'UTC')")
         run_id = c.execute("SELECT run_id FROM scrinalia.enqueue('ocr')").fetchone()[0]
-    assert m.rollback(db_dsn, count=5) == [
+    assert m.rollback(db_dsn, count=6) == [
+        "0010_rerun",
         "0009_metrics_tallies",
         "0008_metrics_indexes",
         "0007_cron_masks",
@@ -134,6 +135,7 @@ def test_a_rollback_takes_the_code_written_for_the_head_and_migrate_brings_it_ba
         "0007_cron_masks",
         "0008_metrics_indexes",
         "0009_metrics_tallies",
+        "0010_rerun",
     ]
     with psycopg.connect(db_dsn, autocommit=True) as c:
         assert c.execute("SELECT scrinalia.schema_head()").fetchone()[0] == m.head_ids()[-1]
@@ -153,7 +155,7 @@ def test_a_rollback_below_the_bookkeeping_refuses_a_table_already_in_its_way(db_
     with psycopg.connect(db_dsn, autocommit=True) as c:
         c.execute("CREATE TABLE public._yoyo_migration (planted int)")
     with pytest.raises(m.ConfigError) as e:
-        m.rollback(db_dsn, count=5)
+        m.rollback(db_dsn, count=6)
     assert "_yoyo_migration already exists" in str(e.value) and "nothing was rolled back" in str(e.value)
     assert m.applied_migrations(db_dsn) == m.head_ids()
     with psycopg.connect(db_dsn, autocommit=True) as c:
@@ -168,7 +170,8 @@ def test_a_daemon_call_failing_after_a_rollback_is_told_why(db_dsn):
     """gateway.checks.schema_moved: what the daemons' loops call on an undefined object."""
     from scrinalia_workers.gateway.checks import schema_moved
 
-    assert m.rollback(db_dsn, count=5) == [
+    assert m.rollback(db_dsn, count=6) == [
+        "0010_rerun",
         "0009_metrics_tallies",
         "0008_metrics_indexes",
         "0007_cron_masks",

@@ -13,7 +13,8 @@ pytestmark = pytest.mark.slow  # the real runner process
 def test_a_runner_left_running_after_a_rollback_exits_2_saying_why(db_dsn, procs):
     runner = procs.runner(db_dsn, "demo_handlers", "--runner-id", "left-behind")
     runner.wait_event("runner started", timeout=30)
-    assert m.rollback(db_dsn, 5) == [
+    assert m.rollback(db_dsn, 6) == [
+        "0010_rerun",
         "0009_metrics_tallies",
         "0008_metrics_indexes",
         "0007_cron_masks",
