@@ -48,8 +48,14 @@ SELECT r.run_id, r.worker_name, r.status, r.trigger, r.attempt,
        -- whether the tick found periods missed when it created this attempt 1 (one run
        -- for them all); NULL: not recorded (a manual run, a retry, an earlier release's
        -- run). (Appended: a view grows only at its end.)
-       r.catch_up
-  FROM scrinalia.archive_worker_runs r;
+       r.catch_up,
+       -- a run's re-runs by hand (rerun()), oldest first ('{}' when none), and the run a
+       -- re-run re-runs. (Appended too.)
+       ARRAY(SELECT n.run_id FROM scrinalia.archive_run_reruns n
+              WHERE n.rerun_of = r.run_id ORDER BY n.run_id) AS rerun_by,
+       l.rerun_of
+  FROM scrinalia.archive_worker_runs r
+  LEFT JOIN scrinalia.archive_run_reruns l ON l.run_id = r.run_id;
 
 CREATE OR REPLACE VIEW scrinalia.worker_queue_counters AS
 SELECT w.worker_name,

@@ -207,5 +207,7 @@ def timeline(conn: psycopg.Connection[Any], worker: str, periods: int = 10, widt
         out.append(_fit(line, width))
         if r["error"]:
             out.append(_fit(f"           {brief(r['error'])}", width))
+        if r.get("rerun_by"):  # re-run by hand (rerun()): MANUAL runs, not in the timeline
+            out.append(_fit("           re-run by " + ", ".join(f"#{i}" for i in r["rerun_by"]), width))
         prev_end = r["finished_at"]
     return "\n".join(cell(line) for line in out)
