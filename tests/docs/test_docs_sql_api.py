@@ -87,6 +87,8 @@ INTERNAL = {
     "schedule_enqueued_row",
     "run_reruns_delete_statement",
     "run_reruns_truncate_statement",
+    "run_catch_ups_delete_statement",
+    "run_catch_ups_truncate_statement",
 }
 
 # Blocks (by a fragment of their SQL) that fail as their documented role because of a
