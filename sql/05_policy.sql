@@ -232,6 +232,17 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT interval '1 second' $$;
 
+-- How long a scheduler's lock session may stay idle before the server ends it
+-- (idle_session_timeout, PostgreSQL 14+; limit_scheduler_lock_session()): a frozen
+-- holder frees the lock this soon after its last statement, with no privilege to end a
+-- session. A live holder sends a statement on it far more often, from a thread of its
+-- own (scheduler.sessions.KEEPALIVE_EVERY), so a long pass does not end it.
+CREATE OR REPLACE FUNCTION scrinalia.lock_session_idle_limit()
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT interval '5 seconds' $$;
+
 -- An interval from scrinalia.settings (set by the owner), at least 1 second; the
 -- default when the row is missing or does not read as an interval.
 CREATE OR REPLACE FUNCTION scrinalia.setting_interval(p_name text, p_default interval)

@@ -301,8 +301,33 @@ DECLARE
                      + 2 * least(greatest(coalesce(p_margin, interval '0'), interval '0'), interval '1 hour');
     ms text := (extract(epoch FROM idle) * 1000)::bigint::text;
 BEGIN
-    PERFORM set_config('idle_session_timeout', ms, false);
+    IF current_setting('server_version_num')::integer >= 140000 THEN  -- (13 has no idle_session_timeout)
+        PERFORM set_config('idle_session_timeout', ms, false);
+    END IF;
     PERFORM set_config('idle_in_transaction_session_timeout', ms, false);
+    RETURN idle;
+END $$;
+
+-- The holder's lock session ends itself when idle longer than lock_session_idle_limit()
+-- (idle_session_timeout): a frozen holder frees the lock that soon after its last
+-- statement, with no privilege to end a session, and the standby waiting first in the
+-- lock's queue gets it. The scheduler calls it once it holds the lock, and from then on
+-- sends a statement on that session far more often than the limit, from a thread of
+-- its own, while its process runs (a long pass included). Returns the limit, or NULL
+-- where the server has no idle_session_timeout (PostgreSQL 13): there a frozen holder
+-- is replaced only by a standby that may end sessions (evict_lock_holder(), after
+-- scheduler_stale_after()).
+CREATE OR REPLACE FUNCTION scrinalia.limit_scheduler_lock_session()
+RETURNS interval
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+DECLARE idle interval := scrinalia.lock_session_idle_limit();
+BEGIN
+    IF current_setting('server_version_num')::integer < 140000 THEN
+        RETURN NULL;
+    END IF;
+    PERFORM set_config('idle_session_timeout', (extract(epoch FROM idle) * 1000)::bigint::text, false);
     RETURN idle;
 END $$;
 
@@ -367,6 +392,7 @@ DECLARE
     act record;
     scheduler boolean;
     idle_reason text;
+    work_pid integer;
 BEGIN
     evicted := false;
     SELECT * INTO st FROM scrinalia.scheduler_status();
@@ -405,14 +431,15 @@ BEGIN
                          holder_role, holder_pid);
         RETURN NEXT; RETURN;
     END IF;
+    -- read before the holder ends: the standby queued behind it then writes its own heartbeat
+    SELECT w.heartbeat_work_pid INTO work_pid FROM scrinalia.scheduler_state w WHERE w.heartbeat_pid = holder_pid;
     BEGIN
         evicted := pg_terminate_backend(holder_pid);
         IF evicted AND scheduler THEN
             -- its tick session may sit in a transaction holding schedule rows
             PERFORM pg_terminate_backend(x.pid)
-               FROM scrinalia.scheduler_state w JOIN pg_catalog.pg_stat_activity x ON x.pid = w.heartbeat_work_pid
-               JOIN pg_catalog.pg_roles r ON r.oid = x.usesysid
-              WHERE x.usename = st.holder_role AND NOT r.rolsuper;
+               FROM pg_catalog.pg_stat_activity x JOIN pg_catalog.pg_roles r ON r.oid = x.usesysid
+              WHERE x.pid = work_pid AND x.usename = st.holder_role AND NOT r.rolsuper;
         END IF;
     EXCEPTION WHEN insufficient_privilege THEN
         evicted := false;

@@ -16,6 +16,7 @@ import pytest
 
 from helpers import YEARLY, make_workers
 from scrinalia_workers.scheduler.leadership import SESSIONS_ENDED
+from scrinalia_workers.scheduler.sessions import KEEPALIVE_EVERY
 
 pytestmark = pytest.mark.slow
 
@@ -97,12 +98,12 @@ def test_a_frozen_holder_is_replaced_without_the_grant(lp_dsn, role_logins, proc
         assert owner.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 3
     ticks = [e for e in a.events[a_resumed:] if e.get("event") in ("pass", "enqueued", "skipped", "armed")]
     assert ticks == [], ticks
-    # its sessions end when idle stale-after + heartbeat interval + 2 x max(--max-sleep,
-    # --standby-retry): 3.6 s, counted from A's last statement, up to a --max-sleep
-    # before the freeze
-    idle = 2.0 + 1.0 + 2 * 0.3
-    assert idle - 0.3 - 0.1 <= took < idle + 2.0, took
+    # its lock session ends when idle lock_session_idle_limit(), counted from A's last
+    # statement on it (the keepalive's, at most KEEPALIVE_EVERY before the freeze)
+    with psycopg.connect(dsn, autocommit=True) as owner:
+        idle = owner.execute("SELECT extract(epoch FROM scrinalia.lock_session_idle_limit())::float8").fetchone()[0]
+    assert idle - KEEPALIVE_EVERY - 0.1 <= took < idle + 2.0, took
     print(
         f"\nRELIABILITY least-privilege install: frozen holder replaced in {took:.2f} s"
-        f" (stale after 2 s, sessions idle-limited to {idle:.1f} s)"
+        f" (the lock session idle-limited to {idle:.1f} s)"
     )

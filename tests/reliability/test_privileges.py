@@ -88,6 +88,7 @@ SCHEDULER = SHARED | {
     "evict_lock_holder",
     "take_scheduler_lock",
     "limit_scheduler_session",
+    "limit_scheduler_lock_session",
     "set_schedules_aside",
     # the repair of stored instants (sql/55_repair.sql)
     "repair_instants",

@@ -13,9 +13,10 @@ keeps the lock from a scheduler (scrinalia.evict_lock_holder(): at once one that
 never wrote a heartbeat, after SCHEDULER_STALE_AFTER a frozen scheduler or one that
 heartbeats and leaves due schedules unhandled; never a superuser's session): the
 lock goes to the next in the queue, and the standby looks again LOOK_AGAIN later
-until it is its own. The lock session ends itself when idle that long
-(idle_session_timeout), so a frozen holder frees the lock even where no standby may
-end a session.
+until it is its own. A holder's lock session is ended by the server when it is idle a
+few seconds (idle_session_timeout; a thread of the process keeps it busy while the
+process runs, sessions._KeepAlive), so a frozen holder frees the lock within seconds
+even where no standby may end a session.
 
 States
 ------

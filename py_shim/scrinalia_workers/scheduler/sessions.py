@@ -5,11 +5,17 @@ The lock is session-scoped, so both must be sessions of their own: direct, or th
 a session-mode pooler. Behind a transaction-mode pooler the lock would land on a
 backend we do not keep; that is detected (two client connections sharing one server
 session, or a heartbeat answered by another session) and refused (UnsafeConnection).
+
+Once the lock is held, the server ends the lock session when it is idle for
+scrinalia.lock_session_idle_limit(), and a thread of this process (_KeepAlive) sends it
+a statement every KEEPALIVE_EVERY: only a frozen (or hung) process lets it go idle, and
+its lock then goes to the standby first in the queue.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import psycopg
@@ -28,6 +34,16 @@ QUEUE_WAIT = 3600.0
 RECORD_TRIES = 3
 # How long stopping waits for the lock session's wait to be cancelled.
 CANCEL_WAIT = 5.0
+# How often the holder's lock session is sent a statement (its heartbeat), from a thread
+# of its own, whatever the passes do: the server ends that session when it is idle for
+# scrinalia.lock_session_idle_limit() (a frozen holder), so this stays well under it on
+# a busy machine.
+KEEPALIVE_EVERY = 1.0
+# How long the holder's loop may go without a statement on its lock session (a heartbeat
+# between passes or chunks, a wait for a NOTIFY) before the thread stops keeping the
+# session alive: a loop hung in this process then frees the lock as a frozen one does.
+# Far longer than a pass's longest step (a chunk of SchedulerSettings.tick_chunk).
+LOOP_SILENT_AFTER = 60.0
 
 TRANSACTION_POOLER = (
     "the scheduler's two sessions are not its own: a transaction-mode pooler is in the "
@@ -93,6 +109,33 @@ class _Queued:
             self.done.wait(CANCEL_WAIT)
 
 
+class _KeepAlive:
+    """The holder's lock session kept from the server's idle limit while this process
+    runs: a thread sends the heartbeat (a bare statement before the work session is open)
+    whenever nothing was sent on the session for KEEPALIVE_EVERY. A frozen process sends
+    nothing, so the server ends the session and the lock goes to the standby first in
+    the queue; no standby needs the right to end a session."""
+
+    def __init__(self, sessions: Sessions):
+        self.sessions = sessions
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="scheduler-lock-keepalive", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        s = self.sessions
+        while not self.stop.wait(max(0.05, KEEPALIVE_EVERY - (time.monotonic() - s.sent_at))):
+            if time.monotonic() - s.looped_at > LOOP_SILENT_AFTER:
+                continue  # the loop is hung: the server's limit ends the session
+            if time.monotonic() - s.sent_at >= KEEPALIVE_EVERY:
+                s.keep_alive()
+
+    def end(self) -> None:
+        self.stop.set()
+        if self.thread is not threading.current_thread():
+            self.thread.join(KEEPALIVE_EVERY)
+
+
 class Sessions:
     """The lock session (opened at the first attempt, kept in the lock's queue while
     standing by), the look session (the standby's other session: who holds the lock,
@@ -109,6 +152,13 @@ class Sessions:
         self.lock_pid: int | None = None
         self.work_pid: int | None = None
         self._queued: _Queued | None = None
+        self._keepalive: _KeepAlive | None = None
+        # the server's idle limit on the holder's lock session (None: the server has none)
+        self.lock_idle_limit: float | None = None
+        # (time.monotonic()) the last statement sent on the lock session, and the last
+        # sign of the holder's loop (its heartbeats and waits)
+        self.sent_at = 0.0
+        self.looped_at = 0.0
 
     @property
     def lock(self) -> psycopg.Connection:
@@ -158,6 +208,10 @@ class Sessions:
             raise q.error
         if not q.got:
             return False  # QUEUE_WAIT ran out: the next call queues again
+        # from here on a frozen process frees the lock within the server's idle limit
+        self.lock_idle_limit = _call(conn, sql.LIMIT_LOCK_SESSION)["idle"]
+        self.sent_at = self.looped_at = time.monotonic()
+        self._keepalive = _KeepAlive(self)
         check_schema(conn)  # a deploy may have moved the schema while we stood by
         self.work_conn, self.work_pid = self._open("scrinalia-scheduler")
         self.work_conn.execute(sql.SET_LOCK_TIMEOUT)
@@ -179,8 +233,9 @@ class Sessions:
     def heartbeat(self) -> bool:
         """True while our lock session holds the lock; records the heartbeat, which
         vouches for the work session (only then may it tick)."""
+        self.looped_at = time.monotonic()
         try:
-            row = _call(self.lock, sql.HEARTBEAT, (self.name, self.work_pid))
+            row = self._heartbeat()
         except psycopg.Error as e:
             if e.sqlstate != NOT_THE_SCHEDULER:
                 raise
@@ -189,6 +244,24 @@ class Sessions:
         if row["pid"] != self.lock_pid:  # the pooler handed our statement to another session
             raise UnsafeConnection(TRANSACTION_POOLER)
         return bool(row["held"])
+
+    def _heartbeat(self) -> dict[str, Any]:
+        self.sent_at = time.monotonic()
+        return _call(self.lock, sql.HEARTBEAT, (self.name, self.work_pid))
+
+    def keep_alive(self) -> None:
+        """A statement on the holder's lock session (the keepalive thread's, and the
+        waits' own: a thread waiting for the session's lock behind the waits may wait
+        long). Its answer does not matter: the loop's own heartbeat says whether the lock
+        is still ours, and a broken session is the loop's to find."""
+        try:
+            if self.work_pid is None:
+                self.sent_at = time.monotonic()
+                self.lock.execute(sql.KEEP_ALIVE)
+            else:
+                self._heartbeat()
+        except Exception:  # noqa: BLE001 - the loop meets the same session next
+            pass
 
     def evict_stale(self, seen_pid: int | None = None) -> dict[str, Any]:
         """scrinalia.evict_lock_holder() from the look session, while the lock session
@@ -202,7 +275,11 @@ class Sessions:
 
     def notified(self, timeout: float) -> bool:
         """Waits up to `timeout` seconds for a NOTIFY on the lock session; True when one came."""
-        return any(True for _ in self.lock.notifies(timeout=timeout, stop_after=1))
+        came = any(True for _ in self.lock.notifies(timeout=timeout, stop_after=1))
+        self.looped_at = time.monotonic()
+        if self.looped_at - self.sent_at >= KEEPALIVE_EVERY:
+            self.keep_alive()
+        return came
 
     def release(self) -> None:
         self.lock.execute(sql.RELEASE_LOCK)
@@ -216,6 +293,9 @@ class Sessions:
         self.look_conn = None
 
     def close(self) -> None:
+        if self._keepalive is not None:
+            self._keepalive.end()
+            self._keepalive = None
         if self._queued is not None:
             self._queued.cancel()
             self._queued = None

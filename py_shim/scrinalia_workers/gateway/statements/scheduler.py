@@ -21,6 +21,7 @@ REQUIRED_FUNCTIONS: tuple[str, ...] = (
     "take_scheduler_lock(text, interval, integer)",
     "evict_lock_holder(integer)",
     "limit_scheduler_session(interval)",
+    "limit_scheduler_lock_session()",
 )
 
 # --- the lock session ------------------------------------------------------------------
@@ -37,6 +38,9 @@ HEARTBEAT = "SELECT scrinalia.scheduler_heartbeat(%s, %s) AS held, pg_backend_pi
 
 # a tick must never hang behind a row lock of a frozen peer (see evict_lock_holder)
 SET_LOCK_TIMEOUT = "SET lock_timeout = '10s'"
+# the prepared tick's transaction, sent whole in one pipeline (scheduler.prepared)
+BEGIN = "BEGIN"
+COMMIT = "COMMIT"
 # first in every tick transaction: raises NOT_LOCK_HOLDER unless that session holds the lock
 CHECK_LOCK = "SELECT scrinalia.check_scheduler_lock(%s)"
 REAP_EXPIRED_LEASES = (
@@ -71,6 +75,11 @@ EVICT_LOCK_HOLDER = "SELECT evicted, holder_pid, holder_role, reason FROM scrina
 # SCHEDULER_STALE_AFTER and a margin (%s seconds: the longest wait between two of our
 # statements): a frozen holder frees the lock without any privilege
 LIMIT_SESSION = "SELECT scrinalia.limit_scheduler_session(make_interval(secs => %s))"
+# once the lock is ours: the server ends the lock session when it is idle a few seconds
+# (a frozen holder); idle: that limit in seconds, NULL where the server has none (13)
+LIMIT_LOCK_SESSION = "SELECT extract(epoch FROM scrinalia.limit_scheduler_lock_session())::float8 AS idle"
+# what keeps the lock session from that limit before the work session is open
+KEEP_ALIVE = "SELECT 1 AS alive"
 # who holds the lock, and whether its own session wrote the heartbeat (heartbeat_pid)
 LOCK_HOLDER_HEARTBEAT = (
     "SELECT holder_pid, holder_role, holder_application, holder_backend_start, holder_is_scheduler,"

@@ -1,0 +1,71 @@
+"""The holder's lock session is ended by the server when its process sends nothing on it
+for lock_session_idle_limit() (a frozen holder frees the lock within seconds, with no
+right to end a session), and kept by the keepalive thread however long the passes keep
+the loop away from it (a long chunk in the database)."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+
+from scrinalia_workers.scheduler.sessions import Sessions
+from scrinalia_workers.testkit.waiting import wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def _holder(db) -> int | None:
+    return db.execute("SELECT scrinalia.scheduler_lock_holder()").fetchone()[0]
+
+
+@pytest.fixture
+def held(db, db_dsn, role_logins):
+    if db.execute("SELECT current_setting('server_version_num')::int < 140000").fetchone()[0]:
+        pytest.skip("PostgreSQL 13 has no idle_session_timeout (test_the_limit_is_none_on_13)")
+    s = Sessions(psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["scheduler"]), "keepalive-test")
+    assert s.acquire(5.0)
+    assert _holder(db) == s.lock_pid
+    yield s
+    s.close()
+
+
+def test_a_busy_holder_keeps_its_lock_session_past_the_idle_limit(db, held):
+    assert (
+        held.lock_idle_limit
+        == db.execute("SELECT extract(epoch FROM scrinalia.lock_session_idle_limit())::float8").fetchone()[0]
+    )
+    # a pass that keeps the loop away from the lock session for longer than the limit:
+    # one statement on the work session, as a long chunk in the database would be
+    held.work.execute("SELECT pg_sleep(%s)", (held.lock_idle_limit + 2,))
+    assert held.heartbeat()
+    assert _holder(db) == held.lock_pid
+
+
+def test_a_silent_lock_session_is_ended_by_the_server_within_the_limit(db, held):
+    assert held.heartbeat()
+    held._keepalive.end()  # what a frozen process sends: nothing
+    silent_since = held.sent_at
+    wait_for(lambda: _holder(db) is None, timeout=held.lock_idle_limit + 3, what="the lock freed")
+    assert time.monotonic() - silent_since <= held.lock_idle_limit + 1
+    assert not db.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (held.lock_pid,)).fetchone()
+    with pytest.raises(psycopg.OperationalError):
+        held.heartbeat()
+
+
+def test_the_limit_is_none_on_13_and_set_from_14(db):
+    v14 = db.execute("SELECT current_setting('server_version_num')::int >= 140000").fetchone()[0]
+    # the other sessions' limit is set on 13 too (only the transaction's there)
+    assert db.execute("SELECT scrinalia.limit_scheduler_session(interval '1 second')").fetchone()[0] is not None
+    limit = db.execute("SELECT scrinalia.limit_scheduler_lock_session()").fetchone()[0]
+    try:
+        if v14:
+            assert limit == db.execute("SELECT scrinalia.lock_session_idle_limit()").fetchone()[0]
+            assert db.execute("SHOW idle_session_timeout").fetchone()[0] == "5s"
+        else:
+            assert limit is None
+    finally:
+        if v14:
+            db.execute("RESET idle_session_timeout")
+        db.execute("RESET idle_in_transaction_session_timeout")
