@@ -3,7 +3,8 @@
 While the holder waits for the next due instant it reads the schedules due then and
 computes their next occurrences; ahead_of(n) before the instant one pipeline checks the
 lock and calls tick_due_at(), which does the work at once and returns at the instant
-(on the server's clock), and the COMMIT follows: the runs become visible at the
+(on the server's clock), and the COMMIT sent with them follows at once, in the server
+(a holder frozen meanwhile does not hold the period back): the runs become visible at the
 instant, not after the due query, the cron work and the tick one after another on a
 machine that is busy at every minute boundary. What it does not decide (a schedule
 changed meanwhile, a spike beyond the prepared limit) the ordinary pass after it does.
@@ -86,15 +87,22 @@ def prepare(conn: psycopg.Connection, due_at: datetime, ready: float, limit: int
 
 
 def send(conn: psycopg.Connection, p: Prepared, *, lock_pid: int | None, name: str, log: EventLog) -> None:
-    """Checks the lock and ticks the prepared schedules: one transaction sent as one
-    pipeline, committed once tick_due_at() returns at the instant."""
+    """Checks the lock and ticks the prepared schedules: one transaction, its COMMIT sent
+    in the same pipeline, so the server commits it when tick_due_at() returns at the
+    instant whatever this process does meanwhile. (A COMMIT sent once the answer came,
+    as conn.transaction() does in a pipeline, left a holder frozen during the wait with
+    its period invisible and its rows held for as long as it stayed frozen.)"""
     try:
-        with conn.pipeline(), conn.transaction():
-            # in a pipeline an error surfaces at the sync, so the refusal is caught around it
+        with conn.pipeline():
+            # in a pipeline an error surfaces at the sync, so the refusal is caught around it;
+            # after an error the server skips the rest, the COMMIT too
+            conn.execute(sql.BEGIN)
             conn.execute(sql.CHECK_LOCK, (lock_pid,))
             cur = conn.cursor(row_factory=dict_row).execute(sql.TICK_DUE_AT, (p.due_at, p.workers, p.nexts, name))
+            conn.execute(sql.COMMIT)
         rows = cur.fetchall()
     except psycopg.Error as e:
+        _roll_back(conn)
         if e.sqlstate == NOT_LOCK_HOLDER:
             raise LockLost(e.diag.message_primary) from None
         raise
@@ -102,3 +110,13 @@ def send(conn: psycopg.Connection, p: Prepared, *, lock_pid: int | None, name: s
     with log.batch():
         for r in rows:
             log_decision(log, r, p.crons[r["worker_name"]])
+
+
+def _roll_back(conn: psycopg.Connection) -> None:
+    """Out of the transaction an error left open (aborted); a broken session has none."""
+    if conn.closed or conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        return
+    try:
+        conn.rollback()
+    except psycopg.Error:
+        pass  # the session broke: the loop finds it
