@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import sys
@@ -173,3 +174,29 @@ def startup_error(log: EventLog, prog: str, as_json: bool, e: BaseException) -> 
         log("config error", level="error", reason=one_line(e))
     else:
         print(f"{prog}: {one_line(e)}", file=sys.stderr)
+
+
+class _LibraryLines(logging.Handler):
+    """A library's log record (psycopg's `error ignored terminating <Pipeline>` after a
+    lost connection, a Python warning) as one line of an EventLog."""
+
+    def __init__(self, log: EventLog):
+        super().__init__(logging.WARNING)
+        self.log = log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            level = "error" if record.levelno >= logging.ERROR else "warning"
+            self.log("library warning", level=level, logger=record.name, reason=one_line(record.getMessage()))
+        except Exception:  # noqa: BLE001 - a log line must never stop a daemon
+            pass
+
+
+def route_library_logs(log: EventLog) -> None:
+    """The libraries' warnings (the logging module's, Python's warnings) go to `log`, one
+    line each: without this Python writes them to stderr as bare text, which breaks
+    --json's one-object-a-line."""
+    root = logging.getLogger()
+    root.handlers[:] = [_LibraryLines(log)]
+    root.setLevel(logging.WARNING)
+    logging.captureWarnings(True)

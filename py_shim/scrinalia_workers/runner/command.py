@@ -23,7 +23,7 @@ from scrinalia_workers.gateway.checks import STARTUP_WAIT_MAX, preflight, startu
 from scrinalia_workers.gateway.connection import connect, one
 from scrinalia_workers.gateway.dsn_password import warn_if_password_in_argv
 from scrinalia_workers.gateway.statements.runner import RUNNER_FUNCTIONS, RUNNER_GROUP, UNREGISTERED_WORKERS
-from scrinalia_workers.logs import EventLog, startup_error
+from scrinalia_workers.logs import EventLog, route_library_logs, startup_error
 from scrinalia_workers.runner.batch import RELEASE_AFTER, HandlersStuck
 from scrinalia_workers.runner.daemon import DEFAULT_BATCH, DEFAULT_CONCURRENCY, Runner
 from scrinalia_workers.runner.failure import describe_failure
@@ -186,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     log = EventLog(json_lines=args.json)
     _log_stray_errors(log)
+    route_library_logs(log)
     previous = {sig: signal.signal(sig, _exit_now) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         wakeup = Wakeup()

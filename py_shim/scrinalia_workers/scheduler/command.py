@@ -12,7 +12,7 @@ from scrinalia_workers.exits import exit_at_once
 from scrinalia_workers.gateway.checks import STARTUP_WAIT_MAX, preflight, startup_wait
 from scrinalia_workers.gateway.dsn_password import warn_if_password_in_argv
 from scrinalia_workers.gateway.statements.scheduler import REQUIRED_FUNCTIONS
-from scrinalia_workers.logs import EventLog, startup_error
+from scrinalia_workers.logs import EventLog, route_library_logs, startup_error
 from scrinalia_workers.policy import MAX_ACTOR_LENGTH
 from scrinalia_workers.scheduler.daemon import Scheduler
 from scrinalia_workers.scheduler.settings import DEFAULTS
@@ -70,6 +70,7 @@ def _name(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     log = EventLog(json_lines=args.json, level=args.log_level)
+    route_library_logs(log)
     warn_if_password_in_argv(args.dsn, log)
     try:
         dsn = preflight(
