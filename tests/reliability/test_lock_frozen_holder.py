@@ -79,6 +79,8 @@ def test_a_frozen_holder_costs_a_period_at_most_10_s_without_the_right_to_end_se
     sched = _as(dsn, role_logins["scheduler"])
     su = _superuser(admin_dsn, dsn)
     owner = psycopg.connect(dsn, autocommit=True)
+    if owner.execute("SELECT current_setting('server_version_num')::int < 140000").fetchone()[0]:
+        pytest.skip("PostgreSQL 13 has no idle_session_timeout: the bound there is the eviction's (docs/operate.md)")
     assert owner.execute(
         "SELECT NOT rolsuper AND NOT pg_has_role(current_user, 'pg_signal_backend', 'MEMBER')"
         " FROM pg_roles WHERE rolname = current_user"

@@ -5,6 +5,7 @@ the loop away from it (a long chunk in the database)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import psycopg
@@ -20,15 +21,29 @@ def _holder(db) -> int | None:
     return db.execute("SELECT scrinalia.scheduler_lock_holder()").fetchone()[0]
 
 
+# a hung loop, for the test: the keepalive stops this long after the loop's last sign
+LOOP_SILENT = 1.0
+
+
 @pytest.fixture
 def held(db, db_dsn, role_logins):
     if db.execute("SELECT current_setting('server_version_num')::int < 140000").fetchone()[0]:
         pytest.skip("PostgreSQL 13 has no idle_session_timeout (test_the_limit_is_none_on_13)")
-    s = Sessions(psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["scheduler"]), "keepalive-test")
+    s = Sessions(
+        psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["scheduler"]),
+        "keepalive-test",
+        loop_silent_after=LOOP_SILENT,
+    )
     assert s.acquire(5.0)
     assert _holder(db) == s.lock_pid
     yield s
     s.close()
+
+
+def _keep_looping(s: Sessions, stop: threading.Event) -> None:
+    """The loop's signs of life (its heartbeats between chunks), as a pass makes them."""
+    while not stop.wait(LOOP_SILENT / 4):
+        s.looped_at = time.monotonic()
 
 
 def test_a_busy_holder_keeps_its_lock_session_past_the_idle_limit(db, held):
@@ -37,8 +52,16 @@ def test_a_busy_holder_keeps_its_lock_session_past_the_idle_limit(db, held):
         == db.execute("SELECT extract(epoch FROM scrinalia.lock_session_idle_limit())::float8").fetchone()[0]
     )
     # a pass that keeps the loop away from the lock session for longer than the limit:
-    # one statement on the work session, as a long chunk in the database would be
-    held.work.execute("SELECT pg_sleep(%s)", (held.lock_idle_limit + 2,))
+    # one statement on the work session, as a long chunk in the database would be (the
+    # loop's other signs of life, its heartbeats between chunks, by a thread here)
+    stop = threading.Event()
+    looping = threading.Thread(target=_keep_looping, args=(held, stop))
+    looping.start()
+    try:
+        held.work.execute("SELECT pg_sleep(%s)", (held.lock_idle_limit + 2,))
+    finally:
+        stop.set()
+        looping.join()
     assert held.heartbeat()
     assert _holder(db) == held.lock_pid
 
@@ -52,6 +75,14 @@ def test_a_silent_lock_session_is_ended_by_the_server_within_the_limit(db, held)
     assert not db.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (held.lock_pid,)).fetchone()
     with pytest.raises(psycopg.OperationalError):
         held.heartbeat()
+
+
+def test_a_hung_loop_stops_the_keepalive_and_the_server_ends_the_lock_session(db, held):
+    # the loop gives no sign of life (no heartbeat, no wait) from here on
+    hung_at = held.looped_at = time.monotonic()
+    wait_for(lambda: _holder(db) is None, timeout=LOOP_SILENT + held.lock_idle_limit + 3, what="the lock freed")
+    assert time.monotonic() - hung_at >= held.lock_idle_limit  # kept alive a while, then let go
+    assert time.monotonic() - hung_at <= LOOP_SILENT + held.lock_idle_limit + 1.5
 
 
 def test_the_limit_is_none_on_13_and_set_from_14(db):

@@ -125,7 +125,7 @@ class _KeepAlive:
     def _run(self) -> None:
         s = self.sessions
         while not self.stop.wait(max(0.05, KEEPALIVE_EVERY - (time.monotonic() - s.sent_at))):
-            if time.monotonic() - s.looped_at > LOOP_SILENT_AFTER:
+            if time.monotonic() - s.looped_at > s.loop_silent_after:
                 continue  # the loop is hung: the server's limit ends the session
             if time.monotonic() - s.sent_at >= KEEPALIVE_EVERY:
                 s.keep_alive()
@@ -142,8 +142,9 @@ class Sessions:
     and its eviction) and the work session (opened once the lock is ours: the holder's
     tenure is counted from its start). Implements leadership.LockSession."""
 
-    def __init__(self, dsn: str, name: str, idle_margin: float = 5.0):
+    def __init__(self, dsn: str, name: str, idle_margin: float = 5.0, loop_silent_after: float = LOOP_SILENT_AFTER):
         self.dsn = dsn
+        self.loop_silent_after = loop_silent_after
         self.name = name
         self.idle_margin = idle_margin  # the longest wait between two of our statements
         self.lock_conn: psycopg.Connection | None = None
