@@ -232,12 +232,15 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT interval '1 second' $$;
 
--- How long a scheduler's lock session may stay idle before the server ends it
--- (idle_session_timeout, PostgreSQL 14+; limit_scheduler_lock_session()): a frozen
--- holder frees the lock this soon after its last statement, with no privilege to end a
--- session. A live holder sends a statement on it far more often, from a thread of its
--- own (scheduler.sessions.KEEPALIVE_EVERY), so a long pass does not end it.
-CREATE OR REPLACE FUNCTION scrinalia.lock_session_idle_limit()
+-- How long the scheduler holding the lock may leave its sessions waiting before the
+-- server ends them: its lock session idle (idle_session_timeout, PostgreSQL 14+;
+-- limit_scheduler_lock_session()), its work session idle inside a transaction
+-- (idle_in_transaction_session_timeout; limit_scheduler_work_session()). A frozen holder
+-- frees the lock, and any schedule row its tick holds, this soon after its last
+-- statement, with no privilege to end a session. A live holder sends a statement far
+-- more often, from a thread of its own (scheduler.sessions.KEEPALIVE_EVERY), so a long
+-- pass does not end them.
+CREATE OR REPLACE FUNCTION scrinalia.holder_idle_limit()
 RETURNS interval
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp

@@ -308,7 +308,7 @@ BEGIN
     RETURN idle;
 END $$;
 
--- The holder's lock session ends itself when idle longer than lock_session_idle_limit()
+-- The holder's lock session ends itself when idle longer than holder_idle_limit()
 -- (idle_session_timeout): a frozen holder frees the lock that soon after its last
 -- statement, with no privilege to end a session, and the standby waiting first in the
 -- lock's queue gets it. The scheduler calls it once it holds the lock, and from then on
@@ -322,12 +322,29 @@ RETURNS interval
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
-DECLARE idle interval := scrinalia.lock_session_idle_limit();
+DECLARE idle interval := scrinalia.holder_idle_limit();
 BEGIN
     IF current_setting('server_version_num')::integer < 140000 THEN
         RETURN NULL;
     END IF;
     PERFORM set_config('idle_session_timeout', (extract(epoch FROM idle) * 1000)::bigint::text, false);
+    RETURN idle;
+END $$;
+
+-- The holder's work session ends itself when idle inside a transaction longer than
+-- holder_idle_limit() (idle_in_transaction_session_timeout): a holder frozen inside a
+-- tick transaction frees that chunk's schedule rows that soon, and the new holder ticks
+-- them. The scheduler calls it on its work session once it holds the lock; the one long
+-- wait of that session inside a transaction, the cron work of a chunk, is kept from the
+-- limit by the keepalive thread. Returns the limit.
+CREATE OR REPLACE FUNCTION scrinalia.limit_scheduler_work_session()
+RETURNS interval
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+DECLARE idle interval := scrinalia.holder_idle_limit();
+BEGIN
+    PERFORM set_config('idle_in_transaction_session_timeout', (extract(epoch FROM idle) * 1000)::bigint::text, false);
     RETURN idle;
 END $$;
 

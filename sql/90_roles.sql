@@ -130,7 +130,8 @@ GRANT EXECUTE ON FUNCTION
     scrinalia.take_scheduler_lock(text, interval, integer),
     scrinalia.evict_lock_holder(integer),
     scrinalia.limit_scheduler_session(interval),
-    scrinalia.limit_scheduler_lock_session()
+    scrinalia.limit_scheduler_lock_session(),
+    scrinalia.limit_scheduler_work_session()
    TO scrinalia_scheduler, scrinalia_operator, scrinalia_runner;
 
 -- What status says of this install: CONNECT still granted to PUBLIC, the owner unable

@@ -40,7 +40,7 @@ INTERNAL = {
     "owes_retry",
     "arm_retry_interval",
     "heartbeat_interval",
-    "lock_session_idle_limit",
+    "holder_idle_limit",
     "scheduler_stale_after",
     "overdue_grace",
     "scheduler_lock_holder",

@@ -98,10 +98,10 @@ def test_a_frozen_holder_is_replaced_without_the_grant(lp_dsn, role_logins, proc
         assert owner.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 3
     ticks = [e for e in a.events[a_resumed:] if e.get("event") in ("pass", "enqueued", "skipped", "armed")]
     assert ticks == [], ticks
-    # its lock session ends when idle lock_session_idle_limit(), counted from A's last
+    # its lock session ends when idle holder_idle_limit(), counted from A's last
     # statement on it (the keepalive's, at most KEEPALIVE_EVERY before the freeze)
     with psycopg.connect(dsn, autocommit=True) as owner:
-        idle = owner.execute("SELECT extract(epoch FROM scrinalia.lock_session_idle_limit())::float8").fetchone()[0]
+        idle = owner.execute("SELECT extract(epoch FROM scrinalia.holder_idle_limit())::float8").fetchone()[0]
     assert idle - KEEPALIVE_EVERY - 0.1 <= took < idle + 2.0, took
     print(
         f"\nRELIABILITY least-privilege install: frozen holder replaced in {took:.2f} s"

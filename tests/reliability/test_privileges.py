@@ -89,6 +89,7 @@ SCHEDULER = SHARED | {
     "take_scheduler_lock",
     "limit_scheduler_session",
     "limit_scheduler_lock_session",
+    "limit_scheduler_work_session",
     "set_schedules_aside",
     # the repair of stored instants (sql/55_repair.sql)
     "repair_instants",

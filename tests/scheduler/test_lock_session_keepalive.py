@@ -1,7 +1,9 @@
 """The holder's lock session is ended by the server when its process sends nothing on it
-for lock_session_idle_limit() (a frozen holder frees the lock within seconds, with no
+for holder_idle_limit() (a frozen holder frees the lock within seconds, with no
 right to end a session), and kept by the keepalive thread however long the passes keep
-the loop away from it (a long chunk in the database)."""
+the loop away from it (a long chunk in the database). Its work session is ended when
+idle that long inside a transaction (a holder frozen inside a tick frees the chunk's
+rows), and kept while the loop computes inside one (a chunk's cron work)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import time
 import psycopg
 import pytest
 
+from helpers import YEARLY, make_worker, put_schedule
 from scrinalia_workers.scheduler.sessions import Sessions
 from scrinalia_workers.testkit.waiting import wait_for
 
@@ -49,7 +52,7 @@ def _keep_looping(s: Sessions, stop: threading.Event) -> None:
 def test_a_busy_holder_keeps_its_lock_session_past_the_idle_limit(db, held):
     assert (
         held.lock_idle_limit
-        == db.execute("SELECT extract(epoch FROM scrinalia.lock_session_idle_limit())::float8").fetchone()[0]
+        == db.execute("SELECT extract(epoch FROM scrinalia.holder_idle_limit())::float8").fetchone()[0]
     )
     # a pass that keeps the loop away from the lock session for longer than the limit:
     # one statement on the work session, as a long chunk in the database would be (the
@@ -77,6 +80,50 @@ def test_a_silent_lock_session_is_ended_by_the_server_within_the_limit(db, held)
         held.heartbeat()
 
 
+def _row_locked(db) -> bool:
+    return not db.execute("SELECT 1 FROM scrinalia.archive_worker_schedules FOR UPDATE SKIP LOCKED").fetchone()
+
+
+@pytest.fixture
+def schedule(db):
+    """A schedule due: a chunk's due query (due_schedules) row-locks it."""
+    make_worker(db, "ocr")
+    put_schedule(db, "ocr", YEARLY, "UTC")
+    db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() - interval '1 minute'")
+
+
+DUE = "SELECT worker_name FROM scrinalia.due_schedules(10)"
+
+
+def test_the_work_session_computing_inside_a_transaction_is_kept_past_the_limit(db, held, schedule):
+    with held.work.transaction():
+        assert held.work.execute(DUE).fetchall() == [("ocr",)]
+        stop = threading.Event()
+        looping = threading.Thread(target=_keep_looping, args=(held, stop))
+        looping.start()
+        try:
+            with held.computing():  # a chunk's cron work, longer than the limit
+                time.sleep(held.lock_idle_limit + 2)
+        finally:
+            stop.set()
+            looping.join()
+        assert _row_locked(db)
+        held.work.execute("SELECT 1")
+    assert not _row_locked(db)
+    assert held.heartbeat()
+
+
+def test_a_tick_transaction_left_idle_is_ended_by_the_server_within_the_limit(db, held, schedule):
+    held.work.execute("BEGIN")
+    assert held.work.execute(DUE).fetchall() == [("ocr",)]
+    idle_since = time.monotonic()
+    assert _row_locked(db)
+    # frozen inside the transaction: nothing more is sent on the work session
+    wait_for(lambda: not _row_locked(db), timeout=held.lock_idle_limit + 3, what="the rows freed")
+    assert time.monotonic() - idle_since <= held.lock_idle_limit + 1
+    assert not db.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (held.work_pid,)).fetchone()
+
+
 def test_a_hung_loop_stops_the_keepalive_and_the_server_ends_the_lock_session(db, held):
     # the loop gives no sign of life (no heartbeat, no wait) from here on
     hung_at = held.looped_at = time.monotonic()
@@ -92,7 +139,7 @@ def test_the_limit_is_none_on_13_and_set_from_14(db):
     limit = db.execute("SELECT scrinalia.limit_scheduler_lock_session()").fetchone()[0]
     try:
         if v14:
-            assert limit == db.execute("SELECT scrinalia.lock_session_idle_limit()").fetchone()[0]
+            assert limit == db.execute("SELECT scrinalia.holder_idle_limit()").fetchone()[0]
             assert db.execute("SHOW idle_session_timeout").fetchone()[0] == "5s"
         else:
             assert limit is None

@@ -108,6 +108,7 @@ class Scheduler:
             check_lock=self._check_lock,
             repair=repair,
             settings=self.settings,
+            computing=self.sessions.computing,
         ).run()
 
     # --- waiting (scheduler.pacing) and the prepared tick (scheduler.prepared) -----------

@@ -6,16 +6,18 @@ a session-mode pooler. Behind a transaction-mode pooler the lock would land on a
 backend we do not keep; that is detected (two client connections sharing one server
 session, or a heartbeat answered by another session) and refused (UnsafeConnection).
 
-Once the lock is held, the server ends the lock session when it is idle for
-scrinalia.lock_session_idle_limit(), and a thread of this process (_KeepAlive) sends it
-a statement every KEEPALIVE_EVERY: only a frozen (or hung) process lets it go idle, and
-its lock then goes to the standby first in the queue.
+Once the lock is held, the server ends the lock session when it is idle, and the work
+session when it is idle inside a transaction, for scrinalia.holder_idle_limit(); a
+thread of this process (_KeepAlive) keeps them from it: only a frozen (or hung) process
+lets them go idle, and its lock then goes to the standby first in the queue.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -36,7 +38,7 @@ RECORD_TRIES = 3
 CANCEL_WAIT = 5.0
 # How often the holder's lock session is sent a statement (its heartbeat), from a thread
 # of its own, whatever the passes do: the server ends that session when it is idle for
-# scrinalia.lock_session_idle_limit() (a frozen holder), so this stays well under it on
+# scrinalia.holder_idle_limit() (a frozen holder), so this stays well under it on
 # a busy machine.
 KEEPALIVE_EVERY = 1.0
 # How long the holder's loop may go without a statement on its lock session (a heartbeat
@@ -110,11 +112,13 @@ class _Queued:
 
 
 class _KeepAlive:
-    """The holder's lock session kept from the server's idle limit while this process
-    runs: a thread sends the heartbeat (a bare statement before the work session is open)
-    whenever nothing was sent on the session for KEEPALIVE_EVERY. A frozen process sends
-    nothing, so the server ends the session and the lock goes to the standby first in
-    the queue; no standby needs the right to end a session."""
+    """The holder's sessions kept from the server's idle limits while this process runs:
+    a thread sends the heartbeat on the lock session (a bare statement before the work
+    session is open) whenever nothing was sent on it for KEEPALIVE_EVERY, and a bare
+    statement on the work session while the loop computes inside one of its transactions
+    (Sessions.computing()). A frozen process sends nothing, so the server ends the
+    sessions and the lock goes to the standby first in the queue; no standby needs the
+    right to end a session."""
 
     def __init__(self, sessions: Sessions):
         self.sessions = sessions
@@ -124,11 +128,12 @@ class _KeepAlive:
 
     def _run(self) -> None:
         s = self.sessions
-        while not self.stop.wait(max(0.05, KEEPALIVE_EVERY - (time.monotonic() - s.sent_at))):
+        while not self.stop.wait(KEEPALIVE_EVERY / 4):
             if time.monotonic() - s.looped_at > s.loop_silent_after:
                 continue  # the loop is hung: the server's limit ends the session
             if time.monotonic() - s.sent_at >= KEEPALIVE_EVERY:
                 s.keep_alive()
+            s.keep_work_alive()
 
     def end(self) -> None:
         self.stop.set()
@@ -160,6 +165,12 @@ class Sessions:
         # sign of the holder's loop (its heartbeats and waits)
         self.sent_at = 0.0
         self.looped_at = 0.0
+        # while the loop computes inside a transaction of the work session (computing()),
+        # the keepalive thread may send on it; the guard makes the window's end wait for
+        # that statement, so the thread never sends on it outside a window
+        self._work_guard = threading.Lock()
+        self._work_window = False
+        self._work_sent_at = 0.0
 
     @property
     def lock(self) -> psycopg.Connection:
@@ -216,6 +227,7 @@ class Sessions:
         check_schema(conn)  # a deploy may have moved the schema while we stood by
         self.work_conn, self.work_pid = self._open("scrinalia-scheduler")
         self.work_conn.execute(sql.SET_LOCK_TIMEOUT)
+        self.work_conn.execute(sql.LIMIT_WORK_SESSION)
         # the heartbeat recorded, vouching for the work session, before the first pass:
         # each try waits a moment for a state row a dead holder's last tick may hold
         for _ in range(RECORD_TRIES):
@@ -263,6 +275,33 @@ class Sessions:
                 self._heartbeat()
         except Exception:  # noqa: BLE001 - the loop meets the same session next
             pass
+
+    @contextmanager
+    def computing(self) -> Iterator[None]:
+        """A stretch of this process's work (the cron occurrences of a chunk) inside a
+        transaction of the work session, which the loop does not use meanwhile: the
+        keepalive thread keeps the session from the server's idle-in-transaction limit
+        (holder_idle_limit()), which then ends only a frozen holder's transaction."""
+        with self._work_guard:
+            self._work_window = True
+            self._work_sent_at = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._work_guard:
+                self._work_window = False
+
+    def keep_work_alive(self) -> None:
+        """The keepalive thread's statement on the work session, inside a computing()
+        window only, at most every KEEPALIVE_EVERY."""
+        with self._work_guard:
+            if not self._work_window or time.monotonic() - self._work_sent_at < KEEPALIVE_EVERY:
+                return
+            self._work_sent_at = time.monotonic()
+            try:
+                self.work.execute(sql.KEEP_ALIVE)
+            except Exception:  # noqa: BLE001 - the loop meets the same session next
+                pass
 
     def evict_stale(self, seen_pid: int | None = None) -> dict[str, Any]:
         """scrinalia.evict_lock_holder() from the look session, while the lock session

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import psycopg
@@ -60,8 +61,12 @@ class Pass:
         check_lock: Callable[[], None],
         repair: bool = True,
         settings: SchedulerSettings = DEFAULTS,
+        computing: Callable[[], AbstractContextManager[Any]] = nullcontext,
     ):
-        """`repair`: look for bad stored instants this pass (the scheduler says when)."""
+        """`repair`: look for bad stored instants this pass (the scheduler says when).
+        `computing`: around this process's work inside a transaction of `conn` (the cron
+        occurrences), which keeps the session from the server's idle limit meanwhile."""
+        self.computing = computing
         self.conn = conn
         self.repair = repair
         self.settings = settings
@@ -140,7 +145,8 @@ class Pass:
             )
         if self.repair:
             progressed = (
-                repair_instants(cur, self.conn, self.name, self.lock_pid, self.log, self.occurrences) or progressed
+                repair_instants(cur, self.conn, self.name, self.lock_pid, self.log, self.occurrences, self.computing)
+                or progressed
             )
         for n in range(self.settings.max_chunks):
             if n:
@@ -168,7 +174,8 @@ class Pass:
             del due[chunk:]  # (locked until the commit, then the next chunk's first)
             w, c, z, t = _positions(plain, "worker_name", "cron", "timezone", "db_now")
             db_now = due[0][t]
-            nexts = self.occurrences.after_each([(d[c], d[z]) for d in due], db_now)
+            with self.computing():
+                nexts = self.occurrences.after_each([(d[c], d[z]) for d in due], db_now)
             names = [d[w] for d in due]
             aside: list[Row] = []
             if any(isinstance(n, Exception) for n in nexts):
@@ -229,6 +236,7 @@ def repair_instants(
     lock_pid: int | None,
     log: EventLog,
     occurrences: Occurrences,
+    computing: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> bool:
     """Stored instants no cron or policy produces, repaired (sql/55_repair.sql), a log
     line each: leases longer than a runner may take reaped, retries held back beyond
@@ -246,7 +254,8 @@ def repair_instants(
             pairs = cur.execute(sql.ARMED_SCHEDULE_CRONS).fetchall()
             if pairs:
                 db_now = pairs[0]["db_now"]
-                nexts = occurrences.after_each([(p["cron"], p["timezone"]) for p in pairs], db_now)
+                with computing():
+                    nexts = occurrences.after_each([(p["cron"], p["timezone"]) for p in pairs], db_now)
                 ok = [(p, n) for p, n in zip(pairs, nexts) if not isinstance(n, Exception)]
                 if ok:
                     rearmed = cur.execute(

@@ -22,6 +22,7 @@ REQUIRED_FUNCTIONS: tuple[str, ...] = (
     "evict_lock_holder(integer)",
     "limit_scheduler_session(interval)",
     "limit_scheduler_lock_session()",
+    "limit_scheduler_work_session()",
 )
 
 # --- the lock session ------------------------------------------------------------------
@@ -78,7 +79,10 @@ LIMIT_SESSION = "SELECT scrinalia.limit_scheduler_session(make_interval(secs => 
 # once the lock is ours: the server ends the lock session when it is idle a few seconds
 # (a frozen holder); idle: that limit in seconds, NULL where the server has none (13)
 LIMIT_LOCK_SESSION = "SELECT extract(epoch FROM scrinalia.limit_scheduler_lock_session())::float8 AS idle"
-# what keeps the lock session from that limit before the work session is open
+# the work session: the server ends it when it is idle inside a transaction as long
+LIMIT_WORK_SESSION = "SELECT scrinalia.limit_scheduler_work_session()"
+# what keeps a session from those limits (the lock session's before the work session is
+# open; the work session's while the cron work of a chunk runs inside its transaction)
 KEEP_ALIVE = "SELECT 1 AS alive"
 # who holds the lock, and whether its own session wrote the heartbeat (heartbeat_pid)
 LOCK_HOLDER_HEARTBEAT = (
