@@ -191,3 +191,88 @@ def test_every_line_is_json_when_the_sessions_are_ended_during_the_prepared_tick
     assert a.raw, "the scheduler wrote nothing"
     owner.close()
     su.close()
+
+
+# Schedules of distinct crons due at once: the holder's chunk computes their next
+# occurrences inside its tick transaction long enough for the test to freeze it there.
+IN_CHUNK = 6000
+
+
+def test_a_holder_frozen_inside_a_tick_transaction_holds_its_rows_at_most_10_s(
+    lp_dsn,  # noqa: F811
+    admin_dsn,
+    role_logins,
+    procs,
+):
+    """Frozen between a chunk's due query and its commit (the chunk's cron work, inside
+    the transaction that row-locks the due schedules): the server ends the frozen work
+    session, and the standby ticks those schedules, within FROZEN_COST of the freeze."""
+    dsn, _ = lp_dsn
+    sched = _as(dsn, role_logins["scheduler"])
+    su = _superuser(admin_dsn, dsn)
+    owner = psycopg.connect(dsn, autocommit=True)
+    if owner.execute("SELECT current_setting('server_version_num')::int < 140000").fetchone()[0]:
+        pytest.skip("PostgreSQL 13 has no idle_session_timeout: the bound there is the eviction's (docs/operate.md)")
+    workers = make_workers(owner, IN_CHUNK, "ch")
+    crons = [f"{i % 60} {i // 60 % 24} {i // 1440 % 28 + 1} {i // 40320 % 12 + 1} *" for i in range(IN_CHUNK)]
+    assert len(set(crons)) == IN_CHUNK
+    owner.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone)"
+        " SELECT w, c, 'UTC' FROM unnest(%s::text[], %s::text[]) AS x(w, c)",
+        (workers, crons),
+    )
+    a = procs.scheduler(sched, "--name", "a", lines="both")
+    a.wait_event("lock acquired")
+    b = procs.scheduler(sched, "--name", "b", lines="both")
+    b.wait_event("standby")
+    wait_for(
+        lambda: owner.execute(
+            "SELECT bool_and(next_run_at > now()) FROM scrinalia.archive_worker_schedules"
+        ).fetchone()[0],
+        timeout=30,
+        what="the schedules armed",
+    )
+    work_pid = su.execute("SELECT heartbeat_work_pid FROM scrinalia.scheduler_state").fetchone()[0]
+
+    def computing_in_chunk() -> bool:
+        return bool(
+            su.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND state = 'idle in transaction'"
+                " AND query LIKE '%%due_schedules%%'",
+                (work_pid,),
+            ).fetchone()
+        )
+
+    taken = b.mark()
+    # due now: not an instant the holder prepared, so its ordinary pass ticks them in a chunk
+    owner.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = now()")
+    owner.execute("NOTIFY scrinalia_scheduler")
+    wait_for(computing_in_chunk, timeout=10, interval=0.002, what="the chunk's cron work in its transaction")
+    os.kill(a.pid, signal.SIGSTOP)
+    frozen_at = time.monotonic()
+    assert computing_in_chunk(), "frozen outside the chunk's transaction"
+
+    def runs() -> int:
+        return owner.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0]
+
+    assert runs() == 0
+    wait_for(lambda: runs() == IN_CHUNK, timeout=FROZEN_COST + 10, interval=0.05, what="the chunk's runs visible")
+    visible = time.monotonic() - frozen_at
+    took = b.wait_event("lock acquired", since=taken, timeout=5)["_mono"] - frozen_at
+    print(
+        f"\nRELIABILITY frozen holder (inside a chunk of {IN_CHUNK} distinct crons, default flags, no right to"
+        f" end sessions): the standby held the lock {took:.2f} s and the chunk's runs were visible {visible:.2f} s"
+        " after the freeze"
+    )
+    assert visible <= FROZEN_COST, visible
+    assert took <= FROZEN_COST, took
+    resumed = a.mark()
+    os.kill(a.pid, signal.SIGCONT)
+    a.wait_event("lock lost", since=resumed)
+    assert owner.execute("SELECT count(DISTINCT worker_name) = count(*) FROM scrinalia.archive_worker_runs").fetchone()[
+        0
+    ]
+    assert [a.stop(), b.stop()] == [0, 0]
+    assert _not_json(a) == [] and _not_json(b) == []
+    owner.close()
+    su.close()
