@@ -276,3 +276,50 @@ def test_a_holder_frozen_inside_a_tick_transaction_holds_its_rows_at_most_10_s(
     assert _not_json(a) == [] and _not_json(b) == []
     owner.close()
     su.close()
+
+
+# A healthy holder kept busy: a full chunk of distinct crons and part of another (their
+# cron work inside each chunk's transaction, their tick statements long), twice: when
+# it arms them, then when they all fall due. Without the keepalive thread it lost the
+# lock three times.
+BUSY = 25_000
+
+
+def test_a_busy_holder_keeps_its_lock_through_long_chunks(lp_dsn, role_logins, procs):  # noqa: F811
+    dsn, _ = lp_dsn
+    owner = psycopg.connect(dsn, autocommit=True)
+    if owner.execute("SELECT current_setting('server_version_num')::int < 140000").fetchone()[0]:
+        pytest.skip("PostgreSQL 13 has no idle_session_timeout")
+    workers = make_workers(owner, BUSY, "busy")
+    crons = [f"{i % 60} {i // 60 % 24} {i // 1440 % 28 + 1} {i // 40320 % 12 + 1} *" for i in range(BUSY)]
+    owner.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone)"
+        " SELECT w, c, 'UTC' FROM unnest(%s::text[], %s::text[]) AS x(w, c)",
+        (workers, crons),
+    )
+    a = procs.scheduler(_as(dsn, role_logins["scheduler"]), "--name", "a", lines="both")
+    a.wait_event("lock acquired")
+    wait_for(
+        lambda: (
+            owner.execute(
+                "SELECT count(*) FROM scrinalia.archive_worker_schedules WHERE next_run_at > now()"
+            ).fetchone()[0]
+            == BUSY
+        ),
+        timeout=120,
+        interval=0.5,
+        what="the schedules armed",
+    )
+    owner.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = now()")
+    owner.execute("NOTIFY scrinalia_scheduler")
+    wait_for(
+        lambda: owner.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == BUSY,
+        timeout=120,
+        interval=0.5,
+        what="every run enqueued",
+    )
+    assert a.count("lock lost") == 0 and a.count("lock acquired") == 1
+    assert a.count("pass error") == 0
+    assert a.stop() == 0
+    assert _not_json(a) == []
+    owner.close()
