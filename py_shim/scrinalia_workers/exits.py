@@ -13,6 +13,16 @@ from typing import Any, NoReturn
 
 LAST_WORDS_WITHIN = 1.0  # seconds the last line may take before the exit goes without it
 
+# The signals the daemons handle. Python runs their handlers in the main thread only, and
+# a signal the kernel hands to another thread does not interrupt the main thread's
+# blocked system call (a write to a log pipe nobody reads): the helper threads block them.
+HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)
+
+
+def leave_signals_to_the_main_thread() -> None:
+    """Called first in a helper thread: the handled signals go to the main thread."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+
 
 def exit_at_once(code: int, log: Any, event: str, **fields: Any) -> NoReturn:
     """os._exit(code) after one warning line; called from a signal handler."""

@@ -79,6 +79,9 @@ def test_a_notify_wakes_the_sleeping_scheduler_for_a_due_schedule(db, db_dsn, pr
     # its timed wake-ups an hour apart: only the NOTIFY can bring the next pass
     p = procs.scheduler(db_dsn, "--max-sleep", "3600", "--log-level", "debug")
     assert _pass_before(p, "armed", worker="ocr") == 1
+    # asleep first: a schedule due before the pass asked for its next instant would be
+    # ticked by the prepared tick of that instant, without a pass
+    wait_for(lambda: _asleep(db), what="the scheduler asleep after its first pass")
     set_next_run(db, "ocr", "2 minutes")
     db.execute("NOTIFY scrinalia_scheduler")
     assert _pass_before(p, "enqueued", worker="ocr") == 2

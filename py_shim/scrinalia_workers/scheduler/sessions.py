@@ -24,6 +24,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from scrinalia_workers.errors import NOT_THE_SCHEDULER, LockLost, UnsafeConnection
+from scrinalia_workers.exits import leave_signals_to_the_main_thread
 from scrinalia_workers.gateway import connection as db
 from scrinalia_workers.gateway.checks import check_schema, schema_moved
 from scrinalia_workers.gateway.statements import scheduler as sql
@@ -93,6 +94,7 @@ class _Queued:
         threading.Thread(target=self._wait, args=(name,), name="scheduler-lock-queue", daemon=True).start()
 
     def _wait(self, name: str) -> None:
+        leave_signals_to_the_main_thread()
         try:
             self.got = bool(_call(self.conn, sql.TAKE_LOCK, (name, QUEUE_WAIT, None))["got"])
         except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
@@ -127,6 +129,7 @@ class _KeepAlive:
         self.thread.start()
 
     def _run(self) -> None:
+        leave_signals_to_the_main_thread()
         s = self.sessions
         while not self.stop.wait(KEEPALIVE_EVERY / 4):
             if time.monotonic() - s.looped_at > s.loop_silent_after:

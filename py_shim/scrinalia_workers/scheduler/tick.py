@@ -23,6 +23,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from scrinalia_workers.errors import INVALID_TICK_CALL, NOT_LOCK_HOLDER, LockLost
+from scrinalia_workers.exits import leave_signals_to_the_main_thread
 from scrinalia_workers.gateway.statements import scheduler as sql
 from scrinalia_workers.logs import EventLog, Lines, one_line
 from scrinalia_workers.scheduler.decision_lines import decision_text
@@ -109,7 +110,9 @@ class Pass:
             return
         self._wait_lines(1)
         if self._lines is None:
-            self._lines = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tick-lines")
+            self._lines = ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="tick-lines", initializer=leave_signals_to_the_main_thread
+            )
         self._queued.append(self._lines.submit(self._log_chunk, crons, aside, columns, decided))
 
     def _wait_lines(self, left: int) -> None:
