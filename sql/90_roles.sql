@@ -138,3 +138,12 @@ GRANT EXECUTE ON FUNCTION
     scrinalia.public_can_connect(),
     scrinalia.takeover_grant_missing()
    TO scrinalia_reader, scrinalia_operator, scrinalia_runner, scrinalia_scheduler;
+
+-- The scheduler's chores (85_retention.sql, 88_alerts.sql): the retention's batches and
+-- the pushed alerts, for whoever may run the scheduler. Listening to scrinalia_alerts
+-- needs no grant; the status line of the retention is the reader's.
+GRANT EXECUTE ON FUNCTION
+    scrinalia.prune_expired_runs(integer),
+    scrinalia.announce_alerts()
+   TO scrinalia_scheduler, scrinalia_operator, scrinalia_runner;
+GRANT EXECUTE ON FUNCTION scrinalia.retention_status() TO scrinalia_reader;

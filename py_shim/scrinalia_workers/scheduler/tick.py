@@ -10,10 +10,15 @@ visible chunk by chunk (a spike of 10,000 due at one instant does not wait for t
 last one), the heartbeat is written between chunks, and a chunk that fails rolls back
 alone. A schedule whose next occurrence cannot be computed here is set aside
 (scrinalia.set_schedules_aside) and retried later; the others fire regardless.
+
+Then the chores, after the due schedules: the retention's batches when a sweep is due
+(prune_expired) and the new alerts sent on scrinalia_alerts (announce_alerts), each
+paced by instants the database keeps.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -149,6 +154,11 @@ class Pass:
             progressed = progressed or decided
             if not (full and decided):
                 break
+        # after the due schedules, each in short transactions of its own: never before a tick
+        prune_expired(cur, self.conn, self.lock_pid, self.log)
+        with self.conn.transaction():
+            check_lock_in_transaction(cur, self.lock_pid)
+            cur.execute(sql.ANNOUNCE_ALERTS)
         return progressed
 
     def chunk(self, cur: psycopg.Cursor[Row]) -> tuple[bool, bool]:
@@ -279,3 +289,27 @@ def repair_instants(
                 reason="next_run_at was later than the next occurrence of its cron: a clock ahead, or written by hand",
             )
     return bool(fixed or rearmed)
+
+
+def prune_expired(cur: psycopg.Cursor[Row], conn: psycopg.Connection, lock_pid: int | None, log: EventLog) -> None:
+    """The retention (sql/85_retention.sql): when a sweep is due or under way, a few
+    small batches, each its own transaction; a `pruned` line when it removed runs or
+    finished its sweep."""
+    removed, last = 0, None
+    for n in itertools.count(1):
+        with conn.transaction():
+            check_lock_in_transaction(cur, lock_pid)
+            row = cur.execute(sql.PRUNE_EXPIRED_RUNS, (n,)).fetchone()
+        if row is None:
+            break
+        removed, last = removed + row["removed"], row
+        if not row["more"]:
+            break
+    if last is not None and (removed or last["finished"]):
+        log(
+            "pruned",
+            count=removed,
+            cutoff=last["cutoff"].isoformat(),
+            finished=last["finished"],
+            sweep_count=last["sweep_removed"],
+        )
