@@ -23,7 +23,8 @@ HEAD = [
     "0009_metrics_tallies",
     "0010_run_catch_up",
     "0011_run_limits",
-    "0012_alerts_retention",
+    "0012_rerun",
+    "0013_alerts_retention",
 ]
 
 

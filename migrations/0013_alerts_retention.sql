@@ -7,7 +7,7 @@
 -- * scheduler_chores: one row, the instants that pace the chores (the alerts' last
 --   check; the retention's sweep under way and the last one finished), so that a
 --   pace survives a restart or a takeover and a test moves it as data.
--- depends: 0011_run_limits
+-- depends: 0012_rerun
 
 CREATE TABLE scrinalia.announced_alerts (
     kind          text NOT NULL,
