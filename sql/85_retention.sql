@@ -120,12 +120,12 @@ BEGIN
     RETURN greatest(keep, scrinalia.min_prune_age());
 END $$;
 
--- Sets the retention (the owner only, as set_max_run_time): an interval of at least
--- min_prune_age(), else SW002; NULL turns it off (the scheduler then deletes nothing).
--- Returns the retention now in force (NULL: off).
+-- Sets the retention (the owner and the operator group, which may prune_runs by hand
+-- anyway): an interval of at least min_prune_age(), else SW002; NULL turns it off (the
+-- scheduler then deletes nothing). Returns the retention now in force (NULL: off).
 CREATE OR REPLACE FUNCTION scrinalia.set_run_retention(p_retention interval)
 RETURNS interval
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 BEGIN
@@ -158,6 +158,7 @@ DECLARE
     timed_out boolean := false;
     old_timeout text := current_setting('lock_timeout');
 BEGIN
+    PERFORM scrinalia.check_scheduler_caller('prune_expired_runs');
     SELECT * INTO ch FROM scrinalia.scheduler_chores;
     -- (a start in the future, a clock that went back, does not hold a sweep back)
     IF ch.prune_cutoff IS NULL

@@ -252,6 +252,7 @@ AS $$
 DECLARE
     sent integer;
 BEGIN
+    PERFORM scrinalia.check_scheduler_caller('announce_alerts');
     -- (a last check in the future, a clock that went back, does not hold a check back)
     UPDATE scrinalia.scheduler_chores SET alerts_checked_at = now()
      WHERE alerts_checked_at IS NULL OR alerts_checked_at <= now() - scrinalia.alert_check_interval()
@@ -263,7 +264,9 @@ BEGIN
         SELECT DISTINCT ON (1, 2, 3) x.kind, x.worker_name, x.identity, x.since, x.run_ids
           FROM (SELECT a.kind, coalesce(a.worker_name, '') AS worker_name,
                        CASE WHEN a.kind = 'SCHEDULER_UNHEALTHY' THEN ''
-                            WHEN a.kind = 'SCHEDULE_STARVED' OR a.run_ids IS NULL THEN coalesce(a.since::text, '')
+                            WHEN a.kind = 'SCHEDULE_STARVED' OR a.run_ids IS NULL
+                            -- (the epoch: the same text whatever the session's TimeZone and DateStyle)
+                            THEN coalesce(extract(epoch FROM a.since)::text, '')
                             ELSE a.run_ids[1]::text END AS identity,
                        a.since, a.run_ids
                   FROM scrinalia.current_alerts() a) x

@@ -146,10 +146,19 @@ GRANT EXECUTE ON FUNCTION scrinalia.rerun(bigint, text) TO scrinalia_operator;
 GRANT EXECUTE ON FUNCTION scrinalia.next_fires(text, integer) TO scrinalia_reader;
 
 -- The scheduler's chores (85_retention.sql, 88_alerts.sql): the retention's batches and
--- the pushed alerts, for whoever may run the scheduler. Listening to scrinalia_alerts
--- needs no grant; the status line of the retention is the reader's.
+-- the pushed alerts, for whoever may run the scheduler (and only from its session:
+-- check_scheduler_caller). Listening to scrinalia_alerts needs no grant. The retention
+-- is changed by the operator (who may prune_runs by hand already); what status says of
+-- it, numbers and instants only, is read by the reader and the monitor.
 GRANT EXECUTE ON FUNCTION
     scrinalia.prune_expired_runs(integer),
     scrinalia.announce_alerts()
    TO scrinalia_scheduler, scrinalia_operator, scrinalia_runner;
+GRANT EXECUTE ON FUNCTION scrinalia.set_run_retention(interval) TO scrinalia_operator;
 GRANT EXECUTE ON FUNCTION scrinalia.retention_status() TO scrinalia_reader;
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) 'scrinalia_monitor') THEN
+        GRANT EXECUTE ON FUNCTION scrinalia.retention_status() TO scrinalia_monitor;
+    END IF;
+END $$;

@@ -10,7 +10,7 @@ import json
 
 import psycopg
 
-from helpers import claim, lock_holding_scheduler, make_worker
+from helpers import claim, lock_holding_scheduler, make_worker, raises_sqlstate
 
 CHANNEL = "scrinalia_alerts"
 SENTINEL = "--end of the check--"
@@ -50,6 +50,14 @@ def heard(listen: psycopg.Connection, db: psycopg.Connection) -> list[dict]:
         assert len(n.payload.encode()) < 8000
         got.append(json.loads(n.payload))
     raise AssertionError(f"the end marker never came; heard {got}")
+
+
+def owner_session(db_dsn: str, timezone: str = "UTC", datestyle: str = "ISO, MDY") -> psycopg.Connection:
+    """A session that may announce outside a scheduler's pass: the schema owner's
+    (check_scheduler_caller), under its own TimeZone and DateStyle."""
+    c = psycopg.connect(db_dsn, autocommit=True)
+    c.execute("SELECT set_config('TimeZone', %s, false), set_config('DateStyle', %s, false)", (timezone, datestyle))
+    return c
 
 
 def check(announcer: psycopg.Connection, db: psycopg.Connection) -> int | None:
@@ -154,17 +162,24 @@ def kinds(got: list[dict]) -> list[str]:
 
 def test_each_kind_is_sent_once_and_again_when_it_comes_back(db, db_dsn, connect_as):
     reader, monitor = listener(connect_as, "reader"), listener(connect_as, "monitor")
-    announcer = connect_as("scheduler")
+    announcer, elsewhere = announcer_pair = (
+        owner_session(db_dsn),
+        # another session, its instants written otherwise: the same alerts all the same
+        owner_session(db_dsn, "Pacific/Chatham", "SQL, DMY"),
+    )
     runs = make_all(db)
     now_kinds = {k for (k,) in db.execute("SELECT kind FROM scrinalia.current_alerts()").fetchall()}
     assert now_kinds == KINDS  # (each kind is made above, one alert each)
 
     assert check(announcer, db) == len(KINDS)
-    assert check(announcer, db) == 0
+    assert check(elsewhere, db) == 0
     assert check(announcer, db) == 0
     for who in (reader, monitor):
         got = heard(who, db)
         assert kinds(got) == sorted(KINDS)  # once each across three checks
+    for c in announcer_pair:
+        c.close()
+    announcer = psycopg.connect(db_dsn, autocommit=True)
     by_kind = {g["kind"]: g for g in got}
     assert by_kind["RUN_UNCLAIMED"] == {
         "kind": "RUN_UNCLAIMED",
@@ -192,9 +207,9 @@ def test_each_kind_is_sent_once_and_again_when_it_comes_back(db, db_dsn, connect
     assert kinds(heard(reader, db)) == sorted(KINDS)
 
 
-def test_the_checks_are_paced_by_the_stored_instant(db, connect_as):
+def test_the_checks_are_paced_by_the_stored_instant(db, db_dsn, connect_as):
     reader = listener(connect_as, "reader")
-    announcer = connect_as("scheduler")
+    announcer = psycopg.connect(db_dsn, autocommit=True)
     assert check(announcer, db) == 1  # SCHEDULER_UNHEALTHY: nobody holds the lock
     make_worker(db)
     run_id = db.execute("SELECT run_id FROM scrinalia.enqueue('ocr')").fetchone()[0]
@@ -209,7 +224,7 @@ def test_the_checks_are_paced_by_the_stored_instant(db, connect_as):
     assert (got["kind"], got["run_ids"]) == ("RUN_UNCLAIMED", [run_id])
 
 
-def test_a_long_list_of_run_ids_is_cut(db, connect_as):
+def test_a_long_list_of_run_ids_is_cut(db, db_dsn, connect_as):
     """A payload names at most max_alert_run_ids() runs and says how many there are."""
     reader = listener(connect_as, "reader")
     db.execute("INSERT INTO scrinalia.archive_workers (worker_name) VALUES ('w' || repeat('x', 62))")
@@ -224,7 +239,7 @@ def test_a_long_list_of_run_ids_is_cut(db, connect_as):
                 ("w" + "x" * 62, attempt, ids[-1] if ids else None),
             ).fetchone()[0]
         )
-    check(connect_as("scheduler"), db)
+    check(psycopg.connect(db_dsn, autocommit=True), db)
     [failed] = [g for g in heard(reader, db) if g["kind"] == "FAILED_AFTER_ALL_ATTEMPTS"]
     assert failed["run_ids"] == ids[:20] and failed["run_ids_total"] == 30
 
@@ -252,3 +267,15 @@ def test_the_schedulers_pass_sends_them_once(db, db_dsn, connect_as):
         db.execute("UPDATE scrinalia.scheduler_chores SET alerts_checked_at = now() - interval '1 hour'")
         s.tick()
         assert [(g["kind"], g["run_ids"]) for g in heard(reader, db)] == [("RUN_UNCLAIMED", [idle])]
+
+
+def test_only_the_schedulers_session_announces(db, connect_as):
+    """A group login that may run the scheduler, not holding its lock, is refused: an
+    alert is sent by the scheduler's pass alone, and the pace it keeps is not moved."""
+    for group in ("scheduler", "operator", "runner"):
+        with raises_sqlstate("SW032"):
+            connect_as(group).execute("SELECT scrinalia.announce_alerts()")
+    for group in ("reader", "monitor"):
+        with raises_sqlstate("42501"):
+            connect_as(group).execute("SELECT scrinalia.announce_alerts()")
+    assert db.execute("SELECT alerts_checked_at FROM scrinalia.scheduler_chores").fetchone()[0] is None

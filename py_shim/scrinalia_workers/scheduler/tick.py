@@ -155,7 +155,7 @@ class Pass:
             if not (full and decided):
                 break
         # after the due schedules, each in short transactions of its own: never before a tick
-        prune_expired(cur, self.conn, self.lock_pid, self.log)
+        prune_expired(cur, self.conn, self.lock_pid, self.log, self.check_lock)
         with self.conn.transaction():
             check_lock_in_transaction(cur, self.lock_pid)
             cur.execute(sql.ANNOUNCE_ALERTS)
@@ -291,12 +291,20 @@ def repair_instants(
     return bool(fixed or rearmed)
 
 
-def prune_expired(cur: psycopg.Cursor[Row], conn: psycopg.Connection, lock_pid: int | None, log: EventLog) -> None:
+def prune_expired(
+    cur: psycopg.Cursor[Row],
+    conn: psycopg.Connection,
+    lock_pid: int | None,
+    log: EventLog,
+    heartbeat: Callable[[], None],
+) -> None:
     """The retention (sql/85_retention.sql): when a sweep is due or under way, a few
-    small batches, each its own transaction; a `pruned` line when it removed runs or
-    finished its sweep."""
+    small batches, each its own transaction, the heartbeat between them; a `pruned`
+    line when it removed runs or finished its sweep."""
     removed, last = 0, None
     for n in itertools.count(1):
+        if n > 1:
+            heartbeat()
         with conn.transaction():
             check_lock_in_transaction(cur, lock_pid)
             row = cur.execute(sql.PRUNE_EXPIRED_RUNS, (n,)).fetchone()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -67,6 +68,23 @@ def _release_line(r: dict[str, Any]) -> str:
     return line
 
 
+def _retention_line(r: dict[str, Any]) -> str:
+    """The retention in force, its last sweep and the one under way (all numbers and instants)."""
+    keep = r["retention"]
+    if keep is None:
+        return "off (scrinalia.set_run_retention, the owner, turns it on)"
+    line = f"{keep.days} days" if keep == timedelta(days=keep.days) else str(keep)
+    if r["pruned_at"] is None:
+        line += "; never pruned yet"
+    else:
+        line += (
+            f"; last pruned {utc(r['pruned_at'])}: {r['pruned_runs']} run(s) finished before {utc(r['pruned_cutoff'])}"
+        )
+    if r["sweep_cutoff"] is not None:
+        line += f"; pruning since {utc(r['sweep_started_at'])}: {r['sweep_removed']} run(s) so far"
+    return line
+
+
 def _slot(a: dict[str, Any], most: int) -> str | None:
     """The active run, or else the failed attempt whose owed retry holds the slot."""
     run = active_run(a, most)
@@ -92,6 +110,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         sched = one(cur.execute(sql.SCHEDULER_STATUS))
         health = one(cur.execute(sql.SCHEDULER_HEALTH))
         surface = one(cur.execute(sql.INSTALL_SURFACE))
+        retention = one(cur.execute(sql.RETENTION_STATUS))
         most = max_attempts(conn)
     if args.json:
         print_json(
@@ -100,6 +119,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "scheduler": sched,
                 "health": health,
                 "install": surface,
+                "retention": retention,
                 "agenda": agenda,
                 "queue_counters": counters,
             }
@@ -116,6 +136,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     if surface["grant_missing"]:
         print_line(f"install: {surface['grant_missing']}")
+    print_line(f"retention: {_retention_line(retention)}")
     print()
     rows = []
     for a in agenda:

@@ -103,3 +103,6 @@ RERUN = "SELECT * FROM scrinalia.rerun(%s, %s)"
 # --- schedule previews --------------------------------------------------------
 # (worker, count): the next instants its schedule fires, earliest first
 NEXT_FIRES = "SELECT n, fires_at, local_time, timezone, utc_offset, note FROM scrinalia.next_fires(%s, %s)"
+
+# --- status: the retention the scheduler keeps (sql/85_retention.sql) ----------------
+RETENTION_STATUS = "SELECT * FROM scrinalia.retention_status()"
