@@ -246,3 +246,28 @@ def test_status_says_when_it_last_pruned(db, db_dsn):
     db.execute("SELECT scrinalia.set_run_retention(NULL)")
     r = cli("status", dsn=db_dsn)
     assert "retention: off (scrinalia.set_run_retention" in r.out
+
+
+def test_a_failing_chore_is_a_line_and_the_ticks_go_on(db, db_dsn):
+    """Both chores failing at every pass (their row refuses every write): one error line
+    each, the pass ends normally and its due schedule is enqueued all the same."""
+    make_worker(db)
+    old = manual_run(db)
+    age(db, [old], 100)
+    db.execute(
+        "CREATE FUNCTION public.refuse_chores() RETURNS trigger LANGUAGE plpgsql AS"
+        " $$ BEGIN RAISE EXCEPTION 'chores refused'; END $$"
+    )
+    db.execute(
+        "CREATE TRIGGER refuse BEFORE UPDATE ON scrinalia.scheduler_chores"
+        " FOR EACH ROW EXECUTE FUNCTION public.refuse_chores()"
+    )
+    put_schedule(db, "ocr")
+    with lock_holding_scheduler(db_dsn, "retention") as s:
+        s.tick()  # arms
+        db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() - interval '1 second'")
+        s.tick()
+        failed = [(e["chore"], e["reason"]) for e in s.events() if e["event"] == "chore failed"]
+        assert failed == [("retention", "chores refused"), ("alerts", "chores refused")] * 2
+        assert [e["worker"] for e in s.events() if e["event"] == "enqueued"] == ["ocr"]
+        assert existing(db, [old]) == {old}

@@ -26,7 +26,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from scrinalia_workers.errors import INVALID_TICK_CALL, NOT_LOCK_HOLDER, LockLost
+from scrinalia_workers.errors import INVALID_TICK_CALL, NOT_LOCK_HOLDER, NOT_THE_SCHEDULER, LockLost
+from scrinalia_workers.gateway.backoff import is_transient
 from scrinalia_workers.gateway.statements import scheduler as sql
 from scrinalia_workers.logs import EventLog, Lines, one_line
 from scrinalia_workers.scheduler.decision_lines import decision_text
@@ -155,11 +156,21 @@ class Pass:
             if not (full and decided):
                 break
         # after the due schedules, each in short transactions of its own: never before a tick
-        prune_expired(cur, self.conn, self.lock_pid, self.log, self.check_lock)
-        with self.conn.transaction():
-            check_lock_in_transaction(cur, self.lock_pid)
-            cur.execute(sql.ANNOUNCE_ALERTS)
+        self.chore("retention", lambda: prune_expired(cur, self.conn, self.lock_pid, self.log, self.check_lock))
+        self.chore("alerts", lambda: announce_alerts(cur, self.conn, self.lock_pid))
         return progressed
+
+    def chore(self, name: str, run: Callable[[], None]) -> None:
+        """A chore that fails is one error line, and the pass is done all the same: the
+        daemon's backoff after a failed pass must not slow the ticks down for it. A lost
+        connection or lock, or a refusal as not the scheduler, still ends the pass."""
+        try:
+            run()
+        except psycopg.Error as e:
+            if is_transient(e) or self.conn.closed or e.sqlstate == NOT_THE_SCHEDULER:
+                raise
+            reason = one_line(e.diag.message_primary or str(e))
+            self.log("chore failed", level="error", chore=name, sqlstate=e.sqlstate, reason=reason)
 
     def chunk(self, cur: psycopg.Cursor[Row]) -> tuple[bool, bool]:
         """One tick transaction over at most TICK_CHUNK due schedules. Returns (decided
@@ -289,6 +300,13 @@ def repair_instants(
                 reason="next_run_at was later than the next occurrence of its cron: a clock ahead, or written by hand",
             )
     return bool(fixed or rearmed)
+
+
+def announce_alerts(cur: psycopg.Cursor[Row], conn: psycopg.Connection, lock_pid: int | None) -> None:
+    """The new alerts sent on scrinalia_alerts, each once (sql/88_alerts.sql), at the commit."""
+    with conn.transaction():
+        check_lock_in_transaction(cur, lock_pid)
+        cur.execute(sql.ANNOUNCE_ALERTS)
 
 
 def prune_expired(
