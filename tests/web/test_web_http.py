@@ -38,7 +38,7 @@ def test_the_overview_shows_health_alerts_agenda_and_active_runs_as_status_does(
     assert "login sw_login_reader (a reader), read-only" in text
     assert "NOT HEALTHY: no scheduler holds the lock" in text
     assert "FAILED_AFTER_ALL_ATTEMPTS" in text and "ended FAILED after 3 attempt(s)" in text
-    assert "read the attempts&#x27; errors on the worker&#x27;s page" in a.body  # what to do, beside it
+    assert "read the attempts&#x27; errors (runs WORKER --timeline)" in a.body  # what to do, beside it
     for worker in ("ocr", "thumbs", "idle"):
         assert f'<a href="/worker?name={worker}">{worker}</a>' in a.body
     assert f"#{ledger['queued']} QUEUED MANUAL" in text  # thumbs' slot, in the agenda

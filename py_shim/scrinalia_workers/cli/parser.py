@@ -185,7 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.set_defaults(func=runs.cmd_runs)
 
-    c = sub.add_parser("cancel", parents=[common], help="cancel a QUEUED run (a retry in its backoff too)")
+    c = sub.add_parser(
+        "cancel",
+        parents=[common],
+        help="cancel a QUEUED run (a retry in its backoff too) or a RUNNING one (its lease fenced, its handler told)",
+    )
     c.add_argument("run_id", type=RUN_ID, metavar="RUN_ID")
     c.set_defaults(func=runs.cmd_cancel)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from scrinalia_workers.cli.advice import advice
 from scrinalia_workers.cli.commands.status import _next_run, _scheduler_line, _slot
 from scrinalia_workers.cli.fmt import utc
 from scrinalia_workers.cli.watch import span
@@ -13,19 +14,6 @@ from scrinalia_workers.gateway.statements import web as sql
 from scrinalia_workers.logs import one_line
 from scrinalia_workers.web.markup import Html, href, html, join
 from scrinalia_workers.web.panels import Row, View, pager, read, section, table
-
-# What to do about each kind of alert (scrinalia.current_alerts(); docs/operate.md, What to watch).
-ADVICE = {
-    "SCHEDULER_UNHEALTHY": "start a scheduler (scrinalia-scheduler), or see why none holds the lock and "
-    "heartbeats: docs/operate.md, One scheduler",
-    "FAILED_AFTER_ALL_ATTEMPTS": "read the attempts' errors on the worker's page and fix the cause; the next "
-    "period runs as scheduled, or enqueue a run once it is fixed",
-    "SCHEDULE_OVERDUE": "is a scheduler running? See the health above; a paused schedule is never overdue",
-    "SCHEDULE_SET_ASIDE": "fix the cron or the zone with `schedule put` (it clears the error), or the host's tzdata",
-    "LEASE_REAPED": "did the runner named die? Read its log; raise --lease if its handler outlives it",
-    "INSTANT_REPAIRED": "check the database host's clock, and whether someone wrote the instant by hand",
-}
-OTHER_ADVICE = "see docs/operate.md, What to watch"
 
 
 def worker_link(name: str) -> Html:
@@ -69,7 +57,7 @@ def alerts(view: View) -> Html:
             worker_link(a["worker_name"]) if a["worker_name"] else None,
             utc(a["since"]),
             a["message"],
-            (ADVICE.get(a["kind"], OTHER_ADVICE), "advice"),
+            (advice(a["kind"]), "advice"),
         ]
 
     more = "" if len(got.rows) <= view.page_size else f"the first {view.page_size} shown"

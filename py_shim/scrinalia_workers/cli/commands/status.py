@@ -9,6 +9,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from scrinalia_workers import __version__
+from scrinalia_workers.cli.advice import advice
 from scrinalia_workers.cli.commands.schedule import active_run
 from scrinalia_workers.cli.common import EXIT_OK, max_attempts, one, open_db
 from scrinalia_workers.cli.fmt import brief, in_zone, print_json, print_line, print_table, utc
@@ -78,6 +79,23 @@ def _slot(a: dict[str, Any], most: int) -> str | None:
     )
 
 
+# How many alerts status prints (the oldest first); the rest are counted, and
+# scrinalia.current_alerts() or the web view has them all.
+ALERTS_SHOWN = 20
+
+
+def _alert_lines(alerts: list[dict[str, Any]]) -> list[str]:
+    if not alerts:
+        return ["alerts: none, nothing to do"]
+    lines = [f"alerts ({len(alerts) if len(alerts) <= ALERTS_SHOWN else f'the oldest {ALERTS_SHOWN}'}):"]
+    for a in alerts[:ALERTS_SHOWN]:
+        lines.append(f"  {a['kind']} since {utc(a['since']) or '-'}: {brief(a['message'], 400)}")
+        lines.append(f"    what to do: {advice(a['kind'])}")
+    if len(alerts) > ALERTS_SHOWN:
+        lines.append("  and more: SELECT * FROM scrinalia.current_alerts()")
+    return lines
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     if args.watch:
         from scrinalia_workers.cli.watch import watch
@@ -91,6 +109,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         counters = cur.execute(sql.QUEUE_COUNTERS).fetchall()
         sched = one(cur.execute(sql.SCHEDULER_STATUS))
         health = one(cur.execute(sql.SCHEDULER_HEALTH))
+        alerts = cur.execute(sql.ALERTS, {"n": ALERTS_SHOWN + 1}).fetchall()
         surface = one(cur.execute(sql.INSTALL_SURFACE))
         most = max_attempts(conn)
     if args.json:
@@ -99,6 +118,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "release": release,
                 "scheduler": sched,
                 "health": health,
+                "alerts": alerts[:ALERTS_SHOWN],
+                "alerts_cut": len(alerts) > ALERTS_SHOWN,
                 "install": surface,
                 "agenda": agenda,
                 "queue_counters": counters,
@@ -116,6 +137,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     if surface["grant_missing"]:
         print_line(f"install: {surface['grant_missing']}")
+    for line in _alert_lines(alerts):
+        print_line(line)
     print()
     rows = []
     for a in agenda:
