@@ -6,12 +6,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from scrinalia_workers.cli.advice import advice
-from scrinalia_workers.cli.commands.status import _next_run, _scheduler_line, _slot
-from scrinalia_workers.cli.fmt import utc
-from scrinalia_workers.cli.watch import span
 from scrinalia_workers.gateway.statements import web as sql
 from scrinalia_workers.logs import one_line
+from scrinalia_workers.presentation.advice import advice
+from scrinalia_workers.presentation.agenda import next_run, scheduler_line, slot, span
+from scrinalia_workers.presentation.fmt import utc
 from scrinalia_workers.web.markup import Html, href, html, join
 from scrinalia_workers.web.panels import Row, View, pager, read, section, table
 
@@ -41,7 +40,7 @@ def health(view: View) -> Html:
         body = join([body, status.problem])
     elif status.rows:
         try:
-            body = join([body, html("<p>scheduler: {s}</p>", s=_scheduler_line(status.rows[0]))])
+            body = join([body, html("<p>scheduler: {s}</p>", s=scheduler_line(status.rows[0]))])
         except Exception as e:  # noqa: BLE001 - the line is lost, never the page
             view.log("web_row_failed", level="error", panel="scheduler status", error=one_line(e))
     return section("Scheduler", body)
@@ -83,12 +82,12 @@ def agenda(view: View, after: str, most: int | None) -> Html:
             worker_link(a["worker_name"]),
             a["cron"],
             a["timezone"],
-            *_next_run(a),
+            *next_run(a),
             ("yes", "paused") if a["paused"] else ("no" if a["scheduled"] else None),
             utc(a["last_enqueued_at"]),
             skipped,
             a["last_skip_reason"] if skipped else None,
-            _slot(a, most) if most else a["active_run_id"],
+            slot(a, most) if most else a["active_run_id"],
         ]
         if actions:
             forms = []

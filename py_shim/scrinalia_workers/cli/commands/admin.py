@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 from scrinalia_workers import __version__
 from scrinalia_workers.cli.common import EXIT_OK, PROG, one
-from scrinalia_workers.cli.fmt import print_json
 from scrinalia_workers.errors import ConfigError, UsageError
 from scrinalia_workers.gateway.connection import connect, require_dsn
 from scrinalia_workers.gateway.statements import cli as sql
+from scrinalia_workers.presentation.fmt import print_json
 
 if TYPE_CHECKING:
     from scrinalia_workers.admin.logins import Done

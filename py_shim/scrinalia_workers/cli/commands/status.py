@@ -9,44 +9,13 @@ import psycopg
 from psycopg.rows import dict_row
 
 from scrinalia_workers import __version__
-from scrinalia_workers.cli.advice import advice
-from scrinalia_workers.cli.commands.schedule import active_run
 from scrinalia_workers.cli.common import EXIT_OK, max_attempts, one, open_db
-from scrinalia_workers.cli.fmt import brief, in_zone, print_json, print_line, print_table, utc
 from scrinalia_workers.gateway.checks import check_schema
 from scrinalia_workers.gateway.statements import cli as sql
-from scrinalia_workers.text import HIDDEN, printable
-
-
-def _scheduler_line(s: dict[str, Any]) -> str:
-    if s["lock_held"]:
-        app = s["holder_application"]
-        holder = f"application {HIDDEN}" if app is None else (app or "no application name")
-        where = f" from {s['holder_client']}" if s["holder_client"] else ""
-        since = utc(s["holder_backend_start"]) or HIDDEN
-        line = f"lock held by pid {s['holder_pid']} (role {s['holder_role'] or HIDDEN}, {holder}{where}, connected {since})"
-        if s["heartbeat_pid"] != s["holder_pid"]:
-            line += " -- NOT a scheduler: it has written no heartbeat"
-    else:
-        line = "NO scheduler holds the lock: nothing is ticking"
-    if s["last_tick_at"]:
-        line += f"; last tick {utc(s['last_tick_at'])} by {s['last_tick_by'] or '-'} ({s['ticks']} ticks)"
-    else:
-        line += "; never ticked"
-    return line
-
-
-def _next_run(a: dict[str, Any]) -> tuple[str | None, str | None]:
-    """(in the schedule's zone, in UTC), or what stands in for them."""
-    if not a["scheduled"]:
-        return "unscheduled", "unscheduled"
-    if a["paused"]:
-        return "paused", "-"
-    if a["arm_error"]:
-        return f"SET ASIDE: {brief(a['arm_error'], 60)}", utc(a["arm_retry_at"])
-    if a["awaiting_arm"]:
-        return "not armed yet", "-"
-    return in_zone(a["next_run_at"], a["timezone"]), utc(a["next_run_at"])
+from scrinalia_workers.presentation.advice import advice
+from scrinalia_workers.presentation.agenda import next_run, scheduler_line, slot
+from scrinalia_workers.presentation.fmt import brief, print_json, print_line, print_table, utc
+from scrinalia_workers.text import printable
 
 
 def _release(conn: psycopg.Connection[Any]) -> dict[str, Any]:
@@ -66,17 +35,6 @@ def _release_line(r: dict[str, Any]) -> str:
     if r["installed"] != r["client"]:
         line += f"; this client is {r['client']}"
     return line
-
-
-def _slot(a: dict[str, Any], most: int) -> str | None:
-    """The active run, or else the failed attempt whose owed retry holds the slot."""
-    run = active_run(a, most)
-    if run is not None or a.get("owed_by_run_id") is None:
-        return run
-    return (
-        f"#{a['owed_by_run_id']} {a['owed_by_status']} {a['owed_attempt'] - 1}/{most}: "
-        f"owed retry {a['owed_attempt']}/{most} since {utc(a['owed_since'])} (the scheduler creates it)"
-    )
 
 
 # How many alerts status prints (the oldest first); the rest are counted, and
@@ -128,7 +86,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     # every line below carries text read from the database: print_line escapes its newlines
     print_line(f"release: {_release_line(release)}")
-    print_line(f"scheduler: {_scheduler_line(sched)}")
+    print_line(f"scheduler: {scheduler_line(sched)}")
     print_line("health: " + ("healthy" if health["healthy"] else f"NOT HEALTHY: {health['reason']}"))
     if surface["public_can_connect"]:
         print_line(
@@ -148,12 +106,12 @@ def cmd_status(args: argparse.Namespace) -> int:
                 a["worker_name"],
                 a["cron"],
                 a["timezone"],
-                *_next_run(a),
+                *next_run(a),
                 "yes" if a["paused"] else ("no" if a["scheduled"] else None),
                 utc(a["last_enqueued_at"]),
                 skipped,
                 brief(a["last_skip_reason"], 40) if skipped else None,
-                _slot(a, most),
+                slot(a, most),
             ]
         )
     print_table(
