@@ -41,6 +41,11 @@ AGENDA = "SELECT * FROM scrinalia.worker_agenda ORDER BY worker_name"
 QUEUE_COUNTERS = "SELECT * FROM scrinalia.worker_queue_counters ORDER BY worker_name"
 SCHEDULER_STATUS = "SELECT * FROM scrinalia.scheduler_status()"
 SCHEDULER_HEALTH = "SELECT healthy, reason FROM scrinalia.scheduler_health()"
+# (n): the alerts of now, the oldest first
+ALERTS = (
+    "SELECT kind, worker_name, since, run_ids, message FROM scrinalia.current_alerts()"
+    " ORDER BY since NULLS FIRST, kind, worker_name LIMIT %(n)s"
+)
 
 # --- runs: the history --------------------------------------------------------
 
