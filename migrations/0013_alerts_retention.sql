@@ -20,8 +20,10 @@ CREATE TABLE scrinalia.announced_alerts (
 CREATE TABLE scrinalia.scheduler_chores (
     id                 boolean PRIMARY KEY DEFAULT true CHECK (id),
     alerts_checked_at  timestamptz,
-    -- the retention's sweep under way (NULL: none): its cut-off, its start, what it removed so far
+    -- the retention's sweep under way (NULL: none): its cut-off, its start, where its next
+    -- batch begins in the ledger (a run id), what it removed so far
     prune_cutoff       timestamptz,
+    prune_position     bigint,
     prune_started_at   timestamptz,
     prune_removed      bigint NOT NULL DEFAULT 0,
     -- the last sweep finished

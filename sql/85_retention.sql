@@ -9,9 +9,12 @@
 
 -- Deletes at most p_batch runs finished before p_cutoff (whole chains: a chain that
 -- would cross the limit waits for the next call) and returns how many it deleted; call
--- it again until it returns 0. Oldest chains first. A row another session holds
--- locked is skipped with its whole chain (SKIP LOCKED): a prune never waits on a row.
-CREATE OR REPLACE FUNCTION scrinalia.prune_runs_before(p_cutoff timestamptz, p_batch integer)
+-- it again until it returns 0. Oldest chains first; only the chains whose first run's
+-- id is in [p_from, p_to) when given (NULL: no bound), so that a call reads a bounded
+-- stretch of the ledger. A row another session holds locked is skipped with its whole
+-- chain (SKIP LOCKED): a prune never waits on a row.
+CREATE OR REPLACE FUNCTION scrinalia.prune_runs_before(p_cutoff timestamptz, p_batch integer,
+                                                       p_from bigint, p_to bigint)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -37,6 +40,7 @@ BEGIN
                 )
                 SELECT array_agg(chain.run_id) AS ids FROM chain HAVING bool_and(chain.ok)) c
          WHERE r1.retry_of IS NULL
+           AND (p_from IS NULL OR r1.run_id >= p_from) AND (p_to IS NULL OR r1.run_id < p_to)
            AND r1.status = ANY (scrinalia.terminal_statuses())
            AND r1.finished_at < p_cutoff AND NOT r1.retry_pending
          ORDER BY r1.run_id
@@ -93,7 +97,7 @@ BEGIN
                              scrinalia.max_attempts(), scrinalia.max_prune_batch(), coalesce(p_batch::text, 'NULL')),
             HINT = format('a retry chain has up to %s runs and is deleted whole', scrinalia.max_attempts());
     END IF;
-    RETURN scrinalia.prune_runs_before(now() - p_older_than, p_batch);
+    RETURN scrinalia.prune_runs_before(now() - p_older_than, p_batch, NULL, NULL);
 END $$;
 
 -- The retention the scheduler keeps: RUN_RETENTION in scrinalia.settings, an interval
@@ -142,10 +146,17 @@ END $$;
 -- One batch of the retention, for the scheduler's pass: its p_batch_no-th call this
 -- pass. No row when nothing is to be done (off, or the last sweep began less than
 -- retention_interval() ago); else starts a sweep when none is under way (its cut-off:
--- now() minus the retention), deletes at most retention_batch() runs of it
--- (prune_runs_before) and says whether to call again this pass (more), and whether the
--- sweep finished (a batch that deleted nothing). A batch that waits for a lock longer
--- than retention_lock_timeout() deletes nothing and leaves the sweep to the next pass.
+-- now() minus the retention). A sweep walks the ledger in id order, a stretch of
+-- retention_batch() runs a batch (prune_position: where the next one begins), so a
+-- batch reads a bounded part of the ledger and never the whole of it: it deletes the
+-- whole chains that begin in its stretch and finished before the cut-off
+-- (prune_runs_before). The sweep is over at the end of the ledger, or at a run created
+-- at the cut-off or later (ids follow the creation, and a run finishes after it is
+-- created: none after it can be due). Says whether to call again this pass (more: not
+-- over, fewer than retention_batches_per_pass() batches, and no schedule due now, whose
+-- tick goes first), and whether the sweep finished. A batch that waits for a lock
+-- longer than retention_lock_timeout() deletes nothing and is tried again at the next
+-- pass.
 CREATE OR REPLACE FUNCTION scrinalia.prune_expired_runs(p_batch_no integer)
 RETURNS TABLE (removed bigint, cutoff timestamptz, more boolean, finished boolean, sweep_removed bigint)
 LANGUAGE plpgsql SECURITY DEFINER
@@ -154,6 +165,9 @@ AS $$
 DECLARE
     keep interval := scrinalia.run_retention();
     ch scrinalia.scheduler_chores;
+    first_id bigint;
+    first_created timestamptz;
+    next_id bigint;
     n bigint := 0;
     timed_out boolean := false;
     old_timeout text := current_setting('lock_timeout');
@@ -167,33 +181,54 @@ BEGIN
         RETURN;
     END IF;
     IF keep IS NULL THEN  -- turned off during a sweep: it ends here
-        UPDATE scrinalia.scheduler_chores SET prune_cutoff = NULL;
+        UPDATE scrinalia.scheduler_chores SET prune_cutoff = NULL, prune_position = NULL;
         RETURN;
     END IF;
     IF ch.prune_cutoff IS NULL THEN
         ch.prune_cutoff := now() - keep;
         ch.prune_started_at := now();
         ch.prune_removed := 0;
+        ch.prune_position := NULL;
     END IF;
-    PERFORM set_config('lock_timeout', scrinalia.retention_lock_timeout(), true);
-    BEGIN
-        n := scrinalia.prune_runs_before(ch.prune_cutoff, scrinalia.retention_batch());
-    EXCEPTION WHEN lock_not_available THEN
-        timed_out := true;
-    END;
-    PERFORM set_config('lock_timeout', old_timeout, true);
+    -- this batch's stretch: from the first run at the position, retention_batch() runs
+    -- (through the primary key: a bounded read), up to the first run of the next one
+    SELECT r.run_id, r.created_at INTO first_id, first_created
+      FROM scrinalia.archive_worker_runs r
+     WHERE r.run_id >= coalesce(ch.prune_position, -9223372036854775808)
+     ORDER BY r.run_id LIMIT 1;
+    IF first_id IS NOT NULL AND first_created < ch.prune_cutoff THEN
+        SELECT r.run_id INTO next_id
+          FROM scrinalia.archive_worker_runs r
+         WHERE r.run_id >= first_id
+         ORDER BY r.run_id OFFSET scrinalia.retention_batch() LIMIT 1;
+        PERFORM set_config('lock_timeout', scrinalia.retention_lock_timeout(), true);
+        BEGIN
+            -- (every chain that begins in the stretch fits: none waits for a next call)
+            n := scrinalia.prune_runs_before(ch.prune_cutoff, scrinalia.retention_batch() * scrinalia.max_attempts(),
+                                             first_id, next_id);
+        EXCEPTION WHEN lock_not_available THEN
+            timed_out := true;
+        END;
+        PERFORM set_config('lock_timeout', old_timeout, true);
+        IF NOT timed_out THEN
+            ch.prune_position := next_id;
+        END IF;
+    END IF;
     removed := n;
     cutoff := ch.prune_cutoff;
     sweep_removed := ch.prune_removed + n;
-    finished := n = 0 AND NOT timed_out;
-    more := NOT finished AND NOT timed_out AND p_batch_no < scrinalia.retention_batches_per_pass();
+    finished := NOT timed_out AND (first_id IS NULL OR first_created >= ch.prune_cutoff OR next_id IS NULL);
+    more := NOT finished AND NOT timed_out AND p_batch_no < scrinalia.retention_batches_per_pass()
+            AND NOT EXISTS (SELECT 1 FROM scrinalia.archive_worker_schedules s
+                             WHERE s.enabled AND s.arm_error IS NULL AND s.next_run_at <= clock_timestamp());
     IF finished THEN
         UPDATE scrinalia.scheduler_chores
-           SET prune_cutoff = NULL, prune_started_at = ch.prune_started_at, prune_removed = 0,
+           SET prune_cutoff = NULL, prune_position = NULL, prune_started_at = ch.prune_started_at, prune_removed = 0,
                pruned_at = now(), pruned_cutoff = ch.prune_cutoff, pruned_runs = sweep_removed;
     ELSE
         UPDATE scrinalia.scheduler_chores
-           SET prune_cutoff = ch.prune_cutoff, prune_started_at = ch.prune_started_at, prune_removed = sweep_removed;
+           SET prune_cutoff = ch.prune_cutoff, prune_position = ch.prune_position,
+               prune_started_at = ch.prune_started_at, prune_removed = sweep_removed;
     END IF;
     RETURN NEXT;
 END $$;

@@ -271,3 +271,46 @@ def test_a_failing_chore_is_a_line_and_the_ticks_go_on(db, db_dsn):
         assert failed == [("retention", "chores refused"), ("alerts", "chores refused")] * 2
         assert [e["worker"] for e in s.events() if e["event"] == "enqueued"] == ["ocr"]
         assert existing(db, [old]) == {old}
+
+
+def old_runs(db, count: int) -> list[int]:
+    """Runs finished 100 days ago, written at once (as a restore would)."""
+    make_worker(db, "bulk")
+    return [
+        r
+        for (r,) in db.execute(
+            "INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, status, created_at, started_at,"
+            " finished_at) SELECT 'bulk', 'MANUAL', 'SUCCEEDED', now() - interval '100 days',"
+            " now() - interval '100 days', now() - interval '100 days' FROM generate_series(1, %s)"
+            " RETURNING run_id",
+            (count,),
+        ).fetchall()
+    ]
+
+
+def test_a_batch_reads_a_stretch_of_the_ledger_and_a_due_schedule_goes_first(db):
+    """A batch deletes what begins in its stretch of retention_batch() runs, and the
+    next one goes on from there; with a schedule due, the pass is told to stop pruning."""
+    stretch = db.execute("SELECT scrinalia.retention_batch()").fetchone()[0]
+    ids = old_runs(db, 2 * stretch + 7)
+    first = db.execute("SELECT removed, more, finished FROM scrinalia.prune_expired_runs(1)").fetchone()
+    assert first == (stretch, True, False)
+    assert existing(db, ids) == set(ids[stretch:])
+    put_schedule(db, "bulk")
+    db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() - interval '1 second'")
+    second = db.execute("SELECT removed, more, finished FROM scrinalia.prune_expired_runs(2)").fetchone()
+    assert second == (stretch, False, False)  # a tick is due: no more this pass
+    db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() + interval '1 day'")
+    last = db.execute("SELECT removed, more, finished, sweep_removed FROM scrinalia.prune_expired_runs(1)").fetchone()
+    assert last == (7, False, True, 2 * stretch + 7)
+    assert existing(db, ids) == set()
+
+
+def test_a_sweep_ends_at_the_first_run_created_after_its_cutoff(db):
+    """Runs created after the cut-off finished after it: the sweep stops there rather
+    than read the rest of the ledger."""
+    make_worker(db)
+    recent = manual_run(db)
+    [old] = old_runs(db, 1)  # (written after it, its instants by hand)
+    row = db.execute("SELECT removed, more, finished FROM scrinalia.prune_expired_runs(1)").fetchone()
+    assert row == (0, False, True) and existing(db, [recent, old]) == {recent, old}
