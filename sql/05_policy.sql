@@ -465,8 +465,10 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT 20 $$;
 
--- ...and a batch waits at most this long for a lock (then it gives up until the next pass).
-CREATE OR REPLACE FUNCTION scrinalia.retention_lock_timeout()
+-- ...and a chore of the scheduler's pass (a batch of the retention, the alerts' check)
+-- waits at most this long for a lock: then it gives up until the next pass, rather than
+-- hold the ticks up.
+CREATE OR REPLACE FUNCTION scrinalia.chore_lock_timeout()
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp

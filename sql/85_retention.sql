@@ -155,7 +155,7 @@ END $$;
 -- created: none after it can be due). Says whether to call again this pass (more: not
 -- over, fewer than retention_batches_per_pass() batches, and no schedule due now, whose
 -- tick goes first), and whether the sweep finished. A batch that waits for a lock
--- longer than retention_lock_timeout() deletes nothing and is tried again at the next
+-- longer than chore_lock_timeout() deletes nothing and is tried again at the next
 -- pass.
 CREATE OR REPLACE FUNCTION scrinalia.prune_expired_runs(p_batch_no integer)
 RETURNS TABLE (removed bigint, cutoff timestamptz, more boolean, finished boolean, sweep_removed bigint)
@@ -180,8 +180,12 @@ BEGIN
             OR (ch.prune_started_at > now() - scrinalia.retention_interval() AND ch.prune_started_at <= now())) THEN
         RETURN;
     END IF;
+    -- (no wait on a lock for long: not on a run's row, nor on this row should a session
+    -- hold it; the statements below fail then, and the next pass tries again)
+    PERFORM set_config('lock_timeout', scrinalia.chore_lock_timeout(), true);
     IF keep IS NULL THEN  -- turned off during a sweep: it ends here
         UPDATE scrinalia.scheduler_chores SET prune_cutoff = NULL, prune_position = NULL;
+        PERFORM set_config('lock_timeout', old_timeout, true);
         RETURN;
     END IF;
     IF ch.prune_cutoff IS NULL THEN
@@ -201,7 +205,6 @@ BEGIN
           FROM scrinalia.archive_worker_runs r
          WHERE r.run_id >= first_id
          ORDER BY r.run_id OFFSET scrinalia.retention_batch() LIMIT 1;
-        PERFORM set_config('lock_timeout', scrinalia.retention_lock_timeout(), true);
         BEGIN
             -- (every chain that begins in the stretch fits: none waits for a next call)
             n := scrinalia.prune_runs_before(ch.prune_cutoff, scrinalia.retention_batch() * scrinalia.max_attempts(),
@@ -209,7 +212,6 @@ BEGIN
         EXCEPTION WHEN lock_not_available THEN
             timed_out := true;
         END;
-        PERFORM set_config('lock_timeout', old_timeout, true);
         IF NOT timed_out THEN
             ch.prune_position := next_id;
         END IF;
@@ -230,6 +232,7 @@ BEGIN
            SET prune_cutoff = ch.prune_cutoff, prune_position = ch.prune_position,
                prune_started_at = ch.prune_started_at, prune_removed = sweep_removed;
     END IF;
+    PERFORM set_config('lock_timeout', old_timeout, true);
     RETURN NEXT;
 END $$;
 

@@ -251,13 +251,18 @@ SET jit = off
 AS $$
 DECLARE
     sent integer;
+    old_timeout text := current_setting('lock_timeout');
 BEGIN
     PERFORM scrinalia.check_scheduler_caller('announce_alerts');
+    -- (a session holding a row of these tables fails the check, and the next pass makes
+    -- it: the ticks are not held up)
+    PERFORM set_config('lock_timeout', scrinalia.chore_lock_timeout(), true);
     -- (a last check in the future, a clock that went back, does not hold a check back)
     UPDATE scrinalia.scheduler_chores SET alerts_checked_at = now()
      WHERE alerts_checked_at IS NULL OR alerts_checked_at <= now() - scrinalia.alert_check_interval()
         OR alerts_checked_at > now();
     IF NOT FOUND THEN
+        PERFORM set_config('lock_timeout', old_timeout, true);
         RETURN NULL;
     END IF;
     WITH now_alerts AS MATERIALIZED (
@@ -288,6 +293,7 @@ BEGIN
       INTO sent
       FROM fresh f
       JOIN now_alerts n ON n.kind = f.kind AND n.worker_name = f.worker_name AND n.identity = f.identity;
+    PERFORM set_config('lock_timeout', old_timeout, true);
     RETURN sent;
 END
 $$;

@@ -314,3 +314,24 @@ def test_a_sweep_ends_at_the_first_run_created_after_its_cutoff(db):
     [old] = old_runs(db, 1)  # (written after it, its instants by hand)
     row = db.execute("SELECT removed, more, finished FROM scrinalia.prune_expired_runs(1)").fetchone()
     assert row == (0, False, True) and existing(db, [recent, old]) == {recent, old}
+
+
+def test_a_session_holding_the_chores_row_holds_no_tick_up(db, db_dsn):
+    """The chores wait at most chore_lock_timeout() for their row, then fail alone: the
+    pass's due schedule is enqueued, nothing is pruned, and the next pass tries again."""
+    make_worker(db)
+    old = manual_run(db)
+    age(db, [old], 100)
+    put_schedule(db, "ocr")
+    tick(db)  # armed
+    db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() - interval '1 second'")
+    with psycopg.connect(db_dsn) as holder, lock_holding_scheduler(db_dsn, "retention") as s:
+        holder.execute("SELECT 1 FROM scrinalia.scheduler_chores FOR UPDATE")
+        s.tick()
+        failed = [(e["chore"], e["sqlstate"]) for e in s.events() if e["event"] == "chore failed"]
+        assert failed == [("retention", "55P03"), ("alerts", "55P03")]
+        assert [e["worker"] for e in s.events() if e["event"] == "enqueued"] == ["ocr"]
+        assert existing(db, [old]) == {old}
+        holder.rollback()
+        s.tick()
+        assert existing(db, [old]) == set() and [e["count"] for e in pruned_lines(s)] == [1]
