@@ -267,29 +267,38 @@ DECLARE
           JOIN checked d ON d.worker_name = rc.worker_name  -- one schedule per worker
         %s
         RETURNING r.run_id, r.worker_name
+    ), made AS (
+        -- the new runs by worker: one object looked up by key below, never a join of
+        -- the chunk's rows with the insert's, whose row count the planner cannot know
+        -- (it guessed a few, and a nested loop cost the square of the chunk)
+        SELECT coalesce(jsonb_object_agg(ins.worker_name, ins.run_id), '{}') AS runs FROM ins
     ), noted AS (
         -- the catch-ups, one row each (archive_run_catch_ups: see 0010_run_catch_up)
         INSERT INTO scrinalia.archive_run_catch_ups (run_id)
-        SELECT ins.run_id
-          FROM ins
-          JOIN checked d ON d.worker_name = ins.worker_name
+        SELECT (m.runs ->> d.worker_name)::bigint
+          FROM checked d
           JOIN missed x ON x.cron = d.cron AND x.timezone = d.timezone AND x.was = d.was
-         WHERE x.catch_up
+         CROSS JOIN made m
+         WHERE x.catch_up AND m.runs ? d.worker_name
         RETURNING run_id
+    ), caught AS (
+        SELECT coalesce(jsonb_object_agg(n.run_id::text, true), '{}') AS runs FROM noted n
     ), decided AS (
-        SELECT d.worker_name, d.was, d.next_at, ins.run_id,
-               CASE WHEN ins.run_id IS NOT NULL THEN EXISTS (SELECT FROM noted n WHERE n.run_id = ins.run_id) END
-                   AS catch_up,
+        SELECT d.worker_name, d.was, d.next_at, r.run_id,
+               CASE WHEN r.run_id IS NOT NULL THEN c.runs ? r.run_id::text END AS catch_up,
                CASE WHEN d.refused IS NOT NULL THEN 'REFUSED'
                     WHEN d.was IS NULL THEN 'ARMED'
-                    WHEN ins.run_id IS NOT NULL THEN 'ENQUEUED'
+                    WHEN r.run_id IS NOT NULL THEN 'ENQUEUED'
                     ELSE 'SKIPPED' END AS decision,
                CASE WHEN d.refused IS NOT NULL THEN left(d.refused, scrinalia.max_arm_error_length())
-                    WHEN d.was IS NULL OR ins.run_id IS NOT NULL THEN NULL
+                    WHEN d.was IS NULL OR r.run_id IS NOT NULL THEN NULL
                     WHEN d.active_run_id IS NOT NULL THEN format('run #%%s is active', d.active_run_id)
                     WHEN d.owed_run_id IS NOT NULL THEN format('run #%%s awaits its retry', d.owed_run_id)
                     ELSE 'the slot or the period was taken concurrently' END AS reason
-          FROM checked d LEFT JOIN ins ON ins.worker_name = d.worker_name
+          FROM checked d
+         CROSS JOIN made m
+         CROSS JOIN caught c
+         CROSS JOIN LATERAL (SELECT (m.runs ->> d.worker_name)::bigint AS run_id) r
     ), upd AS (
         -- a refused schedule is neither enqueued nor advanced: set aside (as when the
         -- shim cannot compute it), shown by health and the alerts, tried again later

@@ -166,5 +166,11 @@ def test_close_database_leaves_no_login_outside_the_groups_a_way_to_the_lock_key
     status = cli("status", dsn=empty_db_dsn, env=_env())
     assert status.code == 0, status.err
     assert "install:" not in status.out
+    # without the second role, status says what is lost and the grant to run
+    admin.execute("REVOKE pg_read_all_stats FROM t_owner")
+    status = cli("status", dsn=empty_db_dsn, env=_env())
+    (line,) = [x for x in status.out.splitlines() if x.startswith("install: ")]
+    assert "pg_read_all_stats" in line and "GRANT pg_read_all_stats TO t_owner" in line
+    assert "pg_signal_backend" not in line
     admin.execute("DROP OWNED BY t_stranger")
     admin.execute("DROP ROLE t_stranger")

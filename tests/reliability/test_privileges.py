@@ -56,6 +56,7 @@ READER = SHARED | {
     "worker_runs",
     "worker_timeline",
     "next_fires",
+    "retention_status",
 }
 OPERATOR = READER | {
     "put_schedule",
@@ -70,11 +71,14 @@ OPERATOR = READER | {
     "add_units",
     "prune_runs",
     "rerun",
+    "set_run_retention",
 }
 SCHEDULER = SHARED | {
     "due_schedules",
     "tick",
     "tick_due_at",
+    "tick_v2",
+    "tick_due_at_v2",
     "schedules_due_at",
     "create_retries",
     "reap_expired_leases",
@@ -93,6 +97,9 @@ SCHEDULER = SHARED | {
     "repair_instants",
     "armed_schedule_crons",
     "rearm_schedules_ahead",
+    # the pass's chores (85_retention.sql, 88_alerts.sql)
+    "prune_expired_runs",
+    "announce_alerts",
 }
 RUNNER = SHARED | {
     "claim_next",
@@ -115,6 +122,7 @@ MONITOR = {
     "worker_metrics",
     "run_counts",
     "pending_run_counts",  # (ledger_counts reads it)
+    "retention_status",  # (numbers and instants: what status says of the retention)
 }
 # ADR 0015: the API's (operator) login and a runner login may run the scheduler too
 ALLOWED = {
