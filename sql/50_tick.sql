@@ -96,10 +96,11 @@ END $$;
 -- check of a period waited for since p_after and ticked at p_upto. Periods fall on
 -- minutes, so under a minute apart none can hide (false). Each minute instant of the
 -- range in order, stopping at the first that fires: a matching wall minute outside a
--- fall-back fold's second pass by the cron's masks (as the tick's verdicts), and what
--- the masks cannot tell (a fold, a spring-forward gap's end, a cron without masks)
--- by cron_fires_at(). Its cost grows with the minutes waited, so the tick asks only
--- for a schedule a minute or more late, once per (cron, zone, instant waited for).
+-- fall-back fold's second pass by the cron's masks (cron_masks_match, as the tick's
+-- verdicts), and what the masks cannot tell (a fold, a spring-forward gap's end, a
+-- cron without masks) by cron_fires_at(). Its cost grows with the minutes waited, so
+-- the tick asks only for a schedule a minute or more late, once per (cron, zone,
+-- instant waited for).
 -- The zone must load (the tick refuses the schedules of one that does not).
 CREATE OR REPLACE FUNCTION scrinalia.cron_fires_between(p_cron text, p_zone text, p_after timestamptz,
                                                         p_upto timestamptz)
@@ -126,14 +127,7 @@ AS $$
                        FROM minutes x, generate_series(x.first, p_upto, interval '1 minute') AS g(i)) c
           LEFT JOIN m ON true
          WHERE CASE WHEN m.cron IS NULL THEN scrinalia.cron_fires_at(p_cron, p_zone, c.i)
-                    WHEN (m.minutes >> date_part('minute', c.w)::int) & 1 = 1
-                         AND (m.hours >> date_part('hour', c.w)::int) & 1 = 1
-                         AND (m.months >> date_part('month', c.w)::int) & 1 = 1
-                         AND CASE WHEN m.day_and
-                                  THEN (m.doms >> date_part('day', c.w)::int) & 1 = 1
-                                       AND (m.dows >> date_part('dow', c.w)::int) & 1 = 1
-                                  ELSE (m.doms >> date_part('day', c.w)::int) & 1 = 1
-                                       OR (m.dows >> date_part('dow', c.w)::int) & 1 = 1 END
+                    WHEN scrinalia.cron_masks_match(m.minutes, m.hours, m.doms, m.months, m.dows, m.day_and, c.w)
                     THEN m.hour_star
                          OR c.w - timezone('UTC', c.i) >= timezone(p_zone, c.i - interval '3 hours')
                                                           - timezone('UTC', c.i - interval '3 hours')
@@ -217,22 +211,14 @@ DECLARE
          CROSS JOIN LATERAL (SELECT CASE WHEN z.loads THEN timezone(t.timezone, t.next_at) END AS w) w
     ), verdicts AS MATERIALIZED (
         -- the next instant must be an occurrence of the cron (as the rows locked have it).
-        -- (inline, not a function: a call per instant would cost more than the check). The
-        -- masks accept a matching wall minute outside a fall-back fold's second pass (no
-        -- offset fall within three hours, or the hour field '*'); what they do not accept
-        -- (a gap's end, a fold, no occurrence at all, no masks, a zone that does not
-        -- load) cron_fires_at() decides, with the reason of a refusal.
+        -- The masks (cron_masks_match, inlined by the planner: no call per instant) accept
+        -- a matching wall minute outside a fall-back fold's second pass (no offset fall
+        -- within three hours, or the hour field '*'); what they do not accept (a gap's
+        -- end, a fold, no occurrence at all, no masks, a zone that does not load)
+        -- cron_fires_at() decides, with the reason of a refusal.
         SELECT d.cron, d.timezone, d.next_at,
                CASE WHEN d.w IS NOT NULL AND m.cron IS NOT NULL
-                         AND date_trunc('minute', d.w) = d.w
-                         AND (m.minutes >> date_part('minute', d.w)::int) & 1 = 1
-                         AND (m.hours >> date_part('hour', d.w)::int) & 1 = 1
-                         AND (m.months >> date_part('month', d.w)::int) & 1 = 1
-                         AND CASE WHEN m.day_and
-                                  THEN (m.doms >> date_part('day', d.w)::int) & 1 = 1
-                                       AND (m.dows >> date_part('dow', d.w)::int) & 1 = 1
-                                  ELSE (m.doms >> date_part('day', d.w)::int) & 1 = 1
-                                       OR (m.dows >> date_part('dow', d.w)::int) & 1 = 1 END
+                         AND scrinalia.cron_masks_match(m.minutes, m.hours, m.doms, m.months, m.dows, m.day_and, d.w)
                          AND (m.hour_star OR d.offset_at >= d.offset_before)
                     THEN NULL
                     ELSE scrinalia.tick_instant_refusal(d.cron, d.timezone, d.next_at) END AS refused

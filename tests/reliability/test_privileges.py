@@ -41,6 +41,11 @@ SHARED = {
     "takeover_grant_missing",
     "cron_fires_at",
     "cron_field_values",
+    "cron_grammar",
+    "cron_fields",
+    "cron_field_mask",
+    "cron_masks",
+    "cron_masks_match",
     "default_max_run_time",
 }
 READER = SHARED | {
