@@ -431,3 +431,59 @@ RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT 100 $$;
+
+-- Pushed alerts (announce_alerts, 88_alerts.sql): the scheduler's pass computes the
+-- current alerts at most this often (at 100,000 workers that is a tenth of a second
+-- or two: not at every pass), and sends each new one once on scrinalia_alerts...
+CREATE OR REPLACE FUNCTION scrinalia.alert_check_interval()
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT interval '10 seconds' $$;
+
+-- ...naming at most this many of its run ids (the payload says how many there are).
+CREATE OR REPLACE FUNCTION scrinalia.max_alert_run_ids()
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 20 $$;
+
+-- Retention (prune_expired_runs, 85_retention.sql): the scheduler's pass deletes the
+-- finished runs older than this (the owner changes it with set_run_retention(), or
+-- turns it off)...
+CREATE OR REPLACE FUNCTION scrinalia.default_run_retention()
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT interval '90 days' $$;
+
+-- ...starting a sweep at most this often (the first pass after its start, when the
+-- last sweep began longer ago)...
+CREATE OR REPLACE FUNCTION scrinalia.retention_interval()
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT interval '1 hour' $$;
+
+-- ...in batches of at most this many runs, each its own short transaction...
+CREATE OR REPLACE FUNCTION scrinalia.retention_batch()
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 500 $$;
+
+-- ...at most this many batches a pass (a sweep left unfinished goes on at the next)...
+CREATE OR REPLACE FUNCTION scrinalia.retention_batches_per_pass()
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 20 $$;
+
+-- ...and a chore of the scheduler's pass (a batch of the retention, the alerts' check)
+-- waits at most this long for a lock: then it gives up until the next pass, rather than
+-- hold the ticks up.
+CREATE OR REPLACE FUNCTION scrinalia.chore_lock_timeout()
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT '1s'::text $$;

@@ -2,8 +2,34 @@
 -- strict five-field language as one saved through the shim (docs/cron.md).
 -- This is the twin of scrinalia_workers/cron.py: same grammar, same order of checks,
 -- same messages; tests/cron/test_cron_sql_agreement.py pins that they agree.
--- One self-contained function (no helpers), so that its EXECUTE grant is all a
--- role needs. Error: SW003, the message names the field (1-based) when there is one.
+-- Then the parsed form (bit masks, cron_masks_of) and the one matcher of a wall time
+-- against it (cron_masks_match), which cron_fires_at, the tick (50_tick.sql) and the
+-- previews (41_previews.sql) share. None is SECURITY DEFINER: a group granted
+-- validate_cron or cron_fires_at is granted what they call too (90_roles.sql).
+-- Error: SW003, the message names the field (1-based) when there is one.
+
+-- The grammar's constants, their one home: per field (1 minute .. 5 day-of-week) its
+-- name and range, the month and day names (a day's value is its index - 1, SUN 0), the
+-- days of each month at most (February 29), the pattern of one list item, and how
+-- the fields are separated. One row. A set-returning SQL function with no SET clause
+-- (it names nothing a search_path could change, and its E'' strings read the same
+-- whatever standard_conforming_strings says): the planner inlines it into the
+-- statement that reads it, as constants.
+CREATE OR REPLACE FUNCTION scrinalia.cron_grammar()
+RETURNS TABLE (field_names text[], lows integer[], highs integer[], month_names text[], day_names text[],
+               month_days integer[], item_pattern text, blanks text, separator text)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT ARRAY['minute', 'hour', 'day-of-month', 'month', 'day-of-week'],
+           ARRAY[0, 0, 1, 1, 0],
+           ARRAY[59, 23, 31, 12, 7],
+           ARRAY['JAN', 'FEB', 'MAR', 'APR', 'MAY', 'JUN', 'JUL', 'AUG', 'SEP', 'OCT', 'NOV', 'DEC'],
+           ARRAY['SUN', 'MON', 'TUE', 'WED', 'THU', 'FRI', 'SAT'],
+           ARRAY[31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31],
+           E'^(?:(\\*)|([0-9]{1,2}|[A-Za-z]{3})(?:-([0-9]{1,2}|[A-Za-z]{3}))?)(?:/([0-9]{1,2}))?$',
+           E' \t',
+           E'[ \t]+'
+$$;
 
 CREATE OR REPLACE FUNCTION scrinalia.validate_cron(expr text)
 RETURNS void
@@ -11,14 +37,15 @@ LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    field_names constant text[] := ARRAY['minute', 'hour', 'day-of-month', 'month', 'day-of-week'];
-    lows constant int[] := ARRAY[0, 0, 1, 1, 0];
-    highs constant int[] := ARRAY[59, 23, 31, 12, 7];
-    month_names constant text[] := ARRAY['JAN','FEB','MAR','APR','MAY','JUN','JUL','AUG','SEP','OCT','NOV','DEC'];
-    day_names constant text[] := ARRAY['SUN','MON','TUE','WED','THU','FRI','SAT'];  -- value = index - 1
-    month_days constant int[] := ARRAY[31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
-    item_re constant text :=
-        '^(?:(\*)|([0-9]{1,2}|[A-Za-z]{3})(?:-([0-9]{1,2}|[A-Za-z]{3}))?)(?:/([0-9]{1,2}))?$';
+    field_names text[];
+    lows int[];
+    highs int[];
+    month_names text[];
+    day_names text[];
+    month_days int[];
+    item_re text;
+    blanks text;
+    separator text;
     src text;
     fields text[];
     f int;
@@ -37,6 +64,10 @@ DECLARE
     min_dom int;
     max_month_days int;
 BEGIN
+    SELECT g.field_names, g.lows, g.highs, g.month_names, g.day_names, g.month_days, g.item_pattern, g.blanks,
+           g.separator
+      INTO field_names, lows, highs, month_names, day_names, month_days, item_re, blanks, separator
+      FROM scrinalia.cron_grammar() g;
     IF expr IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'SW003', MESSAGE = 'invalid cron: expression is missing';
     END IF;
@@ -44,11 +75,11 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'SW003',
             MESSAGE = format('invalid cron: expression is longer than %s characters', scrinalia.max_cron_length());
     END IF;
-    src := btrim(expr, E' \t');
+    src := btrim(expr, blanks);
     IF src = '' THEN
         RAISE EXCEPTION USING ERRCODE = 'SW003', MESSAGE = 'invalid cron: expression is empty';
     END IF;
-    fields := regexp_split_to_array(src, E'[ \t]+');
+    fields := regexp_split_to_array(src, separator);
     IF cardinality(fields) <> 5 THEN
         IF left(src, 1) = '@' THEN
             RAISE EXCEPTION USING ERRCODE = 'SW003', MESSAGE = format(
@@ -141,27 +172,30 @@ BEGIN
 END $$;
 
 -- The values one field of a valid expression selects (f: 1 minute .. 5 day-of-week,
--- where 7 is read as 0, Sunday), for cron_fires_at. The expression must have passed
--- validate_cron: this reads it without checking it again.
-CREATE OR REPLACE FUNCTION scrinalia.cron_field_values(p_field text, p_f integer)
-RETURNS integer[]
+-- where 7 is read as 0, Sunday) as a bit mask: bit v set for value v. The one parser
+-- of a field (cron_masks, cron_masks_of, cron_field_values). The expression must have
+-- passed validate_cron: this reads it without checking it again.
+CREATE OR REPLACE FUNCTION scrinalia.cron_field_mask(p_field text, p_f integer)
+RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    lows constant int[] := ARRAY[0, 0, 1, 1, 0];
-    highs constant int[] := ARRAY[59, 23, 31, 12, 7];
-    month_names constant text[] := ARRAY['JAN','FEB','MAR','APR','MAY','JUN','JUL','AUG','SEP','OCT','NOV','DEC'];
-    day_names constant text[] := ARRAY['SUN','MON','TUE','WED','THU','FRI','SAT'];
-    item_re constant text :=
-        '^(?:(\*)|([0-9]{1,2}|[A-Za-z]{3})(?:-([0-9]{1,2}|[A-Za-z]{3}))?)(?:/([0-9]{1,2}))?$';
+    lows int[];
+    highs int[];
+    month_names text[];
+    day_names text[];
+    item_re text;
     item text;
     m text[];
     lo int;
     hi int;
     v int;
-    out int[] := '{}';
+    mask bigint := 0;
 BEGIN
+    SELECT g.lows, g.highs, g.month_names, g.day_names, g.item_pattern
+      INTO lows, highs, month_names, day_names, item_re
+      FROM scrinalia.cron_grammar() g;
     FOREACH item IN ARRAY string_to_array(p_field, ',') LOOP
         m := regexp_match(item, item_re);
         IF m[1] IS NOT NULL THEN
@@ -176,89 +210,77 @@ BEGIN
                        ELSE array_position(day_names, upper(m[3])) - 1 END;
         END IF;
         FOR v IN lo..hi BY coalesce(m[4]::int, 1) LOOP
-            out := out || CASE WHEN p_f = 5 AND v = 7 THEN 0 ELSE v END;
+            mask := mask | (1::bigint << CASE WHEN p_f = 5 AND v = 7 THEN 0 ELSE v END);
         END LOOP;
+    END LOOP;
+    RETURN mask;
+END $$;
+
+-- The values one field of a valid expression selects (cron_field_mask), ascending.
+CREATE OR REPLACE FUNCTION scrinalia.cron_field_values(p_field text, p_f integer)
+RETURNS integer[]
+LANGUAGE plpgsql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    mask bigint := scrinalia.cron_field_mask(p_field, p_f);
+    v int;
+    out int[] := '{}';
+BEGIN
+    FOR v IN 0..63 LOOP
+        IF (mask >> v) & 1 = 1 THEN
+            out := out || v;
+        END IF;
     END LOOP;
     RETURN out;
 END $$;
 
--- Is p_at an instant at which (p_cron, p_zone) fires, by the rules of docs/cron.md?
--- The twin of scrinalia_workers.cron's next_occurrence: the fields are read on the
--- zone's wall clock, the day fields by the Vixie rule (AND when either starts with
--- '*', else OR); a matching wall time that a spring-forward gap skips fires once, at
--- the first instant after the gap; in a fall-back fold only the first pass fires,
--- unless the hour field is exactly '*'. tests/cron/test_cron_fires_at.py pins that
--- the two agree. Raises SW003 for an invalid cron; a zone PostgreSQL does not know
--- raises its own error.
-CREATE OR REPLACE FUNCTION scrinalia.cron_fires_at(p_cron text, p_zone text, p_at timestamptz)
-RETURNS boolean
-LANGUAGE plpgsql STABLE
+-- The fields of a valid cron and what its text alone says of them: day_and, the day
+-- fields are ANDed, not ORed (the Vixie rule: when either starts with '*'); hour_star,
+-- the hour field is exactly '*' (a fall-back fold's hour fires twice). One row, by
+-- one SQL query the planner inlines (no SET clause: every name qualified, as in
+-- cron_masks_match), for cron_masks and cron_masks_of. (OFFSET 0: the text is split
+-- once, not again for each field read.)
+CREATE OR REPLACE FUNCTION scrinalia.cron_fields(p_cron text)
+RETURNS TABLE (fields text[], day_and boolean, hour_star boolean)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT s.f,
+           pg_catalog.left(s.f[3], 1) OPERATOR(pg_catalog.=) '*'
+               OR pg_catalog.left(s.f[5], 1) OPERATOR(pg_catalog.=) '*',
+           s.f[2] OPERATOR(pg_catalog.=) '*'
+      FROM (SELECT pg_catalog.regexp_split_to_array(pg_catalog.btrim(p_cron, g.blanks), g.separator) AS f
+              FROM scrinalia.cron_grammar() g
+            OFFSET 0) s
+$$;
+
+-- The bit masks of one valid cron (one row), what cron_masks_match reads: its fields'
+-- masks (cron_field_mask), day_and and hour_star (cron_fields). For cron_fires_at and
+-- the previews, one cron at a time; cron_masks_of computes the same for many at once.
+CREATE OR REPLACE FUNCTION scrinalia.cron_masks(p_cron text)
+RETURNS TABLE (minutes bigint, hours integer, doms bigint, months integer, dows integer, day_and boolean,
+               hour_star boolean)
+LANGUAGE plpgsql IMMUTABLE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     f text[];
-    mins int[]; hours int[]; doms int[]; months int[]; dows int[];
-    day_and boolean;
-    w timestamp;
-    shift interval;
-    g timestamp;
 BEGIN
-    IF p_cron IS NULL OR p_zone IS NULL OR p_at IS NULL OR NOT isfinite(p_at) THEN
-        RETURN false;
-    END IF;
-    PERFORM scrinalia.validate_cron(p_cron);
-    f := regexp_split_to_array(btrim(p_cron, E' \t'), E'[ \t]+');
-    mins := scrinalia.cron_field_values(f[1], 1);
-    hours := scrinalia.cron_field_values(f[2], 2);
-    doms := scrinalia.cron_field_values(f[3], 3);
-    months := scrinalia.cron_field_values(f[4], 4);
-    dows := scrinalia.cron_field_values(f[5], 5);
-    day_and := left(f[3], 1) = '*' OR left(f[5], 1) = '*';
-    w := p_at AT TIME ZONE p_zone;
-
-    -- an ordinary firing: a matching wall minute, and not the second pass of a fold
-    -- (the same wall time an offset-shift earlier) unless the hour field is '*'
-    IF date_trunc('minute', w) = w
-       AND extract(minute FROM w)::int = ANY (mins) AND extract(hour FROM w)::int = ANY (hours)
-       AND extract(month FROM w)::int = ANY (months)
-       AND ((extract(day FROM w)::int = ANY (doms)) AND (extract(dow FROM w)::int = ANY (dows))
-            OR NOT day_and AND ((extract(day FROM w)::int = ANY (doms)) OR (extract(dow FROM w)::int = ANY (dows)))) THEN
-        IF f[2] = '*' THEN
-            RETURN true;
-        END IF;
-        -- (a fold's shift, seen from three hours before: wider than any real one)
-        shift := ((p_at - interval '3 hours') AT TIME ZONE p_zone) - (p_at - interval '3 hours') AT TIME ZONE 'UTC'
-                 - (w - p_at AT TIME ZONE 'UTC');
-        IF shift <= interval '0' OR ((p_at - shift) AT TIME ZONE p_zone) <> w THEN
-            RETURN true;
-        END IF;
-    END IF;
-
-    -- the first instant after a spring-forward gap: fires when a wall minute of the gap
-    -- matches (the offset one second earlier is smaller by the gap's width)
-    shift := (w - p_at AT TIME ZONE 'UTC')
-             - (((p_at - interval '1 second') AT TIME ZONE p_zone) - (p_at - interval '1 second') AT TIME ZONE 'UTC');
-    IF shift > interval '0' THEN
-        FOR g IN SELECT generate_series(date_trunc('minute', w - shift)
-                                        + CASE WHEN date_trunc('minute', w - shift) < w - shift
-                                               THEN interval '1 minute' ELSE interval '0' END,
-                                        w - interval '1 microsecond', interval '1 minute') LOOP
-            IF extract(minute FROM g)::int = ANY (mins) AND extract(hour FROM g)::int = ANY (hours)
-               AND extract(month FROM g)::int = ANY (months)
-               AND ((extract(day FROM g)::int = ANY (doms)) AND (extract(dow FROM g)::int = ANY (dows))
-                    OR NOT day_and AND ((extract(day FROM g)::int = ANY (doms)) OR (extract(dow FROM g)::int = ANY (dows)))) THEN
-                RETURN true;
-            END IF;
-        END LOOP;
-    END IF;
-    RETURN false;
+    SELECT x.fields, x.day_and, x.hour_star INTO f, day_and, hour_star FROM scrinalia.cron_fields(p_cron) x;
+    minutes := scrinalia.cron_field_mask(f[1], 1);
+    hours := scrinalia.cron_field_mask(f[2], 2);
+    doms := scrinalia.cron_field_mask(f[3], 3);
+    months := scrinalia.cron_field_mask(f[4], 4);
+    dows := scrinalia.cron_field_mask(f[5], 5);
+    RETURN NEXT;
 END $$;
 
 -- The bit masks (rows of archive_cron_masks) of the given crons, each distinct one
--- once. p_valid: the caller validated them (write_schedules' callers); else each is
--- validated here and an invalid one left out (the tick then checks its schedules the
--- slow way, and refuses them). Set-based: each distinct field is parsed once, for
--- however many crons. The crons are as archive_worker_schedules stores them.
+-- once, as cron_masks computes them one by one. p_valid: the caller validated them
+-- (write_schedules' callers); else each is validated here and an invalid one left
+-- out (the tick then checks its schedules the slow way, and refuses them).
+-- Set-based: each distinct field is parsed once, for however many crons. The crons
+-- are as archive_worker_schedules stores them.
 -- (Its own columns, not the table's row type: migration 0007's rollback drops the
 -- table while this code is still installed.)
 CREATE OR REPLACE FUNCTION scrinalia.cron_masks_of(p_crons text[], p_valid boolean)
@@ -290,23 +312,113 @@ BEGIN
     END IF;
     RETURN QUERY
     WITH c AS (
-        SELECT x AS cron, regexp_split_to_array(btrim(x, E' \t'), E'[ \t]+') AS f FROM unnest(ok) x
+        SELECT u.x AS cron, x.fields AS f, x.day_and, x.hour_star
+          FROM unnest(ok) u(x), scrinalia.cron_fields(u.x) x
     ), fields AS (
         SELECT DISTINCT k, c.f[k] AS field FROM c, generate_series(1, 5) k
     ), masks AS (
-        SELECT fd.k, fd.field,
-               (SELECT coalesce(bit_or(1::bigint << v), 0) FROM unnest(scrinalia.cron_field_values(fd.field, fd.k)) v)
-                   AS mask
-          FROM fields fd
+        SELECT fd.k, fd.field, scrinalia.cron_field_mask(fd.field, fd.k) AS mask FROM fields fd
     )
-    SELECT c.cron, m1.mask, m2.mask::int, m3.mask, m4.mask::int, m5.mask::int,
-           left(c.f[3], 1) = '*' OR left(c.f[5], 1) = '*', c.f[2] = '*'
+    SELECT c.cron, m1.mask, m2.mask::int, m3.mask, m4.mask::int, m5.mask::int, c.day_and, c.hour_star
       FROM c
       JOIN masks m1 ON m1.k = 1 AND m1.field = c.f[1]
       JOIN masks m2 ON m2.k = 2 AND m2.field = c.f[2]
       JOIN masks m3 ON m3.k = 3 AND m3.field = c.f[3]
       JOIN masks m4 ON m4.k = 4 AND m4.field = c.f[4]
       JOIN masks m5 ON m5.k = 5 AND m5.field = c.f[5];
+END $$;
+
+-- Whether a cron, as its masks (cron_masks, cron_masks_of), selects the wall time
+-- p_local: a whole minute whose minute, hour and month bits are set, and whose day by
+-- the Vixie rule: day-of-month and day-of-week both when day_and, else either. The one
+-- matcher: cron_fires_at, the tick's check of each next instant and its catch-up check
+-- (50_tick.sql), and the previews (41_previews.sql) read wall times with it; the DST
+-- rules (which instant a wall time is) are theirs. One expression, no SET clause and
+-- not STRICT: the planner inlines it into the statement that calls it, as if written
+-- there (a call per row would cost more than the check). Without a pinned search_path
+-- it names every function and operator by its schema, so that no caller's path can
+-- change what it means (tests/sql/test_roles.py checks the inlined functions for it).
+-- Each test reads: (mask >> field of the wall time) & 1 = 1; the cheapest first, as
+-- most wall times fail the minute's.
+CREATE OR REPLACE FUNCTION scrinalia.cron_masks_match(p_minutes bigint, p_hours integer, p_doms bigint,
+                                                      p_months integer, p_dows integer, p_day_and boolean,
+                                                      p_local timestamp)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT (p_minutes OPERATOR(pg_catalog.>>) pg_catalog.date_part('minute', p_local)::integer)
+           OPERATOR(pg_catalog.&) 1 OPERATOR(pg_catalog.=) 1
+       AND (p_hours OPERATOR(pg_catalog.>>) pg_catalog.date_part('hour', p_local)::integer)
+           OPERATOR(pg_catalog.&) 1 OPERATOR(pg_catalog.=) 1
+       AND (p_months OPERATOR(pg_catalog.>>) pg_catalog.date_part('month', p_local)::integer)
+           OPERATOR(pg_catalog.&) 1 OPERATOR(pg_catalog.=) 1
+       AND CASE WHEN p_day_and
+                THEN (p_doms OPERATOR(pg_catalog.>>) pg_catalog.date_part('day', p_local)::integer)
+                         OPERATOR(pg_catalog.&) 1 OPERATOR(pg_catalog.=) 1
+                     AND (p_dows OPERATOR(pg_catalog.>>) pg_catalog.date_part('dow', p_local)::integer)
+                         OPERATOR(pg_catalog.&) 1 OPERATOR(pg_catalog.=) 1
+                ELSE (p_doms OPERATOR(pg_catalog.>>) pg_catalog.date_part('day', p_local)::integer)
+                         OPERATOR(pg_catalog.&) 1 OPERATOR(pg_catalog.=) 1
+                     OR (p_dows OPERATOR(pg_catalog.>>) pg_catalog.date_part('dow', p_local)::integer)
+                         OPERATOR(pg_catalog.&) 1 OPERATOR(pg_catalog.=) 1 END
+       AND pg_catalog.date_trunc('minute', p_local) OPERATOR(pg_catalog.=) p_local
+$$;
+
+-- Is p_at an instant at which (p_cron, p_zone) fires, by the rules of docs/cron.md?
+-- The twin of scrinalia_workers.cron's next_occurrence: the fields are read on the
+-- zone's wall clock (cron_masks_match); a matching wall time that a spring-forward gap
+-- skips fires once, at the first instant after the gap; in a fall-back fold only the
+-- first pass fires, unless the hour field is exactly '*'. tests/cron/test_cron_fires_at.py
+-- pins that the two agree. Raises SW003 for an invalid cron; a zone PostgreSQL does
+-- not know raises its own error.
+CREATE OR REPLACE FUNCTION scrinalia.cron_fires_at(p_cron text, p_zone text, p_at timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    mins bigint; hours int; doms bigint; months int; dows int;
+    day_and boolean;
+    hour_star boolean;
+    w timestamp;
+    shift interval;
+BEGIN
+    IF p_cron IS NULL OR p_zone IS NULL OR p_at IS NULL OR NOT isfinite(p_at) THEN
+        RETURN false;
+    END IF;
+    PERFORM scrinalia.validate_cron(p_cron);
+    SELECT c.minutes, c.hours, c.doms, c.months, c.dows, c.day_and, c.hour_star
+      INTO mins, hours, doms, months, dows, day_and, hour_star
+      FROM scrinalia.cron_masks(p_cron) c;
+    w := p_at AT TIME ZONE p_zone;
+
+    -- an ordinary firing: a matching wall minute, and not the second pass of a fold
+    -- (the same wall time an offset-shift earlier) unless the hour field is '*'
+    IF scrinalia.cron_masks_match(mins, hours, doms, months, dows, day_and, w) THEN
+        IF hour_star THEN
+            RETURN true;
+        END IF;
+        -- (a fold's shift, seen from three hours before: wider than any real one)
+        shift := ((p_at - interval '3 hours') AT TIME ZONE p_zone) - (p_at - interval '3 hours') AT TIME ZONE 'UTC'
+                 - (w - p_at AT TIME ZONE 'UTC');
+        IF shift <= interval '0' OR ((p_at - shift) AT TIME ZONE p_zone) <> w THEN
+            RETURN true;
+        END IF;
+    END IF;
+
+    -- the first instant after a spring-forward gap: fires when a wall minute of the gap
+    -- matches (the offset one second earlier is smaller by the gap's width)
+    shift := (w - p_at AT TIME ZONE 'UTC')
+             - (((p_at - interval '1 second') AT TIME ZONE p_zone) - (p_at - interval '1 second') AT TIME ZONE 'UTC');
+    IF shift <= interval '0' THEN
+        RETURN false;
+    END IF;
+    RETURN EXISTS (
+        SELECT FROM generate_series(date_trunc('minute', w - shift)
+                                    + CASE WHEN date_trunc('minute', w - shift) < w - shift
+                                           THEN interval '1 minute' ELSE interval '0' END,
+                                    w - interval '1 microsecond', interval '1 minute') AS g(wall)
+         WHERE scrinalia.cron_masks_match(mins, hours, doms, months, dows, day_and, g.wall));
 END $$;
 
 -- The masks of the given crons that archive_cron_masks lacks, stored (cron_masks_of).

@@ -1,12 +1,13 @@
 -- Schedule previews: the next instants a schedule fires, computed in SQL by the rules
 -- of docs/cron.md (the shim's cron.next_occurrence is the twin;
 -- tests/cron/test_cron_previews_agreement.py pins that they agree across DST changes).
--- The wall times the fields select are walked in order, day by day in the zone; one
--- that no DST change is near is the one instant it names. Near a change (the zone's
--- offset differs three hours before and after it) every reading of it is a candidate:
--- with the offset before the change, with the offset after it, and for a wall time that
--- exists neither way (a spring-forward gap) the first instant after the gap; the cron
--- matcher of 20_cron.sql, cron_fires_at(), decides which of them fire.
+-- The wall times the fields select are walked in order, day by day in the zone (the
+-- days the matcher of 20_cron.sql, cron_masks_match, selects); one that no DST change
+-- is near is the one instant it names. Near a change (the zone's offset differs three
+-- hours before and after it) every reading of it is a candidate: with the offset
+-- before the change, with the offset after it, and for a wall time that exists
+-- neither way (a spring-forward gap) the first instant after the gap; cron_fires_at()
+-- decides which of them fire.
 -- Errors: SW002 a count out of range, SW001 an unknown worker, SW005 no schedule or a
 -- paused one.
 
@@ -28,10 +29,11 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    f text[];
-    mins int[]; hours int[]; doms int[]; months int[]; dows int[];
+    mmins bigint; mhours int; mdoms bigint; mmonths int; mdows int;  -- the masks
     day_and boolean;
     hour_star boolean;
+    mins int[];              -- the minutes and hours the masks select, in order
+    hours int[];
     d date;
     last_day date;
     h int;
@@ -51,34 +53,29 @@ DECLARE
     at_ timestamptz[] := '{}';
     why text[] := '{}';
     nth timestamptz;         -- the p_count-th earliest found so far
-    day_ok boolean;
 BEGIN
     PERFORM scrinalia.validate_cron(p_cron);
     IF p_count IS NULL OR p_count < 1 OR p_after IS NULL OR NOT isfinite(p_after) THEN
         RETURN;
     END IF;
-    f := regexp_split_to_array(btrim(p_cron, E' \t'), E'[ \t]+');
-    mins := ARRAY(SELECT DISTINCT v FROM unnest(scrinalia.cron_field_values(f[1], 1)) v ORDER BY v);
-    hours := ARRAY(SELECT DISTINCT v FROM unnest(scrinalia.cron_field_values(f[2], 2)) v ORDER BY v);
-    doms := scrinalia.cron_field_values(f[3], 3);
-    months := scrinalia.cron_field_values(f[4], 4);
-    dows := scrinalia.cron_field_values(f[5], 5);
-    day_and := left(f[3], 1) = '*' OR left(f[5], 1) = '*';
-    hour_star := f[2] = '*';
+    SELECT c.minutes, c.hours, c.doms, c.months, c.dows, c.day_and, c.hour_star
+      INTO mmins, mhours, mdoms, mmonths, mdows, day_and, hour_star
+      FROM scrinalia.cron_masks(p_cron) c;
+    mins := ARRAY(SELECT b FROM generate_series(0, 63) b WHERE (mmins >> b) & 1 = 1);
+    hours := ARRAY(SELECT b FROM generate_series(0, 31) b WHERE (mhours >> b) & 1 = 1);
     -- from three hours of wall time before: the second pass of a repeated hour may be
     -- after p_after while its wall time is before p_after's
     d := ((p_after - interval '3 hours') AT TIME ZONE p_zone)::date;
     last_day := (d + interval '1000 years')::date;
     <<days>>
     WHILE d <= last_day LOOP
-        IF NOT extract(month FROM d)::int = ANY (months) THEN
+        IF (mmonths >> extract(month FROM d)::int) & 1 = 0 THEN
             d := (date_trunc('month', d) + interval '1 month')::date;
             CONTINUE;
         END IF;
-        day_ok := CASE WHEN day_and
-                       THEN extract(day FROM d)::int = ANY (doms) AND extract(dow FROM d)::int = ANY (dows)
-                       ELSE extract(day FROM d)::int = ANY (doms) OR extract(dow FROM d)::int = ANY (dows) END;
-        IF day_ok THEN
+        -- a day it fires on: the matcher's verdict on the day's first wall time selected
+        IF scrinalia.cron_masks_match(mmins, mhours, mdoms, mmonths, mdows, day_and,
+                                      d + make_time(hours[1], mins[1], 0)) THEN
             FOREACH h IN ARRAY hours LOOP
                 FOREACH mi IN ARRAY mins LOOP
                     w := d + make_time(h, mi, 0);

@@ -96,10 +96,11 @@ END $$;
 -- check of a period waited for since p_after and ticked at p_upto. Periods fall on
 -- minutes, so under a minute apart none can hide (false). Each minute instant of the
 -- range in order, stopping at the first that fires: a matching wall minute outside a
--- fall-back fold's second pass by the cron's masks (as the tick's verdicts), and what
--- the masks cannot tell (a fold, a spring-forward gap's end, a cron without masks)
--- by cron_fires_at(). Its cost grows with the minutes waited, so the tick asks only
--- for a schedule a minute or more late, once per (cron, zone, instant waited for).
+-- fall-back fold's second pass by the cron's masks (cron_masks_match, as the tick's
+-- verdicts), and what the masks cannot tell (a fold, a spring-forward gap's end, a
+-- cron without masks) by cron_fires_at(). Its cost grows with the minutes waited, so
+-- the tick asks only for a schedule a minute or more late, once per (cron, zone,
+-- instant waited for).
 -- The zone must load (the tick refuses the schedules of one that does not).
 CREATE OR REPLACE FUNCTION scrinalia.cron_fires_between(p_cron text, p_zone text, p_after timestamptz,
                                                         p_upto timestamptz)
@@ -126,14 +127,7 @@ AS $$
                        FROM minutes x, generate_series(x.first, p_upto, interval '1 minute') AS g(i)) c
           LEFT JOIN m ON true
          WHERE CASE WHEN m.cron IS NULL THEN scrinalia.cron_fires_at(p_cron, p_zone, c.i)
-                    WHEN (m.minutes >> date_part('minute', c.w)::int) & 1 = 1
-                         AND (m.hours >> date_part('hour', c.w)::int) & 1 = 1
-                         AND (m.months >> date_part('month', c.w)::int) & 1 = 1
-                         AND CASE WHEN m.day_and
-                                  THEN (m.doms >> date_part('day', c.w)::int) & 1 = 1
-                                       AND (m.dows >> date_part('dow', c.w)::int) & 1 = 1
-                                  ELSE (m.doms >> date_part('day', c.w)::int) & 1 = 1
-                                       OR (m.dows >> date_part('dow', c.w)::int) & 1 = 1 END
+                    WHEN scrinalia.cron_masks_match(m.minutes, m.hours, m.doms, m.months, m.dows, m.day_and, c.w)
                     THEN m.hour_star
                          OR c.w - timezone('UTC', c.i) >= timezone(p_zone, c.i - interval '3 hours')
                                                           - timezone('UTC', c.i - interval '3 hours')
@@ -217,22 +211,14 @@ DECLARE
          CROSS JOIN LATERAL (SELECT CASE WHEN z.loads THEN timezone(t.timezone, t.next_at) END AS w) w
     ), verdicts AS MATERIALIZED (
         -- the next instant must be an occurrence of the cron (as the rows locked have it).
-        -- (inline, not a function: a call per instant would cost more than the check). The
-        -- masks accept a matching wall minute outside a fall-back fold's second pass (no
-        -- offset fall within three hours, or the hour field '*'); what they do not accept
-        -- (a gap's end, a fold, no occurrence at all, no masks, a zone that does not
-        -- load) cron_fires_at() decides, with the reason of a refusal.
+        -- The masks (cron_masks_match, inlined by the planner: no call per instant) accept
+        -- a matching wall minute outside a fall-back fold's second pass (no offset fall
+        -- within three hours, or the hour field '*'); what they do not accept (a gap's
+        -- end, a fold, no occurrence at all, no masks, a zone that does not load)
+        -- cron_fires_at() decides, with the reason of a refusal.
         SELECT d.cron, d.timezone, d.next_at,
                CASE WHEN d.w IS NOT NULL AND m.cron IS NOT NULL
-                         AND date_trunc('minute', d.w) = d.w
-                         AND (m.minutes >> date_part('minute', d.w)::int) & 1 = 1
-                         AND (m.hours >> date_part('hour', d.w)::int) & 1 = 1
-                         AND (m.months >> date_part('month', d.w)::int) & 1 = 1
-                         AND CASE WHEN m.day_and
-                                  THEN (m.doms >> date_part('day', d.w)::int) & 1 = 1
-                                       AND (m.dows >> date_part('dow', d.w)::int) & 1 = 1
-                                  ELSE (m.doms >> date_part('day', d.w)::int) & 1 = 1
-                                       OR (m.dows >> date_part('dow', d.w)::int) & 1 = 1 END
+                         AND scrinalia.cron_masks_match(m.minutes, m.hours, m.doms, m.months, m.dows, m.day_and, d.w)
                          AND (m.hour_star OR d.offset_at >= d.offset_before)
                     THEN NULL
                     ELSE scrinalia.tick_instant_refusal(d.cron, d.timezone, d.next_at) END AS refused
@@ -267,29 +253,38 @@ DECLARE
           JOIN checked d ON d.worker_name = rc.worker_name  -- one schedule per worker
         %s
         RETURNING r.run_id, r.worker_name
+    ), made AS (
+        -- the new runs by worker: one object looked up by key below, never a join of
+        -- the chunk's rows with the insert's, whose row count the planner cannot know
+        -- (it guessed a few, and a nested loop cost the square of the chunk)
+        SELECT coalesce(jsonb_object_agg(ins.worker_name, ins.run_id), '{}') AS runs FROM ins
     ), noted AS (
         -- the catch-ups, one row each (archive_run_catch_ups: see 0010_run_catch_up)
         INSERT INTO scrinalia.archive_run_catch_ups (run_id)
-        SELECT ins.run_id
-          FROM ins
-          JOIN checked d ON d.worker_name = ins.worker_name
+        SELECT (m.runs ->> d.worker_name)::bigint
+          FROM checked d
           JOIN missed x ON x.cron = d.cron AND x.timezone = d.timezone AND x.was = d.was
-         WHERE x.catch_up
+         CROSS JOIN made m
+         WHERE x.catch_up AND m.runs ? d.worker_name
         RETURNING run_id
+    ), caught AS (
+        SELECT coalesce(jsonb_object_agg(n.run_id::text, true), '{}') AS runs FROM noted n
     ), decided AS (
-        SELECT d.worker_name, d.was, d.next_at, ins.run_id,
-               CASE WHEN ins.run_id IS NOT NULL THEN EXISTS (SELECT FROM noted n WHERE n.run_id = ins.run_id) END
-                   AS catch_up,
+        SELECT d.worker_name, d.was, d.next_at, r.run_id,
+               CASE WHEN r.run_id IS NOT NULL THEN c.runs ? r.run_id::text END AS catch_up,
                CASE WHEN d.refused IS NOT NULL THEN 'REFUSED'
                     WHEN d.was IS NULL THEN 'ARMED'
-                    WHEN ins.run_id IS NOT NULL THEN 'ENQUEUED'
+                    WHEN r.run_id IS NOT NULL THEN 'ENQUEUED'
                     ELSE 'SKIPPED' END AS decision,
                CASE WHEN d.refused IS NOT NULL THEN left(d.refused, scrinalia.max_arm_error_length())
-                    WHEN d.was IS NULL OR ins.run_id IS NOT NULL THEN NULL
+                    WHEN d.was IS NULL OR r.run_id IS NOT NULL THEN NULL
                     WHEN d.active_run_id IS NOT NULL THEN format('run #%%s is active', d.active_run_id)
                     WHEN d.owed_run_id IS NOT NULL THEN format('run #%%s awaits its retry', d.owed_run_id)
                     ELSE 'the slot or the period was taken concurrently' END AS reason
-          FROM checked d LEFT JOIN ins ON ins.worker_name = d.worker_name
+          FROM checked d
+         CROSS JOIN made m
+         CROSS JOIN caught c
+         CROSS JOIN LATERAL (SELECT (m.runs ->> d.worker_name)::bigint AS run_id) r
     ), upd AS (
         -- a refused schedule is neither enqueued nor advanced: set aside (as when the
         -- shim cannot compute it), shown by health and the alerts, tried again later

@@ -9,7 +9,7 @@ CREATE OR REPLACE FUNCTION scrinalia.schema_head()
 RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT '0012_rerun'::text $$;
+AS $$ SELECT '0013_alerts_retention'::text $$;
 
 -- Can this role run the scheduler (execute the tick)? The scheduler group, and the
 -- operator and runner groups the ADR lets run it too.
@@ -248,15 +248,22 @@ $$;
 -- What the standbys cannot do in this install, or NULL: the schema's owner can end no
 -- session (neither superuser nor member of pg_signal_backend), so a session that keeps
 -- the scheduler lock without being a scheduler is never ended (a frozen scheduler is
--- still replaced: its sessions end themselves, limit_scheduler_session()).
+-- still replaced: its sessions end themselves, limit_scheduler_session()); or it reads
+-- no other login's session start (pg_read_all_stats), so a holder that heartbeats
+-- without scheduling is not told apart (holder_not_scheduling()).
 CREATE OR REPLACE FUNCTION scrinalia.takeover_grant_missing()
 RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT format('the owner of schema scrinalia, %s, can end no session (neither superuser nor member of pg_signal_backend): a standby cannot end a login that keeps the scheduler lock from it; as a superuser: GRANT pg_signal_backend TO %s',
-                  n.nspowner::regrole, n.nspowner::regrole)
+    SELECT nullif(concat_ws('; ',
+               CASE WHEN NOT pg_catalog.pg_has_role(r.oid, 'pg_signal_backend', 'USAGE') THEN
+                   format('the owner of schema scrinalia, %s, can end no session (neither superuser nor member of pg_signal_backend): a standby cannot end a login that keeps the scheduler lock from it; as a superuser: GRANT pg_signal_backend TO %s',
+                          n.nspowner::regrole, n.nspowner::regrole) END,
+               CASE WHEN NOT pg_catalog.pg_has_role(r.oid, 'pg_read_all_stats', 'USAGE') THEN
+                   format('the owner of schema scrinalia, %s, cannot read when another login''s session started (pg_read_all_stats): a lock holder that heartbeats but does not schedule is not ended; as a superuser: GRANT pg_read_all_stats TO %s',
+                          n.nspowner::regrole, n.nspowner::regrole) END), '')
       FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_roles r ON r.oid = n.nspowner
      WHERE n.nspname = 'scrinalia'
-       AND NOT r.rolsuper AND NOT pg_catalog.pg_has_role(r.oid, 'pg_signal_backend', 'USAGE')
+       AND NOT r.rolsuper
 $$;

@@ -231,6 +231,73 @@ AS $$
      WHERE r.error_fingerprint = 'max-run-time' AND r.finished_at > now() - scrinalia.timed_out_alert_window()
 $$;
 
+-- Pushed alerts, for the scheduler's pass: every new alert of current_alerts() is sent
+-- once with NOTIFY on the channel scrinalia_alerts (delivered at the commit), its
+-- payload JSON naming it only: {"kind", "worker", "since", "run_ids" (at most
+-- max_alert_run_ids()), "run_ids_total"}, never its words (any login that may connect
+-- can LISTEN: the words are current_alerts()'s, for the reader group). An alert is its
+-- kind, its worker and its identity: the first of its run ids, else its since (a
+-- starved schedule: its last enqueue, whatever run holds its slot; the scheduler's
+-- health: none, one alert while unhealthy). announced_alerts keeps what was sent; a row
+-- goes when its alert clears, so one that comes back is sent again, and the table
+-- holds at most the current alerts. current_alerts() is computed at most every
+-- alert_check_interval() (the last check kept in scheduler_chores), not at every pass.
+-- Returns how many alerts it sent; NULL when it did not check.
+CREATE OR REPLACE FUNCTION scrinalia.announce_alerts()
+RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    sent integer;
+    old_timeout text := current_setting('lock_timeout');
+BEGIN
+    PERFORM scrinalia.check_scheduler_caller('announce_alerts');
+    -- (a session holding a row of these tables fails the check, and the next pass makes
+    -- it: the ticks are not held up)
+    PERFORM set_config('lock_timeout', scrinalia.chore_lock_timeout(), true);
+    -- (a last check in the future, a clock that went back, does not hold a check back)
+    UPDATE scrinalia.scheduler_chores SET alerts_checked_at = now()
+     WHERE alerts_checked_at IS NULL OR alerts_checked_at <= now() - scrinalia.alert_check_interval()
+        OR alerts_checked_at > now();
+    IF NOT FOUND THEN
+        PERFORM set_config('lock_timeout', old_timeout, true);
+        RETURN NULL;
+    END IF;
+    WITH now_alerts AS MATERIALIZED (
+        SELECT DISTINCT ON (1, 2, 3) x.kind, x.worker_name, x.identity, x.since, x.run_ids
+          FROM (SELECT a.kind, coalesce(a.worker_name, '') AS worker_name,
+                       CASE WHEN a.kind = 'SCHEDULER_UNHEALTHY' THEN ''
+                            WHEN a.kind = 'SCHEDULE_STARVED' OR a.run_ids IS NULL
+                            -- (the epoch: the same text whatever the session's TimeZone and DateStyle)
+                            THEN coalesce(extract(epoch FROM a.since)::text, '')
+                            ELSE a.run_ids[1]::text END AS identity,
+                       a.since, a.run_ids
+                  FROM scrinalia.current_alerts() a) x
+         ORDER BY 1, 2, 3
+    ), cleared AS (
+        DELETE FROM scrinalia.announced_alerts s
+         WHERE NOT EXISTS (SELECT 1 FROM now_alerts n
+                            WHERE n.kind = s.kind AND n.worker_name = s.worker_name AND n.identity = s.identity)
+    ), fresh AS (
+        INSERT INTO scrinalia.announced_alerts (kind, worker_name, identity)
+        SELECT n.kind, n.worker_name, n.identity FROM now_alerts n
+        ON CONFLICT DO NOTHING
+        RETURNING kind, worker_name, identity
+    )
+    SELECT count(pg_notify('scrinalia_alerts',
+                           json_build_object('kind', n.kind, 'worker', nullif(n.worker_name, ''), 'since', n.since,
+                                             'run_ids', n.run_ids[1:scrinalia.max_alert_run_ids()],
+                                             'run_ids_total', coalesce(cardinality(n.run_ids), 0))::text))
+      INTO sent
+      FROM fresh f
+      JOIN now_alerts n ON n.kind = f.kind AND n.worker_name = f.worker_name AND n.identity = f.identity;
+    PERFORM set_config('lock_timeout', old_timeout, true);
+    RETURN sent;
+END
+$$;
+
 -- 0.5 grew worker_metrics() by the workers' alerts: a return type cannot change in
 -- place, so the earlier one is dropped and re-created in this same transaction (the
 -- exporter names the columns it reads; a scrape sees the old or the new one).

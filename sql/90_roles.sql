@@ -20,6 +20,11 @@ GRANT EXECUTE ON FUNCTION
     scrinalia.active_statuses(),
     scrinalia.terminal_statuses(),
     scrinalia.validate_cron(text),
+    scrinalia.cron_grammar(),
+    scrinalia.cron_fields(text),
+    scrinalia.cron_field_mask(text, integer),
+    scrinalia.cron_masks(text),
+    scrinalia.cron_masks_match(bigint, integer, bigint, integer, integer, boolean, timestamp),
     scrinalia.validate_timezone(text),
     scrinalia.retry_delay(integer, double precision),
     scrinalia.retry_base_delay(),
@@ -146,3 +151,21 @@ GRANT EXECUTE ON FUNCTION scrinalia.rerun(bigint, text) TO scrinalia_operator;
 
 -- A schedule's next instants (41_previews.sql): a read of one worker's schedule.
 GRANT EXECUTE ON FUNCTION scrinalia.next_fires(text, integer) TO scrinalia_reader;
+
+-- The scheduler's chores (85_retention.sql, 88_alerts.sql): the retention's batches and
+-- the pushed alerts, for whoever may run the scheduler (and only from its session:
+-- check_scheduler_caller). Listening to scrinalia_alerts needs no grant. The retention
+-- is changed by the operator (who may prune_runs by hand already); what status says of
+-- it, numbers and instants only, is read by the reader and the monitor.
+GRANT EXECUTE ON FUNCTION
+    scrinalia.prune_expired_runs(integer),
+    scrinalia.announce_alerts()
+   TO scrinalia_scheduler, scrinalia_operator, scrinalia_runner;
+GRANT EXECUTE ON FUNCTION scrinalia.set_run_retention(interval) TO scrinalia_operator;
+GRANT EXECUTE ON FUNCTION scrinalia.retention_status() TO scrinalia_reader;
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) 'scrinalia_monitor') THEN
+        GRANT EXECUTE ON FUNCTION scrinalia.retention_status() TO scrinalia_monitor;
+    END IF;
+END $$;

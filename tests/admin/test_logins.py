@@ -140,3 +140,37 @@ def test_an_existing_login_keeps_its_password_unless_asked(empty_db_dsn, admin, 
     dsn = psycopg.conninfo.make_conninfo(empty_db_dsn, user=login, password=PASSWORDS["SCRINALIA_RUNNER_PASSWORD"])
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT current_user").fetchone()[0] == login
+
+
+def test_close_database_leaves_no_login_outside_the_groups_a_way_to_the_lock_key(empty_db_dsn, admin):
+    """compose's set-up: what operate.md asks a DBA to do, done: status's install lines gone."""
+    admin.execute("DROP ROLE IF EXISTS t_stranger")
+    admin.execute("CREATE ROLE t_stranger LOGIN PASSWORD 'x'")
+    stranger = psycopg.conninfo.make_conninfo(empty_db_dsn, user="t_stranger", password="x")
+    psycopg.connect(stranger).close()  # PUBLIC's CONNECT, before
+
+    r = cli("groups", "logins", "--close-database", dsn=empty_db_dsn, env=_env())
+    assert r.code == 0, r.err
+    assert "database closed: CONNECT for the groups and the owner only" in r.out
+    with pytest.raises(psycopg.OperationalError, match="permission denied for database"):
+        psycopg.connect(stranger).close()
+    member = "SELECT pg_has_role(%s, %s, 'MEMBER')"
+    assert admin.execute(member, ("t_owner", "pg_signal_backend")).fetchone()[0]
+    assert admin.execute(member, ("t_owner", "pg_read_all_stats")).fetchone()[0]
+    for login in ("t_sched", "t_run", "t_exporter", "t_owner"):
+        user = psycopg.conninfo.make_conninfo(empty_db_dsn, user=login, password=None)
+        with psycopg.connect(user) as conn:  # (trust on the test cluster's socket) the jobs still connect
+            assert conn.execute("SELECT current_user").fetchone()[0] == login
+    migrated = cli("migrate", dsn=psycopg.conninfo.make_conninfo(empty_db_dsn, user="t_owner"), env=_env())
+    assert migrated.code == 0, migrated.err
+    status = cli("status", dsn=empty_db_dsn, env=_env())
+    assert status.code == 0, status.err
+    assert "install:" not in status.out
+    # without the second role, status says what is lost and the grant to run
+    admin.execute("REVOKE pg_read_all_stats FROM t_owner")
+    status = cli("status", dsn=empty_db_dsn, env=_env())
+    (line,) = [x for x in status.out.splitlines() if x.startswith("install: ")]
+    assert "pg_read_all_stats" in line and "GRANT pg_read_all_stats TO t_owner" in line
+    assert "pg_signal_backend" not in line
+    admin.execute("DROP OWNED BY t_stranger")
+    admin.execute("DROP ROLE t_stranger")

@@ -24,6 +24,7 @@ HEAD = [
     "0010_run_catch_up",
     "0011_run_limits",
     "0012_rerun",
+    "0013_alerts_retention",
 ]
 
 

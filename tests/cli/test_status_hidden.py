@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from helpers import cli
-from scrinalia_workers.cli.commands.status import _scheduler_line
+from scrinalia_workers.presentation.agenda import scheduler_line as _scheduler_line
 from scrinalia_workers.text import HIDDEN
 
 HOLDER = {

@@ -90,6 +90,7 @@ INTERNAL = {
     "run_reruns_truncate_statement",
     "run_catch_ups_delete_statement",
     "run_catch_ups_truncate_statement",
+    "prune_runs_before",
 }
 
 # Blocks (by a fragment of their SQL) that fail as their documented role because of a

@@ -41,6 +41,11 @@ SHARED = {
     "takeover_grant_missing",
     "cron_fires_at",
     "cron_field_values",
+    "cron_grammar",
+    "cron_fields",
+    "cron_field_mask",
+    "cron_masks",
+    "cron_masks_match",
     "default_max_run_time",
 }
 READER = SHARED | {
@@ -56,6 +61,7 @@ READER = SHARED | {
     "worker_runs",
     "worker_timeline",
     "next_fires",
+    "retention_status",
 }
 OPERATOR = READER | {
     "put_schedule",
@@ -70,11 +76,14 @@ OPERATOR = READER | {
     "add_units",
     "prune_runs",
     "rerun",
+    "set_run_retention",
 }
 SCHEDULER = SHARED | {
     "due_schedules",
     "tick",
     "tick_due_at",
+    "tick_v2",
+    "tick_due_at_v2",
     "schedules_due_at",
     "create_retries",
     "reap_expired_leases",
@@ -95,6 +104,9 @@ SCHEDULER = SHARED | {
     "repair_instants",
     "armed_schedule_crons",
     "rearm_schedules_ahead",
+    # the pass's chores (85_retention.sql, 88_alerts.sql)
+    "prune_expired_runs",
+    "announce_alerts",
 }
 RUNNER = SHARED | {
     "claim_next",
@@ -117,6 +129,7 @@ MONITOR = {
     "worker_metrics",
     "run_counts",
     "pending_run_counts",  # (ledger_counts reads it)
+    "retention_status",  # (numbers and instants: what status says of the retention)
 }
 # ADR 0015: the API's (operator) login and a runner login may run the scheduler too
 ALLOWED = {

@@ -338,6 +338,6 @@ def test_a_notify_flood_costs_an_idle_runner_a_bounded_number_of_claims(db, db_d
     assert r.stop() == 0
     claims = r.wait_event("stopped")["claim_attempts"]
     assert sent > 1000
-    # at most one claim per MIN_WAKE_INTERVAL (0.05 s) while flooded, plus the run's own
+    # at most one claim per min_wake_interval (0.05 s) while flooded, plus the run's own
     assert claims <= (time.monotonic() - t0) / 0.05 + 5, (claims, sent)
     print(f"\nRELIABILITY NOTIFY flood on scrinalia_runs: {sent} NOTIFYs -> {claims} claim attempts")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from datetime import timedelta
 
 import psycopg
@@ -16,19 +17,18 @@ from runner_fakes import OK, FakeLedger, ScriptedWakeup, SteppedHandlers, StopFl
 from scrinalia_workers.errors import DatabaseUnavailable
 from scrinalia_workers.logs import EventLog
 from scrinalia_workers.runner.batch import (
-    RELEASE_AFTER,
-    REPORT_AFTER,
     SHUTDOWN_ERROR,
     SHUTDOWN_FINGERPRINT,
     Batch,
     Supervision,
     heartbeat_interval,
 )
-from scrinalia_workers.runner.daemon import MAX_IDLE, idle_delay, next_batch_size
+from scrinalia_workers.runner.daemon import idle_delay, next_batch_size
 from scrinalia_workers.runner.handlers import Outcome
-from scrinalia_workers.runner.ledger import STOPPING_REPORT_RETRY, Ledger
+from scrinalia_workers.runner.ledger import Ledger
 from scrinalia_workers.runner.run import ClaimedRun, Reported
 from scrinalia_workers.runner.run_states import TRANSITIONS, IllegalMove, RunState
+from scrinalia_workers.runner.settings import DEFAULTS, RunnerSettings
 from scrinalia_workers.testkit.clock import FakeClock
 
 T0 = 1000.0  # the FakeClock's start
@@ -38,7 +38,7 @@ FAILED = Outcome("FAILED", "RuntimeError: boom", "0123456789abcdef")
 class Rig:
     """A batch of `n` runs (ids 1..n) handed to a stepped handler thread at T0."""
 
-    def __init__(self, n: int, *, lease: float = 30.0, grace: float = 5.0):
+    def __init__(self, n: int, *, lease: float = 30.0, grace: float = 5.0, settings: RunnerSettings = DEFAULTS):
         self.clock = FakeClock(T0)
         self.wakeup = ScriptedWakeup(self.clock)
         self.handlers = SteppedHandlers(self.wakeup, self.clock)
@@ -54,6 +54,7 @@ class Rig:
             lease=lease,
             grace=grace,
             stopping=self.stop,
+            settings=settings,
         )
         self.runs = [claimed(i) for i in range(1, n + 1)]
         self.batch = Batch(self.runs, sup)
@@ -173,7 +174,7 @@ def test_an_outcome_waits_at_most_report_after_for_a_slow_neighbour():
     rig.at(0.1, "finish", "start")
     rig.at(0.3, "finish", outcome=FAILED)
     rig.see_through()
-    assert rig.reported() == [(pytest.approx(0.1 + REPORT_AFTER), [1]), (0.3, [2])]
+    assert rig.reported() == [(pytest.approx(0.1 + DEFAULTS.report_after), [1]), (0.3, [2])]
     assert rig.outcomes() == {1: "SUCCEEDED", 2: "FAILED"}
     assert rig.ledger.reports[1][1] == [(2, FAILED)]
 
@@ -198,7 +199,7 @@ def test_runs_behind_a_slow_handler_are_released_after_release_after():
     rig.at(3.0, "finish")
     assert rig.see_through() == pytest.approx(3.0)
     assert [(round(at - T0, 6), ids, reason) for at, ids, reason in rig.ledger.releases] == [
-        (RELEASE_AFTER, [2, 3], f"run #1 has been running for {RELEASE_AFTER} s")
+        (DEFAULTS.release_after, [2, 3], f"run #1 has been running for {DEFAULTS.release_after} s")
     ]
     assert rig.outcomes() == {1: "SUCCEEDED", 2: "RELEASED", 3: "RELEASED"}
     assert rig.reported() == [(3.0, [1])]
@@ -210,14 +211,25 @@ def test_release_after_counts_from_the_handlers_start():
     rig.at(0.3, "start")  # the thread took the first run up late
     rig.at(2.0, "finish")
     rig.see_through()
-    assert [round(at - T0, 6) for at, _, _ in rig.ledger.releases] == [0.3 + RELEASE_AFTER]
+    assert [round(at - T0, 6) for at, _, _ in rig.ledger.releases] == [0.3 + DEFAULTS.release_after]
+
+
+def test_the_runs_numbers_are_the_settings_it_is_given():
+    settings = replace(DEFAULTS, release_after=2.0, report_after=0.5, min_heartbeat_interval=1.0)
+    rig = Rig(3, lease=0.9, settings=settings)
+    rig.at(0, "start")
+    rig.at(2.5, "finish")
+    rig.see_through()
+    assert [round(at - T0, 6) for at, _, _ in rig.ledger.releases] == [2.0]
+    assert [round(at - T0, 6) for at, _ in rig.ledger.heartbeats][:2] == [1.0, 2.0]
+    assert heartbeat_interval(0.9, settings) == 1.0 and idle_delay(None, settings) == DEFAULTS.max_idle
 
 
 def test_a_quick_handler_releases_nothing():
     rig = Rig(2)
     rig.at(0, "start")
-    rig.at(RELEASE_AFTER - 0.01, "finish", "start")
-    rig.at(RELEASE_AFTER + 0.2, "finish")
+    rig.at(DEFAULTS.release_after - 0.01, "finish", "start")
+    rig.at(DEFAULTS.release_after + 0.2, "finish")
     rig.see_through()
     assert rig.ledger.releases == []
     assert rig.outcomes() == {1: "SUCCEEDED", 2: "SUCCEEDED"}
@@ -246,7 +258,7 @@ def test_a_short_lease_heartbeats_no_more_often_than_the_floor():
 
 
 def test_one_heartbeat_covers_every_run_held():
-    rig = Rig(3, lease=0.9)  # heartbeats at 0.3, 0.6: the first before RELEASE_AFTER
+    rig = Rig(3, lease=0.9)  # heartbeats at 0.3, 0.6: the first before DEFAULTS.release_after
     rig.at(0, "start")
     rig.at(0.7, "finish")
     rig.see_through()
@@ -265,7 +277,7 @@ def test_a_lease_lost_mid_run_is_neither_heartbeated_again_nor_reported():
 
 
 def test_a_lease_lost_before_the_run_started_takes_it_back():
-    rig = Rig(2, lease=1.0)  # a heartbeat at 1/3 s, before RELEASE_AFTER
+    rig = Rig(2, lease=1.0)  # a heartbeat at 1/3 s, before DEFAULTS.release_after
     rig.ledger.lost_at_heartbeat = {1, 2}
     rig.at(0, "start")
     rig.at(2.0, "finish")
@@ -367,7 +379,7 @@ def _run() -> ClaimedRun:
     return run
 
 
-@pytest.mark.parametrize("stopping,limit", [(False, 3.0), (True, STOPPING_REPORT_RETRY)])
+@pytest.mark.parametrize("stopping,limit", [(False, 3.0), (True, DEFAULTS.stopping_report_retry)])
 def test_a_report_is_retried_until_the_lease_would_be_gone(stopping, limit):
     ledger, clock, out = _ledger(30.0 if stopping else 3.0, _down)
     (came,) = ledger.report([_run()], stopping=stopping).values()
@@ -423,10 +435,10 @@ def test_a_report_error_that_no_retry_can_mend_propagates():
 
 
 def test_the_idle_stand_by():
-    assert idle_delay(None) == MAX_IDLE  # nothing queued: re-check at least this often
+    assert idle_delay(None) == DEFAULTS.max_idle  # nothing queued: re-check at least this often
     assert idle_delay(2.5) == 2.5  # the next run's not_before
     assert idle_delay(-3.0) == idle_delay(0.0) == 0.01  # claimable now (a race lost): a short pause
-    assert idle_delay(3600.0) == MAX_IDLE
+    assert idle_delay(3600.0) == DEFAULTS.max_idle
 
 
 def _ended(end: str) -> ClaimedRun:
@@ -446,7 +458,7 @@ def test_a_batch_doubles_while_quick_and_falls_back_to_one():
     for _ in range(7):
         sizes.append(next_batch_size(sizes[-1], quick, 0.01, 32))
     assert sizes == [1, 2, 4, 8, 16, 32, 32, 32]
-    assert next_batch_size(8, quick, RELEASE_AFTER, 32) == 1  # a slow batch
+    assert next_batch_size(8, quick, DEFAULTS.release_after, 32) == 1  # a slow batch
     assert next_batch_size(8, [_ended("SUCCEEDED"), _ended("RELEASED")], 0.01, 32) == 1
     assert next_batch_size(8, [], 0.0, 32) == 1  # nothing to claim: an idle spell follows
     assert next_batch_size(1, quick, 0.0, 1) == 1

@@ -113,7 +113,7 @@ def test_runs_held_up_by_a_slow_handler_go_back_to_the_queue_with_one_handler_th
 
 def test_runs_held_up_by_a_slow_handler_run_on_another_handler_thread(db, db_dsn):
     # with --concurrency above one, the runs behind a slow handler are not given back:
-    # a second handler thread takes them up once the first has run RELEASE_AFTER
+    # a second handler thread takes them up once the first has run release_after
     workers = make_workers(db, 3)
     ids = _enqueue_all(db, workers)
     release, slow_started = threading.Event(), threading.Event()

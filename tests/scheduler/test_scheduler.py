@@ -79,6 +79,11 @@ def test_a_notify_wakes_the_sleeping_scheduler_for_a_due_schedule(db, db_dsn, pr
     # its timed wake-ups an hour apart: only the NOTIFY can bring the next pass
     p = procs.scheduler(db_dsn, "--max-sleep", "3600", "--log-level", "debug")
     assert _pass_before(p, "armed", worker="ocr") == 1
+    # the pass's last transaction, its alerts' check, committed: the pass is over
+    wait_for(
+        lambda: db.execute("SELECT alerts_checked_at IS NOT NULL FROM scrinalia.scheduler_chores").fetchone()[0],
+        timeout=30,
+    )
     # asleep first: a schedule due before the pass asked for its next instant would be
     # ticked by the prepared tick of that instant, without a pass
     wait_for(lambda: _asleep(db), what="the scheduler asleep after its first pass")

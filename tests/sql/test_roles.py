@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from helpers import make_worker, put_schedule, raises_sqlstate, tick
@@ -100,14 +102,41 @@ def test_a_login_without_a_group_gets_nothing(world, connect_as):
     _refused(c, "SELECT scrinalia.schema_head()")
 
 
+# The planner inlines these into the statements that call them, which a SET clause would
+# stop (the tick's check of each next instant is cron_masks_match): one SQL query, not
+# SECURITY DEFINER, every function and operator named by its schema instead, so that no
+# caller's search_path can change what they mean.
+INLINED = {"cron_grammar", "cron_fields", "cron_masks_match"}
+SQL_WORDS = {"select", "from", "where", "when", "then", "else", "end", "case", "and", "or", "not", "as", "in"}
+
+
+def unqualified_names(body: str) -> list[str]:
+    """The functions and operators of a SQL body that a search_path would resolve."""
+    body = re.sub(r"(?i)(?:\bE)?'(?:[^'\\]|\\.|'')*'", "''", body)  # string literals
+    body = re.sub(r"OPERATOR\(pg_catalog\.[^)\s]+\)", " op ", body)
+    body = re.sub(r"\b(?:pg_catalog|scrinalia)\.\w+", " qualified ", body)
+    calls = [w for w in re.findall(r"\b(\w+)\s*\(", body) if w.lower() not in SQL_WORDS | {"qualified"}]
+    return calls + re.findall(r"[<>=&|!~+*/%^#@-]+", body.replace("::", " "))
+
+
 def test_every_function_pins_its_search_path_and_writers_are_security_definer(db):
     rows = db.execute("""
-        SELECT p.oid::regprocedure::text, p.prosecdef, p.proconfig
-          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+        SELECT p.oid::regprocedure::text, p.proname, p.prosecdef, p.proconfig, l.lanname, p.prosrc
+          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_language l ON l.oid = p.prolang
          WHERE n.nspname = 'scrinalia'""").fetchall()
     assert rows
-    for name, _secdef, config in rows:
+    assert INLINED <= {r[1] for r in rows}
+    for name, proname, secdef, config, lang, src in rows:
+        if proname in INLINED:
+            assert config is None and not secdef and lang == "sql", name
+            assert unqualified_names(src) == [], name
+            continue
         assert config and any(c.startswith("search_path=pg_catalog") for c in config), name
+    # the check of an inlined body can fail
+    assert unqualified_names("SELECT pg_catalog.left(x, 1) = 'a' AND lower(y) OPERATOR(pg_catalog.=) '='") == [
+        "lower",
+        "=",
+    ]
     granted = {
         r[0]
         for r in db.execute("""
@@ -117,5 +146,5 @@ def test_every_function_pins_its_search_path_and_writers_are_security_definer(db
          WHERE n.nspname = 'scrinalia' AND g.rolname LIKE 'scrinalia\\_%' AND p.provolatile = 'v'""").fetchall()
     }
     assert granted
-    insecure = [name for name, secdef, _ in rows if name in granted and not secdef]
+    insecure = [name for name, _proname, secdef, *_ in rows if name in granted and not secdef]
     assert insecure == []

@@ -4,6 +4,8 @@ the logins that may not read a panel, a row that cannot render, and misconfigura
 
 from __future__ import annotations
 
+import io
+import json
 import re
 import socket
 
@@ -11,7 +13,9 @@ import pytest
 from webview import CHAIN_ERRORS, login_dsn, request
 
 from helpers import assert_one_line_error, cli, make_workers
+from scrinalia_workers.logs import EventLog
 from scrinalia_workers.testkit.waiting import wait_for
+from scrinalia_workers.web.panels import View, table
 
 SECURITY = {
     "Content-Security-Policy": "default-src 'none'",
@@ -34,7 +38,7 @@ def test_the_overview_shows_health_alerts_agenda_and_active_runs_as_status_does(
     assert "login sw_login_reader (a reader), read-only" in text
     assert "NOT HEALTHY: no scheduler holds the lock" in text
     assert "FAILED_AFTER_ALL_ATTEMPTS" in text and "ended FAILED after 3 attempt(s)" in text
-    assert "read the attempts&#x27; errors on the worker&#x27;s page" in a.body  # what to do, beside it
+    assert "read the attempts&#x27; errors (runs WORKER --timeline)" in a.body  # what to do, beside it
     for worker in ("ocr", "thumbs", "idle"):
         assert f'<a href="/worker?name={worker}">{worker}</a>' in a.body
     assert f"#{ledger['queued']} QUEUED MANUAL" in text  # thumbs' slot, in the agenda
@@ -109,8 +113,8 @@ def test_paging_shows_a_page_of_rows_and_links_to_the_next(db, db_dsn, role_logi
     assert re.findall(r'<a href="/worker\?name=(w\d+)">', second) == names[10:20]
 
 
-def test_a_row_that_cannot_render_is_an_error_cell_and_the_page_renders(ledger, db, db_dsn, role_logins, start_web):
-    # an instant no zone can show (written by hand): the terminal's status cannot print it either
+def test_an_instant_no_zone_can_hold_is_shown_as_postgresql_prints_it(ledger, db, db_dsn, role_logins, start_web):
+    # written by hand, in a zone ahead of UTC: the latest datetime shifted east overflows
     db.execute(
         "UPDATE scrinalia.archive_worker_schedules SET timezone = 'Asia/Tokyo', next_run_at = 'infinity'"
         " WHERE worker_name = 'ocr'"
@@ -118,10 +122,24 @@ def test_a_row_that_cannot_render_is_an_error_cell_and_the_page_renders(ledger, 
     w = start_web(login_dsn(db_dsn, role_logins["reader"]))
     a = w.get("/")
     assert a.status == 200
-    assert "this row could not be shown (OverflowError); the log has it" in a.body
-    assert '<a href="/worker?name=thumbs">thumbs</a>' in a.body  # the other rows, and panels, are there
-    assert "Active runs" in a.body
-    assert "web_row_failed" in w.log() and "agenda" in w.log()
+    assert "could not be shown" not in a.body and "web_row_failed" not in w.log()
+    agenda = a.body.split("<h2>Agenda</h2>", 1)[1].split("</section>", 1)[0]
+    row = agenda.split('<a href="/worker?name=ocr">ocr</a>', 1)[1].split("</tr>", 1)[0]
+    assert "infinity" in row
+
+
+def test_a_row_that_cannot_render_is_an_error_cell_and_the_rest_renders():
+    out = io.StringIO()
+    view = View(conn=None, login=None, log=EventLog(json_lines=True, stream=out), actions=None, page_size=50)  # type: ignore[arg-type]
+
+    def cells(r):
+        return [r["name"], 1 / r["n"]]
+
+    body = str(table(view, "agenda", ["worker", "share"], [{"name": "ocr", "n": 0}, {"name": "thumbs", "n": 2}], cells))
+    assert "this row could not be shown (ZeroDivisionError); the log has it" in body
+    assert "<td>thumbs</td>" in body and "<td>0.5</td>" in body
+    (line,) = [json.loads(ln) for ln in out.getvalue().splitlines()]
+    assert (line["event"], line["panel"]) == ("web_row_failed", "agenda")
 
 
 @pytest.mark.parametrize(

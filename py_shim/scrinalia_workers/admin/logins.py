@@ -11,6 +11,14 @@ group, nothing else: its password is replaced only when asked (--reset-password)
 one this step would never create (SUPERUSER, CREATEROLE, REPLICATION or BYPASSRLS,
 NOLOGIN, or in another scrinalia group) is refused before anything changes. After it the
 superuser is needed no more: every process logs in as its own job.
+
+With --close-database (a database of its own, as compose's), it also does what
+docs/operate.md asks a DBA to do once ("The lock key and who can take it"): CONNECT
+taken from PUBLIC and given to the groups and the owner, so that no other login can
+queue on the scheduler's lock key; and the owner made a member of pg_signal_backend
+(a standby may end a login squatting the key; never a superuser's session) and of
+pg_read_all_stats (it reads when the lock holder's work session started: a holder
+that heartbeats without scheduling is told apart by it).
 """
 
 from __future__ import annotations
@@ -98,7 +106,28 @@ class Done:
     password_set: bool
 
 
-def create(conn: psycopg.Connection, env: dict[str, str] | None = None, reset_password: bool = False) -> list[Done]:
+# What --close-database gives the owner login (see the module's docstring).
+OWNER_ROLES = ("pg_signal_backend", "pg_read_all_stats")
+
+
+def _close_database(conn: psycopg.Connection, owner: str) -> None:
+    db = q.Identifier(conn.info.dbname)
+    conn.execute(q.SQL("REVOKE CONNECT ON DATABASE {} FROM PUBLIC").format(db))
+    conn.execute(
+        q.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(
+            db, q.SQL(", ").join(q.Identifier(g) for g in (*GROUPS, owner))
+        )
+    )
+    for role in OWNER_ROLES:
+        conn.execute(q.SQL("GRANT {} TO {}").format(q.Identifier(role), q.Identifier(owner)))
+
+
+def create(
+    conn: psycopg.Connection,
+    env: dict[str, str] | None = None,
+    reset_password: bool = False,
+    close_database: bool = False,
+) -> list[Done]:
     """Creates the logins, or gives an existing one its group (and, with `reset_password`,
     the password again), in one transaction after the groups; refuses, changing nothing,
     a login it would not create itself."""
@@ -127,10 +156,12 @@ def create(conn: psycopg.Connection, env: dict[str, str] | None = None, reset_pa
             else:
                 conn.execute(q.SQL("GRANT {} TO {}").format(q.Identifier(job.group), q.Identifier(login)))
             done.append(Done(login, created=not exists, password_set=not exists or reset_password))
+        if close_database:
+            _close_database(conn, next(login for job, login, _ in wanted if job.group is None))
     return done
 
 
-def create_at(dsn: str, reset_password: bool = False) -> list[Done]:
+def create_at(dsn: str, reset_password: bool = False, close_database: bool = False) -> list[Done]:
     with connection.connect(dsn, application_name="scrinalia-workers groups logins") as conn:
         conn.execute(sql.PINNED_SEARCH_PATH)
-        return create(conn, reset_password=reset_password)
+        return create(conn, reset_password=reset_password, close_database=close_database)

@@ -102,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="set the password of a login that exists already too (without it, it keeps its own)",
     )
+    gl.add_argument(
+        "--close-database",
+        action="store_true",
+        help="a database of its own (compose): CONNECT from PUBLIC to the groups and the owner only, and the owner "
+        "in pg_signal_backend and pg_read_all_stats, so that a standby can end a login squatting the scheduler's lock",
+    )
     gl.set_defaults(func=admin.cmd_groups)
 
     e = sub.add_parser("enqueue", parents=[common], help="enqueue a CLI run of a worker now")
@@ -185,7 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.set_defaults(func=runs.cmd_runs)
 
-    c = sub.add_parser("cancel", parents=[common], help="cancel a QUEUED run (a retry in its backoff too)")
+    c = sub.add_parser(
+        "cancel",
+        parents=[common],
+        help="cancel a QUEUED run (a retry in its backoff too) or a RUNNING one (its lease fenced, its handler told)",
+    )
     c.add_argument("run_id", type=RUN_ID, metavar="RUN_ID")
     c.set_defaults(func=runs.cmd_cancel)
 

@@ -13,20 +13,21 @@ from __future__ import annotations
 import shutil
 import sys
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TextIO
 
 import psycopg
 from psycopg.rows import dict_row
 
 from scrinalia_workers.cli.common import one
-from scrinalia_workers.cli.fmt import brief, cell
-from scrinalia_workers.cli.fmt import utc as utc_or_none
 from scrinalia_workers.cli.terminal import write_control
 from scrinalia_workers.clock import SYSTEM, Clock
 from scrinalia_workers.gateway.backoff import Backoff, is_transient
 from scrinalia_workers.gateway.statements import cli as sql
 from scrinalia_workers.logs import one_line
+from scrinalia_workers.presentation.agenda import span
+from scrinalia_workers.presentation.fmt import brief, cell
+from scrinalia_workers.presentation.fmt import utc as utc_or_none
 from scrinalia_workers.text import for_terminal
 
 CLEAR = "\x1b[H\x1b[2J"
@@ -35,23 +36,6 @@ CLEAR = "\x1b[H\x1b[2J"
 def utc(ts: datetime | None) -> str:
     """An instant as the CLI prints it, '-' for none."""
     return utc_or_none(ts) or "-"
-
-
-def span(d: timedelta | float | None) -> str:
-    """A duration at a glance: 45s, 12m05s, 3h20m, 2d04h; negative as 'overdue 12s'."""
-    if d is None:
-        return "-"
-    s = d.total_seconds() if isinstance(d, timedelta) else float(d)
-    if s < 0:
-        return "overdue " + span(-s)
-    s = int(round(s))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
 def _fit(text: str, width: int) -> str:

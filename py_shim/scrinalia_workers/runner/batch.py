@@ -5,11 +5,11 @@ The main thread loops over these decisions until no run is held and no outcome w
 - an outcome the handler thread posted moves its run to DONE (or, lease lost, to
   LEASE_LOST);
 - a stop (first time seen) gives back the runs not started and starts the grace;
-  else, when the running handlers have all run RELEASE_AFTER with runs waiting behind
+  else, when the running handlers have all run release_after with runs waiting behind
   them, another handler thread takes those runs up (below --concurrency threads), or
   else they are given back, for another runner;
 - the DONE outcomes are reported together, once the batch is over, or the handler
-  thread is idle, or the runner stops, or the oldest has waited REPORT_AFTER;
+  thread is idle, or the runner stops, or the oldest has waited report_after;
 - stopping with only lost runs held: nothing to report, so nothing to wait for;
 - the grace ran out: the held runs end INTERRUPTED "runner shut down";
 - every lease/3 (at least 0.2 s) one heartbeat for the runs whose lease holds;
@@ -33,24 +33,18 @@ from scrinalia_workers.runner.handlers import Handler, Outcome
 from scrinalia_workers.runner.run import ClaimedRun, Reported
 from scrinalia_workers.runner.run_lines import log_lost, log_released, log_reported
 from scrinalia_workers.runner.run_states import RunState
+from scrinalia_workers.runner.settings import DEFAULTS, RunnerSettings
 from scrinalia_workers.runner.wakeup import Waiter
 
-# Claimed runs wait behind a running handler at most this long before they are given
-# back; and a batch grows only while a whole batch takes less.
-RELEASE_AFTER = 0.5
-# An outcome waits at most this long for the others of its batch before it is reported
-# (all are reported together when the handler thread runs out of work).
-REPORT_AFTER = 0.01
-MIN_HEARTBEAT_INTERVAL = 0.2
 SHUTDOWN_ERROR = "runner shut down"
 SHUTDOWN_FINGERPRINT = "runner-shutdown"
 
 HELD = (RunState.HANDED, RunState.LOST)
 
 
-def heartbeat_interval(lease_seconds: float) -> float:
+def heartbeat_interval(lease_seconds: float, settings: RunnerSettings = DEFAULTS) -> float:
     """A third of the lease: two heartbeats may fail before the lease ends."""
-    return max(lease_seconds / 3, MIN_HEARTBEAT_INTERVAL)
+    return max(lease_seconds / 3, settings.min_heartbeat_interval)
 
 
 class BatchLedger(Protocol):
@@ -90,6 +84,7 @@ class Supervision:
     also: Callable[[], int | None] = lambda: None
     # While the runner waits to claim more: when it looks at the queue again unwoken
     wake_by: Callable[[], float | None] = lambda: None
+    settings: RunnerSettings = DEFAULTS
 
 
 class HandlersStuck(RuntimeError):
@@ -144,7 +139,7 @@ class Batch:
         self.sup.handlers.submit(list(zip(handlers, self.runs.values())))
         for run in self.runs.values():
             self._move(run, RunState.HANDED)
-        self.next_beat = self.sup.clock.monotonic() + heartbeat_interval(self.sup.lease)
+        self.next_beat = self.sup.clock.monotonic() + heartbeat_interval(self.sup.lease, self.sup.settings)
 
     def add(self, runs: list[ClaimedRun], handlers: list[Handler | None]) -> None:
         """Runs claimed while long handlers hold this batch's runs: handed at once, to
@@ -158,12 +153,12 @@ class Batch:
         self.sup.handlers.relieve()
 
     def all_long(self, now: float) -> bool:
-        """Every held run is running and has run RELEASE_AFTER (or was told to stop):
+        """Every held run is running and has run release_after (or was told to stop):
         nothing waits for a thread, and another claim would not be held up here."""
         current = self.sup.handlers.current
         if not self.held or self.sup.handlers.waiting or current is None:
             return False
-        return now >= self._held_since(current, now) + RELEASE_AFTER
+        return now >= self._held_since(current, now) + self.sup.settings.release_after
 
     def see_through(self) -> None:
         """Supervises the handed runs until each has reached an end (or, the grace
@@ -181,7 +176,7 @@ class Batch:
                     if sup.handlers.relieve():
                         self.relieved_at = now
                     else:
-                        self._release(f"run #{current.run_id} has been running for {RELEASE_AFTER} s")
+                        self._release(f"run #{current.run_id} has been running for {self.sup.settings.release_after} s")
                 if self._report_due(now):
                     self._report()
                     continue
@@ -259,10 +254,10 @@ class Batch:
         return max(current.started if current is not None else now, self.relieved_at)
 
     def _holding_up(self, current: Running | None, now: float) -> bool:
-        """The running handlers have run RELEASE_AFTER with runs waiting behind them."""
+        """The running handlers have run release_after with runs waiting behind them."""
         return (
             current is not None
-            and now >= self._held_since(current, now) + RELEASE_AFTER
+            and now >= self._held_since(current, now) + self.sup.settings.release_after
             and self.sup.handlers.waiting > 0
         )
 
@@ -283,7 +278,7 @@ class Batch:
             not self.held
             or self.sup.stopping()
             or not self.sup.handlers.busy
-            or now >= self._oldest_outcome() + REPORT_AFTER
+            or now >= self._oldest_outcome() + self.sup.settings.report_after
         )
 
     def _oldest_outcome(self) -> float:
@@ -325,7 +320,7 @@ class Batch:
         log_lost(self.sup.log, lost)
         for run in self.sup.handlers.take(set(self.lost), first_too=True):  # lost before it started
             self._move(run, RunState.LEASE_LOST)
-        self.next_beat = self.sup.clock.monotonic() + heartbeat_interval(self.sup.lease)
+        self.next_beat = self.sup.clock.monotonic() + heartbeat_interval(self.sup.lease, self.sup.settings)
 
     def _time_to_next(self, current: Running | None, now: float) -> float | None:
         """Seconds until the next deadline (heartbeat, grace, report, release); None: none."""
@@ -337,7 +332,7 @@ class Batch:
         if (look := self.sup.wake_by()) is not None:
             deadlines.append(look)
         if self.unreported:
-            deadlines.append(self._oldest_outcome() + REPORT_AFTER)
+            deadlines.append(self._oldest_outcome() + self.sup.settings.report_after)
         if self.sup.handlers.waiting and not self.sup.stopping():
-            deadlines.append(self._held_since(current, now) + RELEASE_AFTER)
+            deadlines.append(self._held_since(current, now) + self.sup.settings.release_after)
         return max(min(deadlines) - now, 0) if deadlines else None

@@ -24,11 +24,12 @@ from scrinalia_workers.gateway.connection import connect, one
 from scrinalia_workers.gateway.dsn_password import warn_if_password_in_argv
 from scrinalia_workers.gateway.statements.runner import RUNNER_FUNCTIONS, RUNNER_GROUP, UNREGISTERED_WORKERS
 from scrinalia_workers.logs import EventLog, route_library_logs, startup_error
-from scrinalia_workers.runner.batch import RELEASE_AFTER, HandlersStuck
+from scrinalia_workers.runner.batch import HandlersStuck
 from scrinalia_workers.runner.daemon import DEFAULT_BATCH, DEFAULT_CONCURRENCY, Runner
 from scrinalia_workers.runner.failure import describe_failure
 from scrinalia_workers.runner.handlers import load_handlers
 from scrinalia_workers.runner.runner_id import RUNNER_ID
+from scrinalia_workers.runner.settings import DEFAULTS
 from scrinalia_workers.runner.wakeup import Wakeup
 from scrinalia_workers.text import printable
 
@@ -93,7 +94,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=argtypes.count(*CONCURRENCY_RANGE),
         default=DEFAULT_CONCURRENCY,
         metavar="N",
-        help=f"handler threads at most; more than one start only when handlers overrun {RELEASE_AFTER} s "
+        help=f"handler threads at most; more than one start only when handlers overrun {DEFAULTS.release_after} s "
         f"(default {DEFAULT_CONCURRENCY}; 1: one handler at a time)",
     )
     argtypes.add_wait_for_database(p, STARTUP_WAIT_MAX)

@@ -12,7 +12,7 @@ workers: a worker has one slot), which the handler thread runs one after another
 finish_runs() reports several outcomes in one call. A backlog of quick runs costs two
 round trips per batch, not per run. The batch starts at one run after an idle spell
 and doubles while handlers are quick. Claimed runs wait for their turn at most
-RELEASE_AFTER: when the handlers run longer, another handler thread takes up the runs
+release_after: when the handlers run longer, another handler thread takes up the runs
 they hold up (up to --concurrency threads, each running one handler at a time); with
 every thread held up, those runs go back to the queue (release_runs) for another
 runner. After a slow batch the next claim is of one run again. Each run's
@@ -22,7 +22,7 @@ sees a batch through, runner/batch.py.
 Threads: the main thread claims, heartbeats (every lease/3, one call for all the runs
 it holds, on the runner's one connection), reports, and handles signals; one
 long-lived handler thread calls the handlers, and more start only when handlers
-overrun RELEASE_AFTER (runner/handler_thread.py). SIGTERM/SIGINT: stop claiming, give
+overrun release_after (runner/handler_thread.py). SIGTERM/SIGINT: stop claiming, give
 back the runs not started, give the running handlers --grace seconds, then report them
 INTERRUPTED "runner shut down" (the retry policy applies as to a reaped lease) and exit
 0. A second signal exits at once with 128 + the signal number; the run is then left to
@@ -42,42 +42,43 @@ from scrinalia_workers.exits import exit_at_once
 from scrinalia_workers.gateway.backoff import Backoff, is_transient
 from scrinalia_workers.gateway.checks import schema_moved
 from scrinalia_workers.logs import EventLog, one_line
-from scrinalia_workers.runner.batch import RELEASE_AFTER, Batch, HandlersStuck, Supervision
+from scrinalia_workers.runner.batch import Batch, HandlersStuck, Supervision
 from scrinalia_workers.runner.handler_thread import HandlerThread
 from scrinalia_workers.runner.handlers import ANY_WORKER, Handler, handler_for
 from scrinalia_workers.runner.ledger import Ledger
 from scrinalia_workers.runner.run import ClaimedRun
 from scrinalia_workers.runner.run_lines import log_claimed, log_released
 from scrinalia_workers.runner.runner_id import default_runner_id
+from scrinalia_workers.runner.settings import DEFAULTS, RunnerSettings
 from scrinalia_workers.runner.wakeup import Waiter, Wakeup
 
-MAX_IDLE = 5.0  # an idle runner re-checks next_claimable_at at least this often
-MIN_IDLE = 0.01
 # Any login can NOTIFY scrinalia_runs: an idle runner woken by a NOTIFY claims at most
-# once per this interval, however many arrive (a flood costs 20 claims a second, not
-# one per message); a backlog is drained without it (a claimed run is followed by the
-# next claim at once).
-MIN_WAKE_INTERVAL = 0.05
+# once per min_wake_interval (RunnerSettings), however many arrive; a backlog is
+# drained without it (a claimed run is followed by the next claim at once).
 # A batch grows to this only while whole batches stay quick (next_batch_size): a backlog
 # of quick runs pays a claim and a report per this many runs, and a mix with slow
 # handlers keeps its batches small anyway.
 DEFAULT_BATCH = 500
 # Handler threads at most: the first runs every handler while they are quick; the others
-# start when handlers overrun RELEASE_AFTER, so that the runs behind a slow one are
+# start when handlers overrun release_after (RunnerSettings), so that the runs behind a slow one are
 # run here rather than given back.
 DEFAULT_CONCURRENCY = 4
 
 
-def idle_delay(seconds_to_next: float | None) -> float:
+def idle_delay(seconds_to_next: float | None, settings: RunnerSettings = DEFAULTS) -> float:
     """How long an idle runner stands by: until the next run is claimable, within
-    MIN_IDLE .. MAX_IDLE (None: nothing queued)."""
-    return MAX_IDLE if seconds_to_next is None else min(max(seconds_to_next, MIN_IDLE), MAX_IDLE)
+    min_idle .. max_idle (None: nothing queued)."""
+    if seconds_to_next is None:
+        return settings.max_idle
+    return min(max(seconds_to_next, settings.min_idle), settings.max_idle)
 
 
-def next_batch_size(size: int, runs: list[ClaimedRun], took: float, max_batch: int) -> int:
+def next_batch_size(
+    size: int, runs: list[ClaimedRun], took: float, max_batch: int, settings: RunnerSettings = DEFAULTS
+) -> int:
     """The next claim's limit: doubled while a whole batch was quick and none of it was
     given back; else one run (after an idle spell, a slow handler, a release)."""
-    if runs and took < RELEASE_AFTER and all(r.end != "RELEASED" for r in runs):
+    if runs and took < settings.release_after and all(r.end != "RELEASED" for r in runs):
         return min(size * 2, max_batch)  # quick handlers: claim more at once
     return 1
 
@@ -101,8 +102,10 @@ class Runner:
         concurrency: int = DEFAULT_CONCURRENCY,
         clock: Clock = SYSTEM,
         wakeup: Waiter | None = None,
+        settings: RunnerSettings = DEFAULTS,
     ):
         self.dsn = dsn
+        self.settings = settings
         self.max_batch = batch
         self.handlers = dict(handlers or {})
         self.runner_id = runner_id or default_runner_id()
@@ -112,7 +115,7 @@ class Runner:
         self.log = log or EventLog()
         self.clock = clock
         self.wakeup: Waiter = wakeup or Wakeup()
-        self.ledger = Ledger(dsn, self.runner_id, lease, self.log, clock)
+        self.ledger = Ledger(dsn, self.runner_id, lease, self.log, clock, settings)
         self.concurrency = concurrency
         self._handler_thread = HandlerThread(self.wakeup, clock, max_threads=concurrency)
         self._supervision = Supervision(
@@ -124,6 +127,7 @@ class Runner:
             lease=lease.total_seconds(),
             grace=grace,
             stopping=lambda: self.stopping,
+            settings=settings,
         )
         self._flight: Batch | None = None  # the runs held, across claims while handlers run long
         self._found_empty = False  # the last claim found nothing (while runs were held)
@@ -226,7 +230,7 @@ class Runner:
             if runs:
                 return runs
             conn = self.ledger.listen()
-            wait = idle_delay(self.ledger.seconds_to_next_claimable(self.workers))
+            wait = idle_delay(self.ledger.seconds_to_next_claimable(self.workers), self.settings)
             _drain_notifies(conn)
         except (psycopg.Error, DatabaseUnavailable) as e:
             if isinstance(e, psycopg.Error) and not is_transient(e):
@@ -261,9 +265,9 @@ class Runner:
 
     def _idle(self) -> None:
         """Stands by until a run may be claimable: a NOTIFY, the next run's not_before,
-        or MAX_IDLE; returns early on a stop."""
+        or max_idle; returns early on a stop."""
         conn = self.ledger.listen()
-        delay = idle_delay(self.ledger.seconds_to_next_claimable(self.workers))
+        delay = idle_delay(self.ledger.seconds_to_next_claimable(self.workers), self.settings)
         # notifications that came in during a long run wait in psycopg's backlog: one
         # claim attempt answers them all, not one attempt each
         if _drain_notifies(conn):
@@ -275,9 +279,9 @@ class Runner:
                 return self._coalesce(conn)
 
     def _coalesce(self, conn: psycopg.Connection) -> None:
-        """After a NOTIFY: wait out MIN_WAKE_INTERVAL since the last claim, folding
+        """After a NOTIFY: wait out min_wake_interval since the last claim, folding
         every NOTIFY that arrives meanwhile into the one claim that follows."""
-        self._pause(self._last_claim + MIN_WAKE_INTERVAL - self.clock.monotonic())
+        self._pause(self._last_claim + self.settings.min_wake_interval - self.clock.monotonic())
         _drain_notifies(conn)
 
     def _pause(self, seconds: float) -> None:
@@ -328,7 +332,7 @@ class Runner:
                 try:
                     started = self.clock.monotonic()
                     runs = self.run_batch(size)
-                    size = next_batch_size(size, runs, self.clock.monotonic() - started, self.max_batch)
+                    size = next_batch_size(size, runs, self.clock.monotonic() - started, self.max_batch, self.settings)
                     if not runs and not self._holding():
                         self._idle()
                     self._backoff.reset()

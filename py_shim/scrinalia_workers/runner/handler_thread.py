@@ -55,7 +55,7 @@ class HandlerThread:
     collects them) and rings `wakeup`. The runs not started yet can be taken back (take).
 
     Quick handlers keep to one thread (no contention for the interpreter); a slow
-    handler costs the runs behind it a wait of RELEASE_AFTER, then another thread
+    handler costs the runs behind it a wait of release_after, then another thread
     takes them up instead of the queue getting them back.
 
     begin_next() and end() are the two halves of one handler call, so that a test can
@@ -71,7 +71,7 @@ class HandlerThread:
         self._done: queue.SimpleQueue[Done] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._running: dict[int, Running] = {}  # by run id, the handlers being called
-        # Set by the main thread while it will wake within REPORT_AFTER anyway (an
+        # Set by the main thread while it will wake within report_after anyway (an
         # outcome waits to be reported): an outcome then rings only when no run is left
         # to start, so a batch of quick runs costs a wake-up or two, not one a run.
         self.quiet = False

@@ -35,11 +35,7 @@ from scrinalia_workers.gateway.statements.runner import (
 from scrinalia_workers.logs import EventLog, one_line
 from scrinalia_workers.runner.run import ClaimedRun, Reported
 from scrinalia_workers.runner.run_states import RunState
-
-# Shutting down, the container's stop timeout is near: a report is retried a few
-# seconds, not a lease.
-STOPPING_REPORT_RETRY = 5.0
-
+from scrinalia_workers.runner.settings import DEFAULTS, RunnerSettings
 
 _RAW_DECODE = json.JSONDecoder().raw_decode
 
@@ -64,12 +60,21 @@ class Ledger:
     while the runner stands by (listen() before its look at the queue, unlisten() once
     a claim brings work)."""
 
-    def __init__(self, dsn: str, runner_id: str, lease: timedelta, log: EventLog, clock: Clock = SYSTEM):
+    def __init__(
+        self,
+        dsn: str,
+        runner_id: str,
+        lease: timedelta,
+        log: EventLog,
+        clock: Clock = SYSTEM,
+        settings: RunnerSettings = DEFAULTS,
+    ):
         self.dsn = dsn
         self.runner_id = runner_id
         self.lease = lease
         self.log = log
         self.clock = clock
+        self.settings = settings
         self.conn: psycopg.Connection | None = None
         self.listening = False
         self.enums_loaded = False  # the run row's enums registered on this connection
@@ -177,7 +182,7 @@ class Ledger:
         runs and the retry policy applies (UNREPORTED). A database error that is not
         transient propagates."""
         give_up = self.clock.monotonic() + min(
-            self.lease.total_seconds(), STOPPING_REPORT_RETRY if stopping else math.inf
+            self.lease.total_seconds(), self.settings.stopping_report_retry if stopping else math.inf
         )
         backoff = Backoff(base=0.1, cap=2.0)
         retried = False

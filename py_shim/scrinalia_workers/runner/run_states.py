@@ -10,12 +10,12 @@ nothing else does:
     LOST      a heartbeat answered that its lease is lost (another party owns the run
               now); its handler still runs, or has not started.
     DONE      its handler returned (or the grace after a stop ran out: INTERRUPTED
-              "runner shut down"); its outcome waits at most REPORT_AFTER for the
+              "runner shut down"); its outcome waits at most report_after for the
               others of its batch, then finish_runs() reports them together.
   ends (ClaimedRun.end says which):
     REPORTED     finish_runs() recorded its outcome.                end: the status
     RELEASED     given back unstarted (release_runs): a slow handler
-                 held it up past RELEASE_AFTER, or the runner stops. end: RELEASED
+                 held it up past release_after, or the runner stops. end: RELEASED
     LEASE_LOST   nothing reported: a heartbeat or finish_runs()
                  answered that the lease is lost.                   end: LEASE_LOST
     UNREPORTED   the database stayed away for the lease's length

@@ -10,10 +10,15 @@ visible chunk by chunk (a spike of 10,000 due at one instant does not wait for t
 last one), the heartbeat is written between chunks, and a chunk that fails rolls back
 alone. A schedule whose next occurrence cannot be computed here is set aside
 (scrinalia.set_schedules_aside) and retried later; the others fire regardless.
+
+Then the chores, after the due schedules: the retention's batches when a sweep is due
+(prune_expired) and the new alerts sent on scrinalia_alerts (announce_alerts), each
+paced by instants the database keeps.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
@@ -22,8 +27,9 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from scrinalia_workers.errors import INVALID_TICK_CALL, NOT_LOCK_HOLDER, LockLost
+from scrinalia_workers.errors import INVALID_TICK_CALL, NOT_LOCK_HOLDER, NOT_THE_SCHEDULER, LockLost
 from scrinalia_workers.exits import leave_signals_to_the_main_thread
+from scrinalia_workers.gateway.backoff import is_transient
 from scrinalia_workers.gateway.statements import scheduler as sql
 from scrinalia_workers.logs import EventLog, Lines, one_line
 from scrinalia_workers.scheduler.decision_lines import decision_text
@@ -158,7 +164,22 @@ class Pass:
             progressed = progressed or decided
             if not (full and decided):
                 break
+        # after the due schedules, each in short transactions of its own: never before a tick
+        self.chore("retention", lambda: prune_expired(cur, self.conn, self.lock_pid, self.log, self.check_lock))
+        self.chore("alerts", lambda: announce_alerts(cur, self.conn, self.lock_pid))
         return progressed
+
+    def chore(self, name: str, run: Callable[[], None]) -> None:
+        """A chore that fails is one error line, and the pass is done all the same: the
+        daemon's backoff after a failed pass must not slow the ticks down for it. A lost
+        connection or lock, or a refusal as not the scheduler, still ends the pass."""
+        try:
+            run()
+        except psycopg.Error as e:
+            if is_transient(e) or self.conn.closed or e.sqlstate == NOT_THE_SCHEDULER:
+                raise
+            reason = one_line(e.diag.message_primary or str(e))
+            self.log("chore failed", level="error", chore=name, sqlstate=e.sqlstate, reason=reason)
 
     def chunk(self, cur: psycopg.Cursor[Row]) -> tuple[bool, bool]:
         """One tick transaction over at most TICK_CHUNK due schedules. Returns (decided
@@ -291,3 +312,42 @@ def repair_instants(
                 reason="next_run_at was later than the next occurrence of its cron: a clock ahead, or written by hand",
             )
     return bool(fixed or rearmed)
+
+
+def announce_alerts(cur: psycopg.Cursor[Row], conn: psycopg.Connection, lock_pid: int | None) -> None:
+    """The new alerts sent on scrinalia_alerts, each once (sql/88_alerts.sql), at the commit."""
+    with conn.transaction():
+        check_lock_in_transaction(cur, lock_pid)
+        cur.execute(sql.ANNOUNCE_ALERTS)
+
+
+def prune_expired(
+    cur: psycopg.Cursor[Row],
+    conn: psycopg.Connection,
+    lock_pid: int | None,
+    log: EventLog,
+    heartbeat: Callable[[], None],
+) -> None:
+    """The retention (sql/85_retention.sql): when a sweep is due or under way, a few
+    small batches, each its own transaction, the heartbeat between them; a `pruned`
+    line when it removed runs or finished its sweep."""
+    removed, last = 0, None
+    for n in itertools.count(1):
+        if n > 1:
+            heartbeat()
+        with conn.transaction():
+            check_lock_in_transaction(cur, lock_pid)
+            row = cur.execute(sql.PRUNE_EXPIRED_RUNS, (n,)).fetchone()
+        if row is None:
+            break
+        removed, last = removed + row["removed"], row
+        if not row["more"]:
+            break
+    if last is not None and (removed or last["finished"]):
+        log(
+            "pruned",
+            count=removed,
+            cutoff=last["cutoff"].isoformat(),
+            finished=last["finished"],
+            sweep_count=last["sweep_removed"],
+        )

@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from scrinalia_workers.cli.commands.schedule import active_run
-from scrinalia_workers.cli.fmt import duration, in_zone, utc
-from scrinalia_workers.cli.watch import span
 from scrinalia_workers.gateway.statements import web as sql
+from scrinalia_workers.presentation.agenda import active_run, span
+from scrinalia_workers.presentation.fmt import duration, in_zone, utc
 from scrinalia_workers.web.markup import Html, href, html, join
 from scrinalia_workers.web.overview import worker_link
 from scrinalia_workers.web.panels import Row, View, pager, read, section, table

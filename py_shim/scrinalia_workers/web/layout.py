@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from scrinalia_workers.cli.fmt import utc
+from scrinalia_workers.presentation.fmt import utc
 from scrinalia_workers.web.markup import Html, html
 from scrinalia_workers.web.panels import View
 

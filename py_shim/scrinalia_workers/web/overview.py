@@ -6,26 +6,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from scrinalia_workers.cli.commands.status import _next_run, _scheduler_line, _slot
-from scrinalia_workers.cli.fmt import utc
-from scrinalia_workers.cli.watch import span
 from scrinalia_workers.gateway.statements import web as sql
 from scrinalia_workers.logs import one_line
+from scrinalia_workers.presentation.advice import advice
+from scrinalia_workers.presentation.agenda import next_run, scheduler_line, slot, span
+from scrinalia_workers.presentation.fmt import utc
 from scrinalia_workers.web.markup import Html, href, html, join
 from scrinalia_workers.web.panels import Row, View, pager, read, section, table
-
-# What to do about each kind of alert (scrinalia.current_alerts(); docs/operate.md, What to watch).
-ADVICE = {
-    "SCHEDULER_UNHEALTHY": "start a scheduler (scrinalia-scheduler), or see why none holds the lock and "
-    "heartbeats: docs/operate.md, One scheduler",
-    "FAILED_AFTER_ALL_ATTEMPTS": "read the attempts' errors on the worker's page and fix the cause; the next "
-    "period runs as scheduled, or enqueue a run once it is fixed",
-    "SCHEDULE_OVERDUE": "is a scheduler running? See the health above; a paused schedule is never overdue",
-    "SCHEDULE_SET_ASIDE": "fix the cron or the zone with `schedule put` (it clears the error), or the host's tzdata",
-    "LEASE_REAPED": "did the runner named die? Read its log; raise --lease if its handler outlives it",
-    "INSTANT_REPAIRED": "check the database host's clock, and whether someone wrote the instant by hand",
-}
-OTHER_ADVICE = "see docs/operate.md, What to watch"
 
 
 def worker_link(name: str) -> Html:
@@ -53,7 +40,7 @@ def health(view: View) -> Html:
         body = join([body, status.problem])
     elif status.rows:
         try:
-            body = join([body, html("<p>scheduler: {s}</p>", s=_scheduler_line(status.rows[0]))])
+            body = join([body, html("<p>scheduler: {s}</p>", s=scheduler_line(status.rows[0]))])
         except Exception as e:  # noqa: BLE001 - the line is lost, never the page
             view.log("web_row_failed", level="error", panel="scheduler status", error=one_line(e))
     return section("Scheduler", body)
@@ -69,7 +56,7 @@ def alerts(view: View) -> Html:
             worker_link(a["worker_name"]) if a["worker_name"] else None,
             utc(a["since"]),
             a["message"],
-            (ADVICE.get(a["kind"], OTHER_ADVICE), "advice"),
+            (advice(a["kind"]), "advice"),
         ]
 
     more = "" if len(got.rows) <= view.page_size else f"the first {view.page_size} shown"
@@ -95,12 +82,12 @@ def agenda(view: View, after: str, most: int | None) -> Html:
             worker_link(a["worker_name"]),
             a["cron"],
             a["timezone"],
-            *_next_run(a),
+            *next_run(a),
             ("yes", "paused") if a["paused"] else ("no" if a["scheduled"] else None),
             utc(a["last_enqueued_at"]),
             skipped,
             a["last_skip_reason"] if skipped else None,
-            _slot(a, most) if most else a["active_run_id"],
+            slot(a, most) if most else a["active_run_id"],
         ]
         if actions:
             forms = []

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 from scrinalia_workers import __version__
 from scrinalia_workers.cli.common import EXIT_OK, PROG, one
-from scrinalia_workers.cli.fmt import print_json
 from scrinalia_workers.errors import ConfigError, UsageError
 from scrinalia_workers.gateway.connection import connect, require_dsn
 from scrinalia_workers.gateway.statements import cli as sql
+from scrinalia_workers.presentation.fmt import print_json
 
 if TYPE_CHECKING:
     from scrinalia_workers.admin.logins import Done
@@ -62,7 +62,9 @@ def cmd_groups(args: argparse.Namespace) -> int:
         from scrinalia_workers.admin import logins
 
         try:
-            made = logins.create_at(require_dsn(args.dsn), reset_password=args.reset_password)
+            made = logins.create_at(
+                require_dsn(args.dsn), reset_password=args.reset_password, close_database=args.close_database
+            )
         except ConfigError as e:  # a login refused, a setting missing: the operator's to fix, exit 2
             raise UsageError(str(e)) from None
         if args.json:
@@ -71,10 +73,16 @@ def cmd_groups(args: argparse.Namespace) -> int:
                     "logins": [d.login for d in made],
                     "created": [d.login for d in made if d.created],
                     "password_set": [d.login for d in made if d.password_set],
+                    "database_closed": args.close_database,
                 }
             )
         else:
             print("logins ready: " + ", ".join(f"{d.login} ({_login_state(d)})" for d in made))
+            if args.close_database:
+                print(
+                    "database closed: CONNECT for the groups and the owner only; the owner in "
+                    + " and ".join(logins.OWNER_ROLES)
+                )
         return EXIT_OK
     done = groups.create_at(require_dsn(args.dsn))
     if args.json:

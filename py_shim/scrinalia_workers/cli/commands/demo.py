@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from scrinalia_workers.cli.common import EXIT_OK, open_db
-from scrinalia_workers.cli.fmt import print_json
+from scrinalia_workers.presentation.fmt import print_json
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

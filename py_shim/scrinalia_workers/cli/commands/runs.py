@@ -12,9 +12,9 @@ from psycopg.types.json import Jsonb
 
 from scrinalia_workers import errors
 from scrinalia_workers.cli.common import EXIT_OK, max_attempts, one, open_db, parse_json_object, who
-from scrinalia_workers.cli.fmt import duration, print_json, print_table, utc
 from scrinalia_workers.gateway.statements import cli as sql
 from scrinalia_workers.logs import one_line
+from scrinalia_workers.presentation.fmt import duration, print_json, print_table, utc
 
 ERROR_WIDTH = 60  # how much of a run's error the runs table shows
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -14,20 +14,9 @@ from psycopg.types.json import Jsonb
 from scrinalia_workers import errors
 from scrinalia_workers.cli.common import EXIT_OK, max_attempts, one, open_db, parse_json_object, who
 from scrinalia_workers.cli.files import read_schedule_file
-from scrinalia_workers.cli.fmt import cell, in_zone, print_fields, print_json, print_table, utc
 from scrinalia_workers.gateway.statements import cli as sql
-
-
-def active_run(a: dict[str, Any], most: int) -> str | None:
-    """An agenda row's active run in a few words, or None when the slot is free."""
-    if a["active_run_id"] is None:
-        return None
-    s = f"#{a['active_run_id']} {a['active_status']} {a['active_trigger']}"
-    if a["active_trigger"] == "SCHEDULE":
-        s += f" {a['active_attempt']}/{most}"
-    if a["active_not_before"] and a["active_not_before"] > datetime.now(UTC):
-        s += f" not before {utc(a['active_not_before'])}"
-    return s
+from scrinalia_workers.presentation.agenda import active_run
+from scrinalia_workers.presentation.fmt import cell, in_zone, print_fields, print_json, print_table, utc
 
 
 def _fields(a: dict[str, Any], most: int) -> list[tuple[str, Any]]:

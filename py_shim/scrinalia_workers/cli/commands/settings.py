@@ -9,8 +9,8 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from scrinalia_workers.cli.common import EXIT_OK, one, open_db, parse_json_object, who
-from scrinalia_workers.cli.fmt import print_json
 from scrinalia_workers.gateway.statements import cli as sql
+from scrinalia_workers.presentation.fmt import print_json
 
 
 def cmd_put(args: argparse.Namespace) -> int:

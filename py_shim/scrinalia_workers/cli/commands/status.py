@@ -3,49 +3,20 @@
 from __future__ import annotations
 
 import argparse
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 
 from scrinalia_workers import __version__
-from scrinalia_workers.cli.commands.schedule import active_run
 from scrinalia_workers.cli.common import EXIT_OK, max_attempts, one, open_db
-from scrinalia_workers.cli.fmt import brief, in_zone, print_json, print_line, print_table, utc
 from scrinalia_workers.gateway.checks import check_schema
 from scrinalia_workers.gateway.statements import cli as sql
-from scrinalia_workers.text import HIDDEN, printable
-
-
-def _scheduler_line(s: dict[str, Any]) -> str:
-    if s["lock_held"]:
-        app = s["holder_application"]
-        holder = f"application {HIDDEN}" if app is None else (app or "no application name")
-        where = f" from {s['holder_client']}" if s["holder_client"] else ""
-        since = utc(s["holder_backend_start"]) or HIDDEN
-        line = f"lock held by pid {s['holder_pid']} (role {s['holder_role'] or HIDDEN}, {holder}{where}, connected {since})"
-        if s["heartbeat_pid"] != s["holder_pid"]:
-            line += " -- NOT a scheduler: it has written no heartbeat"
-    else:
-        line = "NO scheduler holds the lock: nothing is ticking"
-    if s["last_tick_at"]:
-        line += f"; last tick {utc(s['last_tick_at'])} by {s['last_tick_by'] or '-'} ({s['ticks']} ticks)"
-    else:
-        line += "; never ticked"
-    return line
-
-
-def _next_run(a: dict[str, Any]) -> tuple[str | None, str | None]:
-    """(in the schedule's zone, in UTC), or what stands in for them."""
-    if not a["scheduled"]:
-        return "unscheduled", "unscheduled"
-    if a["paused"]:
-        return "paused", "-"
-    if a["arm_error"]:
-        return f"SET ASIDE: {brief(a['arm_error'], 60)}", utc(a["arm_retry_at"])
-    if a["awaiting_arm"]:
-        return "not armed yet", "-"
-    return in_zone(a["next_run_at"], a["timezone"]), utc(a["next_run_at"])
+from scrinalia_workers.presentation.advice import advice
+from scrinalia_workers.presentation.agenda import next_run, scheduler_line, slot
+from scrinalia_workers.presentation.fmt import brief, print_json, print_line, print_table, utc
+from scrinalia_workers.text import printable
 
 
 def _release(conn: psycopg.Connection[Any]) -> dict[str, Any]:
@@ -67,15 +38,38 @@ def _release_line(r: dict[str, Any]) -> str:
     return line
 
 
-def _slot(a: dict[str, Any], most: int) -> str | None:
-    """The active run, or else the failed attempt whose owed retry holds the slot."""
-    run = active_run(a, most)
-    if run is not None or a.get("owed_by_run_id") is None:
-        return run
-    return (
-        f"#{a['owed_by_run_id']} {a['owed_by_status']} {a['owed_attempt'] - 1}/{most}: "
-        f"owed retry {a['owed_attempt']}/{most} since {utc(a['owed_since'])} (the scheduler creates it)"
-    )
+# How many alerts status prints (the oldest first); the rest are counted, and
+# scrinalia.current_alerts() or the web view has them all.
+ALERTS_SHOWN = 20
+
+
+def _alert_lines(alerts: list[dict[str, Any]]) -> list[str]:
+    if not alerts:
+        return ["alerts: none, nothing to do"]
+    lines = [f"alerts ({len(alerts) if len(alerts) <= ALERTS_SHOWN else f'the oldest {ALERTS_SHOWN}'}):"]
+    for a in alerts[:ALERTS_SHOWN]:
+        lines.append(f"  {a['kind']} since {utc(a['since']) or '-'}: {brief(a['message'], 400)}")
+        lines.append(f"    what to do: {advice(a['kind'])}")
+    if len(alerts) > ALERTS_SHOWN:
+        lines.append("  and more: SELECT * FROM scrinalia.current_alerts()")
+    return lines
+
+
+def _retention_line(r: dict[str, Any]) -> str:
+    """The retention in force, its last sweep and the one under way (all numbers and instants)."""
+    keep = r["retention"]
+    if keep is None:
+        return "off (scrinalia.set_run_retention, the owner's or an operator's, turns it on)"
+    line = f"{keep.days} days" if keep == timedelta(days=keep.days) else str(keep)
+    if r["pruned_at"] is None:
+        line += "; never pruned yet"
+    else:
+        line += (
+            f"; last pruned {utc(r['pruned_at'])}: {r['pruned_runs']} run(s) finished before {utc(r['pruned_cutoff'])}"
+        )
+    if r["sweep_cutoff"] is not None:
+        line += f"; pruning since {utc(r['sweep_started_at'])}: {r['sweep_removed']} run(s) so far"
+    return line
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -91,7 +85,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         counters = cur.execute(sql.QUEUE_COUNTERS).fetchall()
         sched = one(cur.execute(sql.SCHEDULER_STATUS))
         health = one(cur.execute(sql.SCHEDULER_HEALTH))
+        alerts = cur.execute(sql.ALERTS, {"n": ALERTS_SHOWN + 1}).fetchall()
         surface = one(cur.execute(sql.INSTALL_SURFACE))
+        retention = one(cur.execute(sql.RETENTION_STATUS))
         most = max_attempts(conn)
     if args.json:
         print_json(
@@ -99,7 +95,10 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "release": release,
                 "scheduler": sched,
                 "health": health,
+                "alerts": alerts[:ALERTS_SHOWN],
+                "alerts_cut": len(alerts) > ALERTS_SHOWN,
                 "install": surface,
+                "retention": retention,
                 "agenda": agenda,
                 "queue_counters": counters,
             }
@@ -107,7 +106,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     # every line below carries text read from the database: print_line escapes its newlines
     print_line(f"release: {_release_line(release)}")
-    print_line(f"scheduler: {_scheduler_line(sched)}")
+    print_line(f"scheduler: {scheduler_line(sched)}")
     print_line("health: " + ("healthy" if health["healthy"] else f"NOT HEALTHY: {health['reason']}"))
     if surface["public_can_connect"]:
         print_line(
@@ -116,6 +115,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     if surface["grant_missing"]:
         print_line(f"install: {surface['grant_missing']}")
+    print_line(f"retention: {_retention_line(retention)}")
+    for line in _alert_lines(alerts):
+        print_line(line)
     print()
     rows = []
     for a in agenda:
@@ -125,12 +127,12 @@ def cmd_status(args: argparse.Namespace) -> int:
                 a["worker_name"],
                 a["cron"],
                 a["timezone"],
-                *_next_run(a),
+                *next_run(a),
                 "yes" if a["paused"] else ("no" if a["scheduled"] else None),
                 utc(a["last_enqueued_at"]),
                 skipped,
                 brief(a["last_skip_reason"], 40) if skipped else None,
-                _slot(a, most),
+                slot(a, most),
             ]
         )
     print_table(

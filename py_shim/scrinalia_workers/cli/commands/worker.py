@@ -10,10 +10,10 @@ from psycopg.rows import dict_row
 
 from scrinalia_workers import errors
 from scrinalia_workers.cli.common import EXIT_OK, PROG, open_db
-from scrinalia_workers.cli.fmt import duration, print_fields, print_json, print_table, utc
 from scrinalia_workers.gateway.connection import configured_dsn
 from scrinalia_workers.gateway.statements import cli as sql
 from scrinalia_workers.logs import one_line
+from scrinalia_workers.presentation.fmt import duration, print_fields, print_json, print_table, utc
 
 
 def cmd_register(args: argparse.Namespace) -> int:

@@ -41,6 +41,11 @@ AGENDA = "SELECT * FROM scrinalia.worker_agenda ORDER BY worker_name"
 QUEUE_COUNTERS = "SELECT * FROM scrinalia.worker_queue_counters ORDER BY worker_name"
 SCHEDULER_STATUS = "SELECT * FROM scrinalia.scheduler_status()"
 SCHEDULER_HEALTH = "SELECT healthy, reason FROM scrinalia.scheduler_health()"
+# (n): the alerts of now, the oldest first
+ALERTS = (
+    "SELECT kind, worker_name, since, run_ids, message FROM scrinalia.current_alerts()"
+    " ORDER BY since NULLS FIRST, kind, worker_name LIMIT %(n)s"
+)
 
 # --- runs: the history --------------------------------------------------------
 
@@ -103,3 +108,6 @@ RERUN = "SELECT * FROM scrinalia.rerun(%s, %s)"
 # --- schedule previews --------------------------------------------------------
 # (worker, count): the next instants its schedule fires, earliest first
 NEXT_FIRES = "SELECT n, fires_at, local_time, timezone, utc_offset, note FROM scrinalia.next_fires(%s, %s)"
+
+# --- status: the retention the scheduler keeps (sql/85_retention.sql) ----------------
+RETENTION_STATUS = "SELECT * FROM scrinalia.retention_status()"

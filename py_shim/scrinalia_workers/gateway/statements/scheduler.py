@@ -104,3 +104,11 @@ REQUIRED_FUNCTIONS = (
     "armed_schedule_crons()",
     "rearm_schedules_ahead(text[], text[], timestamp with time zone[], text)",
 )
+
+# --- the pass's chores: the retention and the pushed alerts (sql/85, sql/88) -----------
+
+# one batch of the retention, its number in this pass; no row: nothing to do
+PRUNE_EXPIRED_RUNS = "SELECT removed, cutoff, more, finished, sweep_removed FROM scrinalia.prune_expired_runs(%s)"
+# the new alerts, each sent once on the channel scrinalia_alerts at the commit
+ANNOUNCE_ALERTS = "SELECT scrinalia.announce_alerts() AS sent"
+REQUIRED_FUNCTIONS = (*REQUIRED_FUNCTIONS, "prune_expired_runs(integer)", "announce_alerts()")

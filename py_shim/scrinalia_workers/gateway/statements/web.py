@@ -6,6 +6,8 @@ Pages are keyset-paged (worker_name after, run_id before) and read one row more 
 they show, to know whether a next page exists. Parameters are psycopg's named ones.
 """
 
+from scrinalia_workers.gateway.statements import cli
+
 # --- who is looking -------------------------------------------------------------
 
 # (the groups as text[]): which of them this login is in (directly or through another)
@@ -50,11 +52,8 @@ ACTIVE_RUNS = (
     " created_at FROM scrinalia.worker_run_history WHERE status = ANY (scrinalia.active_statuses())"
     " ORDER BY run_id LIMIT %(n)s"
 )
-# (n)
-ALERTS = (
-    "SELECT kind, worker_name, since, run_ids, message FROM scrinalia.current_alerts()"
-    " ORDER BY since NULLS FIRST, kind, worker_name LIMIT %(n)s"
-)
+# (n): status's, the same rows
+ALERTS = cli.ALERTS
 
 # --- the run history (runs, runs WORKER), newest first ----------------------------------
 

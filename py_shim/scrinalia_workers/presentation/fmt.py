@@ -9,18 +9,31 @@ from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from scrinalia_workers.gateway.connection import EARLIEST, LATEST
 from scrinalia_workers.text import for_json
+
+
+def _beyond(ts: datetime) -> str | None:
+    """What PostgreSQL prints for an instant datetime could not hold (read as the
+    earliest or the latest datetime: gateway.connection); no zone can shift it."""
+    if ts == LATEST:
+        return "infinity"
+    if ts == EARLIEST:
+        return "-infinity"
+    return None
 
 
 def utc(ts: datetime | None) -> str | None:
     if ts is None:
         return None
-    return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return _beyond(ts) or ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def in_zone(ts: datetime | None, tz: str | None) -> str | None:
     if ts is None or not tz:
         return None
+    if (beyond := _beyond(ts)) is not None:
+        return beyond
     try:
         local = ts.astimezone(ZoneInfo(tz))
     except (ZoneInfoNotFoundError, ValueError):  # PostgreSQL knows a zone Python's tzdata lacks

@@ -1,0 +1,81 @@
+"""An agenda row's parts and the scheduler's line, as `status`, `schedule get`,
+`status --watch` and the web view print them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from scrinalia_workers.presentation.fmt import brief, in_zone, utc
+from scrinalia_workers.text import HIDDEN
+
+
+def scheduler_line(s: dict[str, Any]) -> str:
+    if s["lock_held"]:
+        app = s["holder_application"]
+        holder = f"application {HIDDEN}" if app is None else (app or "no application name")
+        where = f" from {s['holder_client']}" if s["holder_client"] else ""
+        since = utc(s["holder_backend_start"]) or HIDDEN
+        line = f"lock held by pid {s['holder_pid']} (role {s['holder_role'] or HIDDEN}, {holder}{where}, connected {since})"
+        if s["heartbeat_pid"] != s["holder_pid"]:
+            line += " -- NOT a scheduler: it has written no heartbeat"
+    else:
+        line = "NO scheduler holds the lock: nothing is ticking"
+    if s["last_tick_at"]:
+        line += f"; last tick {utc(s['last_tick_at'])} by {s['last_tick_by'] or '-'} ({s['ticks']} ticks)"
+    else:
+        line += "; never ticked"
+    return line
+
+
+def next_run(a: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(in the schedule's zone, in UTC), or what stands in for them."""
+    if not a["scheduled"]:
+        return "unscheduled", "unscheduled"
+    if a["paused"]:
+        return "paused", "-"
+    if a["arm_error"]:
+        return f"SET ASIDE: {brief(a['arm_error'], 60)}", utc(a["arm_retry_at"])
+    if a["awaiting_arm"]:
+        return "not armed yet", "-"
+    return in_zone(a["next_run_at"], a["timezone"]), utc(a["next_run_at"])
+
+
+def active_run(a: dict[str, Any], most: int) -> str | None:
+    """An agenda row's active run in a few words, or None when the slot is free."""
+    if a["active_run_id"] is None:
+        return None
+    s = f"#{a['active_run_id']} {a['active_status']} {a['active_trigger']}"
+    if a["active_trigger"] == "SCHEDULE":
+        s += f" {a['active_attempt']}/{most}"
+    if a["active_not_before"] and a["active_not_before"] > datetime.now(UTC):
+        s += f" not before {utc(a['active_not_before'])}"
+    return s
+
+
+def slot(a: dict[str, Any], most: int) -> str | None:
+    """The active run, or else the failed attempt whose owed retry holds the slot."""
+    run = active_run(a, most)
+    if run is not None or a.get("owed_by_run_id") is None:
+        return run
+    return (
+        f"#{a['owed_by_run_id']} {a['owed_by_status']} {a['owed_attempt'] - 1}/{most}: "
+        f"owed retry {a['owed_attempt']}/{most} since {utc(a['owed_since'])} (the scheduler creates it)"
+    )
+
+
+def span(d: timedelta | float | None) -> str:
+    """A duration at a glance: 45s, 12m05s, 3h20m, 2d04h; negative as 'overdue 12s'."""
+    if d is None:
+        return "-"
+    s = d.total_seconds() if isinstance(d, timedelta) else float(d)
+    if s < 0:
+        return "overdue " + span(-s)
+    s = int(round(s))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
