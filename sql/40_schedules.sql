@@ -115,6 +115,9 @@ BEGIN
      ORDER BY s.w
     ON CONFLICT ON CONSTRAINT archive_worker_schedules_pkey DO UPDATE  -- (worker_name: also an OUT column here)
        SET enabled = EXCLUDED.enabled, cron = EXCLUDED.cron, timezone = EXCLUDED.timezone,
+           -- (paused or resumed: the skips in a row start again, starved_schedules())
+           skipped_count_at_enqueue = CASE WHEN o.enabled IS DISTINCT FROM EXCLUDED.enabled THEN o.skipped_count
+                                           ELSE o.skipped_count_at_enqueue END,
            request = EXCLUDED.request, updated_by = EXCLUDED.updated_by,
            updated_by_user_id = EXCLUDED.updated_by_user_id, updated_at = now(),
            next_run_at = CASE WHEN o.enabled AND EXCLUDED.enabled
@@ -362,6 +365,8 @@ BEGIN
     END IF;
     UPDATE scrinalia.archive_worker_schedules o
        SET enabled = p_enabled, updated_by = scrinalia.check_actor('updated_by', p_updated_by), updated_at = now(),
+           skipped_count_at_enqueue = CASE WHEN o.enabled IS DISTINCT FROM p_enabled THEN o.skipped_count
+                                           ELSE o.skipped_count_at_enqueue END,
            next_run_at = CASE WHEN o.enabled AND p_enabled THEN o.next_run_at END,
            arm_error = NULL, arm_error_since = NULL, arm_retry_at = NULL
      WHERE worker_name = p_worker_name

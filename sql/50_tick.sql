@@ -295,6 +295,9 @@ DECLARE
                last_skipped_at = CASE WHEN x.decision = 'SKIPPED' THEN now() ELSE s.last_skipped_at END,
                last_skip_reason = CASE WHEN x.decision = 'SKIPPED' THEN x.reason ELSE s.last_skip_reason END,
                skipped_count = s.skipped_count + (x.decision = 'SKIPPED')::int,
+               -- (the skips in a row start again: starved_schedules())
+               skipped_count_at_enqueue = CASE WHEN x.decision = 'ENQUEUED' THEN s.skipped_count
+                                               ELSE s.skipped_count_at_enqueue END,
                arm_error = CASE WHEN x.decision = 'REFUSED' THEN x.reason END,
                arm_error_since = CASE WHEN x.decision = 'REFUSED' THEN coalesce(s.arm_error_since, now()) END,
                arm_retry_at = CASE WHEN x.decision = 'REFUSED' THEN now() + scrinalia.arm_retry_interval() END

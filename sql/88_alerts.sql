@@ -105,31 +105,13 @@ AS $$
        AND coalesce(r.not_before, r.created_at) <= now() - scrinalia.unclaimed_alert_after()
 $$;
 
--- Keeps skipped_count_at_enqueue (0011_run_limits): the schedule's skipped_count when it
--- last enqueued a period, or was paused or resumed; the difference is the periods
--- skipped in a row since. Only such an update calls it (the tick's skips do not).
-CREATE OR REPLACE FUNCTION scrinalia.schedule_enqueued_row()
-RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    NEW.skipped_count_at_enqueue := NEW.skipped_count;
-    RETURN NEW;
-END $$;
-
-DO $$
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
-                    WHERE tgrelid OPERATOR(pg_catalog.=) 'scrinalia.archive_worker_schedules'::pg_catalog.regclass
-                      AND tgname OPERATOR(pg_catalog.=) 'schedule_enqueued') THEN
-        CREATE TRIGGER schedule_enqueued BEFORE UPDATE ON scrinalia.archive_worker_schedules
-            FOR EACH ROW
-            WHEN (NEW.last_enqueued_at IS DISTINCT FROM OLD.last_enqueued_at OR NEW.enabled IS DISTINCT FROM OLD.enabled)
-            EXECUTE FUNCTION scrinalia.schedule_enqueued_row();
-    END IF;
-END
-$$;
+-- skipped_count_at_enqueue (0011_run_limits) is kept by the writers that enqueue a
+-- period, pause or resume (the tick, write_schedules, set_schedule_enabled), not by a
+-- row trigger: a BEFORE UPDATE trigger locks the row before the update, and a row an
+-- open enqueue holds FOR KEY SHARE then got a multixact for its xmax, which hid that
+-- transaction from scheduler_blockers() (health no longer named it). The trigger of
+-- earlier installs of this release goes.
+DROP TRIGGER IF EXISTS schedule_enqueued ON scrinalia.archive_worker_schedules;
 
 -- The alerts of now, one row each, in words an operator acts on. kind is one of
 -- FAILED_AFTER_ALL_ATTEMPTS, SCHEDULE_OVERDUE, SCHEDULE_SET_ASIDE, LEASE_REAPED,

@@ -85,7 +85,6 @@ INTERNAL = {
     "overrunning_runs",
     "starved_schedules",
     "unclaimed_runs",
-    "schedule_enqueued_row",
     "run_reruns_delete_statement",
     "run_reruns_truncate_statement",
     "run_catch_ups_delete_statement",
