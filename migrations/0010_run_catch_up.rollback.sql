@@ -5,6 +5,9 @@
 DROP FUNCTION IF EXISTS scrinalia.worker_runs(text, integer);
 DROP FUNCTION IF EXISTS scrinalia.worker_timeline(text, integer);
 DROP VIEW IF EXISTS scrinalia.worker_run_history;
+DROP TRIGGER IF EXISTS run_catch_ups_delete ON scrinalia.archive_worker_runs;
+DROP TRIGGER IF EXISTS run_catch_ups_truncate ON scrinalia.archive_worker_runs;
+DROP TABLE scrinalia.archive_run_catch_ups;
 -- 0003's CHECKs again: fails while a run has an attempt above 3 (the previous release
 -- cannot hold it).
 ALTER TABLE scrinalia.archive_worker_runs
@@ -12,5 +15,4 @@ ALTER TABLE scrinalia.archive_worker_runs
     DROP CONSTRAINT ck_worker_runs_attempt,
     ADD CONSTRAINT archive_worker_runs_attempt_check CHECK (attempt BETWEEN 1 AND 3),
     ADD CONSTRAINT ck_worker_runs_retry_pending_terminal
-        CHECK (NOT retry_pending OR (status IN ('FAILED', 'INTERRUPTED') AND attempt < 3)),
-    DROP COLUMN catch_up;
+        CHECK (NOT retry_pending OR (status IN ('FAILED', 'INTERRUPTED') AND attempt < 3));

@@ -408,3 +408,12 @@ RETURNS interval
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT interval '1 hour' $$;
+
+-- How many instants next_fires() previews at most: enough for any look ahead an
+-- operator reads, few enough that the rarest cron (29 February, every 4 to 8 years)
+-- is answered in well under a second.
+CREATE OR REPLACE FUNCTION scrinalia.max_fire_previews()
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 100 $$;

@@ -175,7 +175,7 @@ DECLARE
     st text;
     msg text;
     hint text;
-    detail text;
+    inserted scrinalia.archive_worker_runs[];
 BEGIN
     IF p_trigger IS NULL OR p_trigger NOT IN ('MANUAL', 'CLI') THEN
         RAISE EXCEPTION USING ERRCODE = 'SW002',
@@ -271,32 +271,69 @@ BEGIN
         -- the insert itself, planned with the arrays' values, goes as a one-shot
         -- statement (a constant text, the values its parameters).
         PERFORM set_config('plan_cache_mode', 'auto', true);
-        BEGIN
-            RETURN QUERY EXECUTE
-                'INSERT INTO scrinalia.archive_worker_runs AS n
-                        (worker_name, trigger, request, config, config_sources, requested_by)
-                 SELECT rc.worker_name, $3, rc.request, rc.config, rc.sources, $4
-                   FROM scrinalia.resolve_configs($1, $2) rc
-                  ORDER BY rc.worker_name
-                 RETURNING n.*'
+        -- A concurrent enqueue or tick may take a slot after the check above. Under
+        -- READ COMMITTED the one-slot index's conflict is answered by DO NOTHING (no
+        -- subtransaction, as in enqueue): the workers whose run is missing from what
+        -- the insert returned are the busy ones, the first of them named. Under
+        -- REPEATABLE READ or SERIALIZABLE, DO NOTHING would raise a serialization
+        -- failure for a run its snapshot cannot see: the exception block there.
+        IF current_setting('transaction_isolation') = 'read committed' THEN
+            EXECUTE
+                'WITH n AS (
+                    INSERT INTO scrinalia.archive_worker_runs AS n
+                           (worker_name, trigger, request, config, config_sources, requested_by)
+                    SELECT rc.worker_name, $3, rc.request, rc.config, rc.sources, $4
+                      FROM scrinalia.resolve_configs($1, $2) rc
+                     ORDER BY rc.worker_name
+                    ON CONFLICT (worker_name) WHERE status IN (''QUEUED'', ''RUNNING'') DO NOTHING
+                    RETURNING n.*)
+                 SELECT coalesce(array_agg(n ORDER BY n.run_id), ''{}'') FROM n'
+                INTO inserted
                 USING workers, requests, p_trigger, p_requested_by;
-        EXCEPTION WHEN unique_violation THEN
-            -- a concurrent enqueue or tick took a slot after the check above: the key
-            -- of the conflict names it (a worker name has no parenthesis), or else the
-            -- first of the batch's workers now busy
-            GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL;
-            at_i := array_position(workers, substring(detail FROM '\(worker_name\)=\(([^()]*)\)'));
-            IF at_i IS NULL THEN
-                SELECT s.i INTO at_i FROM unnest(workers) WITH ORDINALITY AS s(w, i)
-                 WHERE scrinalia.describe_slot_holder(s.w) IS NOT NULL ORDER BY s.i LIMIT 1;
+            IF cardinality(inserted) = cardinality(workers) THEN
+                RETURN QUERY SELECT * FROM unnest(inserted);
+            ELSE
+                SELECT min(s.i), count(*), array_to_string((array_agg(quote_literal(s.w) ORDER BY s.i))[1:20], ', ')
+                  INTO at_i, n_busy, busy
+                  FROM unnest(workers) WITH ORDINALITY AS s(w, i)
+                 WHERE s.w NOT IN (SELECT ins.worker_name FROM unnest(inserted) AS ins);
             END IF;
-            IF at_i IS NULL THEN  -- (and finished already)
-                RAISE EXCEPTION USING ERRCODE = 'SW010',
-                    MESSAGE = 'enqueue_runs: a concurrent enqueue or tick took the slot of one of these workers';
-            END IF;
-            n_busy := 1;
-            busy := quote_literal(workers[at_i]);
-        END;
+        ELSE
+            BEGIN
+                RETURN QUERY EXECUTE
+                    'INSERT INTO scrinalia.archive_worker_runs AS n
+                            (worker_name, trigger, request, config, config_sources, requested_by)
+                     SELECT rc.worker_name, $3, rc.request, rc.config, rc.sources, $4
+                       FROM scrinalia.resolve_configs($1, $2) rc
+                      ORDER BY rc.worker_name
+                     RETURNING n.*'
+                    USING workers, requests, p_trigger, p_requested_by;
+            EXCEPTION WHEN unique_violation THEN
+                -- Which slot: the run that took it committed after this snapshot, which
+                -- cannot see it. Each worker's insert is tried alone, in order, and
+                -- undone; the first that conflicts is the busy one (a rare path: a
+                -- subtransaction per worker, never an error text read).
+                FOR i IN 1 .. cardinality(workers) LOOP
+                    BEGIN
+                        INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger)
+                        VALUES (workers[i], p_trigger);
+                        RAISE EXCEPTION USING ERRCODE = 'SW099';  -- (undoes the probe)
+                    EXCEPTION
+                        WHEN unique_violation THEN
+                            at_i := i;
+                        WHEN SQLSTATE 'SW099' THEN
+                            NULL;
+                    END;
+                    EXIT WHEN at_i IS NOT NULL;
+                END LOOP;
+                IF at_i IS NULL THEN  -- (finished already)
+                    RAISE EXCEPTION USING ERRCODE = 'SW010',
+                        MESSAGE = 'enqueue_runs: a concurrent enqueue or tick took the slot of one of these workers';
+                END IF;
+                n_busy := 1;
+                busy := quote_literal(workers[at_i]);
+            END;
+        END IF;
     END IF;
     IF at_i IS NOT NULL THEN
         at_worker := workers[at_i];

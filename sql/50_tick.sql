@@ -258,19 +258,28 @@ DECLARE
                    AND d.active_run_id IS NULL AND d.owed_run_id IS NULL AND d.refused IS NULL) t
     ), ins AS (
         INSERT INTO scrinalia.archive_worker_runs AS r
-               (worker_name, trigger, request, config, config_sources, scheduled_for, requested_by, created_at,
-                catch_up)
+               (worker_name, trigger, request, config, config_sources, scheduled_for, requested_by, created_at)
         -- (created as of its due instant when ticked ahead of it: tick_due_at)
         SELECT d.worker_name, 'SCHEDULE', d.request, rc.config, rc.sources, d.was, 'scheduler',
-               greatest(now(), d.was), coalesce(x.catch_up, false)
+               greatest(now(), d.was)
           FROM fire f
          CROSS JOIN LATERAL scrinalia.resolve_configs(f.workers, f.requests) rc
           JOIN checked d ON d.worker_name = rc.worker_name  -- one schedule per worker
-          LEFT JOIN missed x ON x.cron = d.cron AND x.timezone = d.timezone AND x.was = d.was
         %s
-        RETURNING r.run_id, r.worker_name, r.catch_up
+        RETURNING r.run_id, r.worker_name
+    ), noted AS (
+        -- the catch-ups, one row each (archive_run_catch_ups: see 0010_run_catch_up)
+        INSERT INTO scrinalia.archive_run_catch_ups (run_id)
+        SELECT ins.run_id
+          FROM ins
+          JOIN checked d ON d.worker_name = ins.worker_name
+          JOIN missed x ON x.cron = d.cron AND x.timezone = d.timezone AND x.was = d.was
+         WHERE x.catch_up
+        RETURNING run_id
     ), decided AS (
-        SELECT d.worker_name, d.was, d.next_at, ins.run_id, ins.catch_up,
+        SELECT d.worker_name, d.was, d.next_at, ins.run_id,
+               CASE WHEN ins.run_id IS NOT NULL THEN EXISTS (SELECT FROM noted n WHERE n.run_id = ins.run_id) END
+                   AS catch_up,
                CASE WHEN d.refused IS NOT NULL THEN 'REFUSED'
                     WHEN d.was IS NULL THEN 'ARMED'
                     WHEN ins.run_id IS NOT NULL THEN 'ENQUEUED'
@@ -555,4 +564,45 @@ AS $$
         (SELECT now() FROM scrinalia.archive_worker_runs r
           WHERE r.status = 'RUNNING' AND r.lease_expires_at < scrinalia.period_start() LIMIT 1),
         (SELECT now() FROM scrinalia.archive_worker_runs r WHERE r.retry_pending LIMIT 1))
+$$;
+
+-- A catch-up's row goes with its run: deleted (prune_runs, a DBA) or truncated.
+CREATE OR REPLACE FUNCTION scrinalia.run_catch_ups_delete_statement()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    IF EXISTS (SELECT FROM scrinalia.archive_run_catch_ups) THEN  -- (mostly none: no join)
+        DELETE FROM scrinalia.archive_run_catch_ups c USING old_rows o WHERE c.run_id = o.run_id;
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION scrinalia.run_catch_ups_truncate_statement()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    TRUNCATE scrinalia.archive_run_catch_ups;
+    RETURN NULL;
+END $$;
+
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
+                    WHERE tgrelid = 'scrinalia.archive_worker_runs'::pg_catalog.regclass
+                      AND tgname = 'run_catch_ups_delete') THEN
+        CREATE TRIGGER run_catch_ups_delete AFTER DELETE ON scrinalia.archive_worker_runs
+            REFERENCING OLD TABLE AS old_rows
+            FOR EACH STATEMENT EXECUTE FUNCTION scrinalia.run_catch_ups_delete_statement();
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
+                    WHERE tgrelid = 'scrinalia.archive_worker_runs'::pg_catalog.regclass
+                      AND tgname = 'run_catch_ups_truncate') THEN
+        CREATE TRIGGER run_catch_ups_truncate AFTER TRUNCATE ON scrinalia.archive_worker_runs
+            FOR EACH STATEMENT EXECUTE FUNCTION scrinalia.run_catch_ups_truncate_statement();
+    END IF;
+END
 $$;

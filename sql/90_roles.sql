@@ -138,3 +138,9 @@ GRANT EXECUTE ON FUNCTION
     scrinalia.public_can_connect(),
     scrinalia.takeover_grant_missing()
    TO scrinalia_reader, scrinalia_operator, scrinalia_runner, scrinalia_scheduler;
+
+-- Re-running an ended run by hand (32_rerun.sql): a manual enqueue, the operator's.
+GRANT EXECUTE ON FUNCTION scrinalia.rerun(bigint, text) TO scrinalia_operator;
+
+-- A schedule's next instants (41_previews.sql): a read of one worker's schedule.
+GRANT EXECUTE ON FUNCTION scrinalia.next_fires(text, integer) TO scrinalia_reader;

@@ -23,6 +23,7 @@ HEAD = [
     "0009_metrics_tallies",
     "0010_run_catch_up",
     "0011_run_limits",
+    "0012_rerun",
 ]
 
 

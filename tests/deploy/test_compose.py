@@ -175,7 +175,7 @@ def test_commands_are_declared_console_scripts(compose):
         cmd = " ".join(argv_of(compose["services"][name]))
         assert re.search(rf"(^|exec ){script}\b", cmd), cmd
         assert script in scripts
-    assert argv_of(compose["services"]["setup"]) == ["scrinalia-workers", "groups", "logins"]
+    assert argv_of(compose["services"]["setup"]) == ["scrinalia-workers", "groups", "logins", "--reset-password"]
     assert argv_of(compose["services"]["migrate"]) == ["scrinalia-workers", "migrate"]
     assert argv_of(compose["services"]["demo-seed"]) == ["scrinalia-workers", "demo-seed"]
 

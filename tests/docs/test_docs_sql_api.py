@@ -85,6 +85,10 @@ INTERNAL = {
     "starved_schedules",
     "unclaimed_runs",
     "schedule_enqueued_row",
+    "run_reruns_delete_statement",
+    "run_reruns_truncate_statement",
+    "run_catch_ups_delete_statement",
+    "run_catch_ups_truncate_statement",
 }
 
 # Blocks (by a fragment of their SQL) that fail as their documented role because of a
@@ -183,10 +187,15 @@ def test_the_examples_run_in_order(db, doc):
                 run_block(db, b, variables)
             except psycopg.Error as e:
                 pytest.fail(f"docs/sql-api.md line {b.line}: [{e.sqlstate}] {e}")
-    # the walk-through did what it says: the scheduled run failed, its retry was cancelled
+    # the walk-through did what it says: the scheduled run failed, its retry was cancelled,
+    # and its re-run by hand too
     assert db.execute(
-        "SELECT array_agg(status::text ORDER BY attempt) FROM scrinalia.archive_worker_runs WHERE worker_name = 'ocr'"
-    ).fetchone()[0] == ["FAILED", "CANCELLED"]
+        "SELECT array_agg(status::text ORDER BY run_id) FROM scrinalia.archive_worker_runs WHERE worker_name = 'ocr'"
+    ).fetchone()[0] == ["FAILED", "CANCELLED", "CANCELLED"]
+    assert db.execute(
+        "SELECT trigger::text, rerun_of FROM scrinalia.worker_run_history WHERE run_id = %s",
+        (int(variables["rerun_id"]),),
+    ).fetchone() == ("MANUAL", int(variables["run_id"]))
     assert (
         db.execute(
             "SELECT status::text FROM scrinalia.archive_worker_runs WHERE run_id = %s", (int(variables["thumb_id"]),)

@@ -4,8 +4,10 @@ such database) still exits 2 at once, one line."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import time
 
 import psycopg
 import pytest
@@ -71,3 +73,28 @@ def test_a_database_that_does_not_exist_exits_2_at_once(admin_dsn):
         assert r.returncode == 2, r.stderr
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and 'database "sw_no_such_database" does not exist' in lines[0], r.stderr
+
+
+def test_a_server_that_never_answers_ends_the_wait_at_its_limit():
+    """A listener that accepts and never answers (a hung server, a black-holed proxy):
+    each daemon's --wait-for-database 2 ends within the limit and a second, its connect
+    attempts included, one line and exit 2."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(64)
+        silent = f"host=127.0.0.1 port={s.getsockname()[1]} dbname=x user=x"
+        refusing = f"host=127.0.0.1 port={free_port()} dbname=x user=x"
+        for daemon, extra in (("scheduler", []), ("runner", ["--handlers", "scrinalia_workers.demo.handlers"])):
+            argv = [sys.executable, "-m", f"scrinalia_workers.{daemon}", *extra]
+            # the interpreter's start and exit, measured against a refusal, are not the wait's
+            started = time.monotonic()
+            r = subprocess.run([*argv, "--dsn", refusing, "--wait-for-database", "0"], capture_output=True, timeout=60)
+            bare = time.monotonic() - started
+            assert r.returncode == 2, r.stderr
+            started = time.monotonic()
+            r = subprocess.run(
+                [*argv, "--dsn", silent, "--wait-for-database", "2"], capture_output=True, text=True, timeout=60
+            )
+            took = time.monotonic() - started - bare
+            assert took <= 2 + 1, (daemon, took, bare)
+            assert r.returncode == 2 and "timeout" in r.stderr.strip().splitlines()[-1], r.stderr

@@ -55,6 +55,7 @@ READER = SHARED | {
     "scheduler_metrics",
     "worker_runs",
     "worker_timeline",
+    "next_fires",
 }
 OPERATOR = READER | {
     "put_schedule",
@@ -68,6 +69,7 @@ OPERATOR = READER | {
     "cancel_run",
     "add_units",
     "prune_runs",
+    "rerun",
 }
 SCHEDULER = SHARED | {
     "due_schedules",

@@ -17,7 +17,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "handlers.md"
 
 
 def example_module() -> str:
-    example = DOC.read_text().split("\n## Example\n", 1)[1]
+    example = DOC.read_text().split("\n## Example\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"^```python\n(.*?)^```", example, re.S | re.M)
     assert len(blocks) == 1, "the Example section has one python block"
     return blocks[0]

@@ -130,6 +130,6 @@ def test_a_backlog_pass_logs_the_catch_up_the_tick_decided(db, holder, monkeypat
     enqueued = {e["worker"]: e["catch_up"] for e in holder.events() if e["event"] == "enqueued"}
     assert enqueued == {w: i < 30 for i, w in enumerate(names)}
     assert sum(e["event"] == "catch-up" for e in holder.events()) == 30
-    stored = dict(db.execute("SELECT worker_name, catch_up FROM scrinalia.archive_worker_runs").fetchall())
+    stored = dict(db.execute("SELECT worker_name, catch_up FROM scrinalia.worker_run_history").fetchall())
     assert stored == enqueued
     assert evaluated == [("0 * * * *", "UTC")]  # the next occurrence, once; the catch-up is SQL's

@@ -18,7 +18,7 @@ MINUTE = timedelta(minutes=1)
 
 def _catch_up(db, worker):
     return db.execute(
-        "SELECT catch_up FROM scrinalia.archive_worker_runs WHERE worker_name = %s ORDER BY run_id DESC LIMIT 1",
+        "SELECT catch_up FROM scrinalia.worker_run_history WHERE worker_name = %s ORDER BY run_id DESC LIMIT 1",
         (worker,),
     ).fetchone()[0]
 
@@ -42,7 +42,7 @@ def test_the_tick_stores_and_returns_whether_periods_were_missed(db):
     assert {d[0]: d[1] for d in decisions} == dict.fromkeys(cases, "ENQUEUED")
     answered = dict(
         db.execute(
-            "SELECT worker_name, catch_up FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE'"
+            "SELECT worker_name, catch_up FROM scrinalia.worker_run_history WHERE trigger = 'SCHEDULE'"
         ).fetchall()
     )
     for w, (c, _, expected) in cases.items():
@@ -105,3 +105,33 @@ def test_cron_fires_between_answers_as_the_cron_itself(db, zone):
     wrong = [(c, expected) for c, (answer,) in zip(cases, got) if answer is not c[3]]
     assert wrong == []
     assert any(c[3] for c in cases) and not all(c[3] for c in cases)
+
+
+def test_a_catch_ups_row_goes_with_its_run(db):
+    """Kept beside the ledger (a column would change the row type an earlier release's
+    runner prepared its claim against): deleted and truncated with its run."""
+    make_worker(db, "ocr")
+    put_schedule(db, "ocr", "* * * * *", tz="UTC")
+    tick(db)
+    set_next_run(db, "ocr", "2 hours")
+    tick(db)
+    assert _catch_up(db, "ocr") is True
+    db.execute("DELETE FROM scrinalia.archive_worker_runs")
+    assert db.execute("SELECT count(*) FROM scrinalia.archive_run_catch_ups").fetchone()[0] == 0
+    set_next_run(db, "ocr", "2 hours")
+    tick(db)
+    db.execute("TRUNCATE scrinalia.archive_worker_runs CASCADE")
+    assert db.execute("SELECT count(*) FROM scrinalia.archive_run_catch_ups").fetchone()[0] == 0
+
+
+def test_the_ledgers_row_type_is_the_previous_releases(db):
+    """What claim_next() returns is the ledger's row: an earlier release's runner prepared
+    its claim against it, and fails on a column more."""
+    cols = [
+        r[0]
+        for r in db.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = 'scrinalia.archive_worker_runs'::regclass"
+            " AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
+        ).fetchall()
+    ]
+    assert "catch_up" not in cols and "rerun_of" not in cols

@@ -218,3 +218,47 @@ def test_a_request_is_judged_against_each_workers_own_catalogue_and_settings(db)
         enqueue_runs(db, ["ocr-1", "plain", "ocr-2"], [dpi, dpi, dpi])
     assert count(db) == 0
     assert len(enqueue_runs(db, ["ocr-1", "ocr-2", "plain"], [psm, psm, {}])) == 3
+
+
+@pytest.mark.parametrize("isolation", ["READ COMMITTED", "REPEATABLE READ"])
+def test_a_slot_taken_after_the_check_names_its_worker(db, db_dsn, isolation):
+    """Another session's enqueue, not committed when the batch looks at the slots,
+    commits while the batch inserts: the batch fails whole with SW010 naming that
+    worker, and leaves nothing behind."""
+    names = make_workers(db, 3)
+    with psycopg.connect(db_dsn) as other:
+        other.execute("SELECT scrinalia.enqueue(%s)", (names[1],))  # uncommitted: the check cannot see it
+        outcome: dict = {}
+
+        def batch() -> None:
+            with psycopg.connect(db_dsn, autocommit=True) as c:
+                try:
+                    with c.transaction():
+                        c.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}")
+                        c.execute("SELECT * FROM scrinalia.enqueue_runs(%s)", (names,)).fetchall()
+                except psycopg.Error as e:
+                    outcome["error"] = e
+
+        t = threading.Thread(target=batch)
+        t.start()
+        wait_for(
+            lambda: (
+                db.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%enqueue_runs%'"
+                ).fetchone()[0]
+                == 1
+            ),
+            timeout=15,
+            what="the batch waiting on the other session's slot",
+        )
+        other.commit()
+        t.join(15)
+    e = outcome["error"]
+    if isolation == "READ COMMITTED":
+        assert e.sqlstate == "SW010", e
+        assert f"enqueue #2 (worker '{names[1]}')" in e.diag.message_primary
+    else:  # the snapshot cannot see the other run: the conflict says so
+        assert e.sqlstate in ("SW010", "40001"), e
+    assert db.execute(
+        "SELECT array_agg(worker_name ORDER BY worker_name) FROM scrinalia.archive_worker_runs"
+    ).fetchone()[0] == [names[1]]

@@ -36,7 +36,13 @@ from scrinalia_workers.admin.bookkeeping import (
     refuse_occupied,
     resolved_conninfo,
 )
-from scrinalia_workers.admin.migrate_lock import MIGRATE_LOCK_KEY, clear_stale_yoyo_lock, take_lock, yoyo_lock_busy
+from scrinalia_workers.admin.migrate_lock import (
+    MIGRATE_LOCK_KEY,
+    clear_stale_yoyo_lock,
+    code_lock_busy,
+    take_lock,
+    yoyo_lock_busy,
+)
 from scrinalia_workers.errors import (
     ConfigError,
     MigrateLockBusy,
@@ -44,6 +50,7 @@ from scrinalia_workers.errors import (
     RollbackRefused,
     SchemaMismatch,
 )
+from scrinalia_workers.gateway.backoff import Backoff
 from scrinalia_workers.gateway.checks import OPTIONAL_GROUPS, refuse_unsound_groups
 from scrinalia_workers.gateway.connection import connect, one
 from scrinalia_workers.gateway.statements import admin as sql
@@ -65,6 +72,9 @@ __all__ = [
 log = logging.getLogger("scrinalia_workers.migrate")
 
 DEFAULT_LOCK_TIMEOUT = 60.0  # seconds a migrate waits for another one before giving up
+# The longest one attempt of the code's re-install waits for a lock: a reader queued
+# behind its wait (behind a panel's open transaction) waits no longer than this.
+CODE_LOCK_ATTEMPT = 0.1
 
 SCHEDULES_MIGRATION = "0003_schedules_retries"
 
@@ -188,7 +198,7 @@ def head_ids() -> list[str]:
 
 
 # sql/ may say CREATE FUNCTION / CREATE VIEW: the code is always replaced in place.
-def apply_code(conn: psycopg.Connection) -> None:
+def apply_code(conn: psycopg.Connection, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> None:
     """Creates or replaces every function and view of sql/ in one transaction, then drops
     those of an earlier release that this one no longer defines (99_drop_obsolete.sql).
 
@@ -196,12 +206,32 @@ def apply_code(conn: psycopg.Connection) -> None:
     the old or the new body, never a missing function (issue 13). The price: a
     function cannot change its return type or parameter names, nor a view drop, rename
     or retype a column, in place; such a change is a new name (`name_v2`), and the old
-    one goes when no longer defined."""
+    one goes when no longer defined. A lock it waits for longer than `lock_timeout`
+    seconds ends it (MigrateLockBusy, naming who holds it), the code as it was."""
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         # 99_drop_obsolete.sql tells this release's code by the top-level transaction id:
         # inside a caller's transaction (a savepoint) it would see none and drop it all
         raise ConfigError("apply_code needs a connection outside any transaction")
+    # In short attempts, each waiting CODE_LOCK_ATTEMPT at most for a lock (a view's
+    # replacement waits for every open transaction that read it, and every later reader
+    # queues behind that wait), retried until `lock_timeout` has passed.
+    deadline = time.monotonic() + lock_timeout
+    pause = Backoff(base=0.1, cap=1.0)
+    while True:
+        attempt = max(min(CODE_LOCK_ATTEMPT, deadline - time.monotonic()), 0.001)
+        try:
+            _install_code(conn, attempt)
+            return
+        except psycopg.errors.LockNotAvailable:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise code_lock_busy(conn, lock_timeout, attempt) from None
+            time.sleep(min(pause.next_delay(), left))
+
+
+def _install_code(conn: psycopg.Connection, lock_wait: float) -> None:
     with conn.transaction():
+        conn.execute(f"SET LOCAL lock_timeout = {max(int(lock_wait * 1000), 1)}")
         conn.execute(sql.SET_INSTALLING_RELEASE, (__version__,))  # read by sql/70_status.sql
         for f in paths.sql_files():
             try:
@@ -223,7 +253,7 @@ def migrate(dsn: str, *, create_groups: bool = False, lock_timeout: float = DEFA
     with _migrating(dsn, lock_timeout=lock_timeout, create_groups=create_groups) as (conn, backend, migrations):
         pending = backend.to_apply(migrations)
         backend.apply_migrations(pending)
-        apply_code(conn)
+        apply_code(conn, lock_timeout)
         missing = _takeover_grant_missing(conn)
     applied = [m.id for m in pending]
     for mid in applied:

@@ -91,3 +91,20 @@ def yoyo_lock_busy(conn: psycopg.Connection, timeout: float) -> MigrateLockBusy:
         f"yoyo's lock table {YOYO_LOCK_TABLE} stayed taken for {timeout:.0f}s by an open "
         f"transaction: {who}. End it (SELECT pg_terminate_backend(pid))"
     )
+
+
+def code_lock_busy(conn: psycopg.Connection, waited: float, attempt: float) -> MigrateLockBusy:
+    """Names the sessions in the way of the code's re-install: those holding a lock on a
+    relation of ours in a transaction older than the last attempt's wait."""
+    rows = conn.execute(sql.CODE_LOCK_HOLDERS, (f"{attempt:.3f} seconds",)).fetchall()
+    who = "; ".join(
+        f"pid {pid} (login {login or '?'}, application_name {app or '-'!r}, {state or 'state hidden'}, "
+        f"in a transaction for {age if age is not None else '?'}s) holds {holds}"
+        for pid, login, app, state, age, holds in rows
+    )
+    return MigrateLockBusy(
+        f"the re-install of the SQL code waited {waited:g}s (--lock-timeout) for locks open transactions hold: "
+        f"{who or 'a session that has since let go'}. End it (SELECT pg_terminate_backend(pid)) or let it "
+        "finish, then run migrate again, or raise --lock-timeout; the code was left as it was "
+        "(migrations applied before it stay)"
+    )

@@ -60,6 +60,21 @@ def cell(v: Any) -> str:
     return "-" if v is None else str(v).replace("\n", "\\n").replace("\t", "\\t")
 
 
+def brief(v: Any, width: int | None = None) -> str | None:
+    """A text read from the database as part of one line: escaped as a cell, cut to
+    `width` with an ellipsis when given. None stays None."""
+    if v is None:
+        return None
+    s = cell(v)
+    return s if width is None or len(s) <= width else s[: max(width - 1, 0)] + "…"
+
+
+def print_line(text: str) -> None:
+    """A line built around text read from the database: whatever newline or tab that
+    text holds shows as an escape, never starts a line of its own."""
+    print(cell(text))
+
+
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:
     cells = [[cell(v) for v in r] for r in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]

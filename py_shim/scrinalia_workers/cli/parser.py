@@ -90,13 +90,19 @@ def build_parser() -> argparse.ArgumentParser:
     gs = group("groups", "the cluster-wide groups, once per cluster (before migrate)")
     gs.add_parser("create", parents=[common], help="create them (needs CREATEROLE)").set_defaults(func=admin.cmd_groups)
     gs.add_parser("sql", parents=[common], help="print the SQL, for a DBA to run").set_defaults(func=admin.cmd_groups)
-    gs.add_parser(
+    gl = gs.add_parser(
         "logins",
         parents=[common],
         help="the groups, then a login per job (owner, scheduler, runner, exporter; web when its password is set) "
         "with the passwords "
         "SCRINALIA_<JOB>_PASSWORD gives (a superuser, once per cluster and database)",
-    ).set_defaults(func=admin.cmd_groups)
+    )
+    gl.add_argument(
+        "--reset-password",
+        action="store_true",
+        help="set the password of a login that exists already too (without it, it keeps its own)",
+    )
+    gl.set_defaults(func=admin.cmd_groups)
 
     e = sub.add_parser("enqueue", parents=[common], help="enqueue a CLI run of a worker now")
     e.add_argument("worker")
@@ -121,6 +127,18 @@ def build_parser() -> argparse.ArgumentParser:
     put.add_argument("--request", default="{}", metavar="JSON", help="the request each scheduled run gets")
     put.add_argument("--disabled", action="store_true", help="save it paused")
     put.set_defaults(func=schedule.cmd_put)
+    nx = ss.add_parser(
+        "next", parents=[common], help="the next instants the schedule fires, in its zone and in UTC (DST noted)"
+    )
+    nx.add_argument("worker")
+    nx.add_argument(
+        "--count",
+        type=LIMIT,
+        default=10,
+        metavar="N",
+        help="how many (1..100, scrinalia.max_fire_previews(); default 10)",
+    )
+    nx.set_defaults(func=schedule.cmd_next)
     imp = ss.add_parser(
         "import", parents=[common], help="create or replace the schedules of a JSON/YAML file, all or nothing"
     )
@@ -148,8 +166,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     st.set_defaults(func=status.cmd_status)
 
-    r = sub.add_parser("runs", parents=[common], help="the run history, newest first")
+    r = sub.add_parser(
+        "runs",
+        parents=[common],
+        help="the run history, newest first; `runs rerun RUN_ID` re-runs an ended run by hand",
+        usage=f"{PROG} runs [WORKER] [--limit N] [--timeline] | {PROG} runs rerun RUN_ID [--requested-by NAME]",
+    )
     r.add_argument("worker", nargs="?")
+    # `runs rerun RUN_ID`: a second positional rather than subcommands, which would take
+    # WORKER's place (a worker named "rerun" is still listed by `runs rerun`)
+    r.add_argument("rerun_id", nargs="?", type=RUN_ID, metavar="RUN_ID", help="with `rerun`: the ended run to re-run")
+    r.add_argument("--requested-by", metavar="NAME", help="with `rerun`: recorded on the run (default cli:USER@HOST)")
     r.add_argument("--limit", type=LIMIT, default=20, metavar="N", help="how many (1..100000, default 20)")
     r.add_argument(
         "--timeline",

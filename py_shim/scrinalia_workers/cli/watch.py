@@ -20,6 +20,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from scrinalia_workers.cli.common import one
+from scrinalia_workers.cli.fmt import brief, cell
 from scrinalia_workers.cli.fmt import utc as utc_or_none
 from scrinalia_workers.cli.terminal import write_control
 from scrinalia_workers.clock import SYSTEM, Clock
@@ -77,7 +78,7 @@ def render(conn: psycopg.Connection[Any], width: int = 80, failures: int = 5) ->
             _fit(f"scheduler: healthy (holder {h['holder_role']}, heartbeat {span(h['heartbeat_age'])} ago)", width)
         )
     else:
-        out.append(_fit(f"scheduler: NOT HEALTHY: {one_line(h['reason'])}", width))
+        out.append(_fit(f"scheduler: NOT HEALTHY: {brief(h['reason'])}", width))
     out.append("")
     out.append("AGENDA")
     widths = [16, 14, 20, max(width - 16 - 14 - 20 - 3, 10)]
@@ -88,7 +89,7 @@ def render(conn: psycopg.Connection[Any], width: int = 80, failures: int = 5) ->
         elif a["paused"]:
             nxt, when, state = "-", "-", "paused"
         elif a["arm_error"]:
-            nxt, when, state = "-", "-", f"SET ASIDE: {one_line(a['arm_error'])}"
+            nxt, when, state = "-", "-", f"SET ASIDE: {brief(a['arm_error'])}"
         elif a["awaiting_arm"]:
             nxt, when, state = "-", "-", "awaiting arm"
         else:
@@ -126,12 +127,13 @@ def render(conn: psycopg.Connection[Any], width: int = 80, failures: int = 5) ->
                     r["worker_name"],
                     r["status"],
                     r["attempt_label"],
-                    f"{ago}: {one_line(r['error'] or '')}",
+                    f"{ago}: {brief(r['error'] or '')}",
                 ],
                 widths,
             )
         )
-    return "\n".join(_fit(line, width) for line in out)
+    # (a worker's name, a lease owner, a role: text read from the database, escaped as a cell)
+    return "\n".join(_fit(cell(line), width) for line in out)
 
 
 def watch(
@@ -204,6 +206,8 @@ def timeline(conn: psycopg.Connection[Any], worker: str, periods: int = 10, widt
         )
         out.append(_fit(line, width))
         if r["error"]:
-            out.append(_fit(f"           {one_line(r['error'])}", width))
+            out.append(_fit(f"           {brief(r['error'])}", width))
+        if r.get("rerun_by"):  # re-run by hand (rerun()): MANUAL runs, not in the timeline
+            out.append(_fit("           re-run by " + ", ".join(f"#{i}" for i in r["rerun_by"]), width))
         prev_end = r["finished_at"]
-    return "\n".join(out)
+    return "\n".join(cell(line) for line in out)

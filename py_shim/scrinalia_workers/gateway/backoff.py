@@ -5,6 +5,7 @@ fleet restarted together does not reconnect in lockstep)."""
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 
@@ -12,6 +13,7 @@ import psycopg
 
 from scrinalia_workers.clock import SYSTEM, Clock
 from scrinalia_workers.errors import DatabaseUnavailable
+from scrinalia_workers.gateway import connection
 
 # SQLSTATE classes and codes a retry can outlive: connection exceptions (08),
 # operator intervention (57: admin/crash shutdown, cannot connect now), and
@@ -82,13 +84,20 @@ def is_permanent_connect_failure(message: str) -> bool:
 
 # A daemon waiting for its database at start-up says so at once, then at most this often.
 STARTUP_WAIT_REPORT_EVERY = 30.0
+# libpq (and psycopg) take a connect timeout in whole seconds, two at least: no attempt
+# starts with less than this left, so that none ends more than half a second past the limit.
+_LEAST_LEFT_FOR_AN_ATTEMPT = 1.5
+# and none starts after a pause shorter than this (attempts a hair apart: a busy loop)
+_LEAST_PAUSE = 0.1
 
 
 class StartupWait:
     """A daemon's start-up before its database is reachable: back off between attempts
     and report the wait through `say(reason, attempts, waited_seconds)` at once, then
     at most every STARTUP_WAIT_REPORT_EVERY seconds; give up after `limit` seconds
-    (None: never)."""
+    (None: never). The limit counts from the first attempt, the attempts included:
+    each one's connect timeout (attempt_timeout) is cut to the time left, so a server
+    that accepts and never answers is given up as soon as one that refuses."""
 
     def __init__(
         self,
@@ -103,20 +112,37 @@ class StartupWait:
         self.said_at: float | None = None
         self.attempts = 0
 
-    def again(self, reason: str) -> bool:
-        """After a failed attempt: False when the wait is over, else pause and True."""
+    def _waited(self) -> float:
         now = self.clock.monotonic()
         if self.started is None:
             self.started = now
+        return now - self.started
+
+    def attempt_timeout(self) -> int:
+        """The connect timeout of the attempt about to start (whole seconds, as libpq
+        takes it): the time left, never more; the wait's clock starts at the first."""
+        waited = self._waited()
+        if self.limit is None:
+            return connection.CONNECT_TIMEOUT
+        # (2 at least, libpq's floor: again() starts no attempt with less than 1.5 s left)
+        return max(2, min(connection.CONNECT_TIMEOUT, math.floor(self.limit - waited)))
+
+    def again(self, reason: str) -> bool:
+        """After a failed attempt: False when the wait is over, else pause and True."""
+        waited = self._waited()
+        now = self.clock.monotonic()
         self.attempts += 1
-        waited = now - self.started
-        if self.limit is not None and waited >= self.limit:
+        left = None if self.limit is None else self.limit - waited
+        if left is not None and left <= 0:
             return False
         if self.said_at is None or now - self.said_at >= STARTUP_WAIT_REPORT_EVERY:
             self.say(reason, self.attempts, waited)
             self.said_at = now
         delay = self.backoff.next_delay()
-        if self.limit is not None:
-            delay = min(delay, self.limit - waited)
+        if left is not None:
+            if left < _LEAST_LEFT_FOR_AN_ATTEMPT + _LEAST_PAUSE:
+                self.clock.sleep(left)  # no attempt fits in what is left: wait it out, then give up
+                return False
+            delay = min(delay, left - _LEAST_LEFT_FOR_AN_ATTEMPT)
         self.clock.sleep(delay)
         return True

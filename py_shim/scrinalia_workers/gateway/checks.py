@@ -208,7 +208,12 @@ def preflight(
     while True:
         try:
             # connect as the daemon will (a pooler may refuse the keepalive options)
-            with db.connect(dsn, application_name=application_name, server_keepalives=server_keepalives) as conn:
+            with db.connect(
+                dsn,
+                application_name=application_name,
+                server_keepalives=server_keepalives,
+                connect_timeout=db.CONNECT_TIMEOUT if wait is None else wait.attempt_timeout(),
+            ) as conn:
                 if functions:
                     check_privileges(conn, functions, job, groups)
                 check_schema(conn)

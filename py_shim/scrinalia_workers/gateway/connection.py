@@ -29,6 +29,9 @@ SERVER_KEEPALIVES = (
     "-c tcp_keepalives_idle=5 -c tcp_keepalives_interval=2 -c tcp_keepalives_count=3 -c tcp_user_timeout=10000"
 )
 
+# How long one connection attempt may take (a daemon's start-up wait cuts it to the time left).
+CONNECT_TIMEOUT = 10
+
 LIBPQ_VARS = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE")
 
 
@@ -58,7 +61,7 @@ def connect(
     *,
     autocommit: bool = True,
     application_name: str = "scrinalia-workers",
-    connect_timeout: int = 10,
+    connect_timeout: int = CONNECT_TIMEOUT,
     server_keepalives: bool = False,
 ) -> psycopg.Connection:
     """A connection; DatabaseUnavailable when the server cannot be reached (transient:

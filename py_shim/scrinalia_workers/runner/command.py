@@ -21,6 +21,7 @@ from scrinalia_workers import __version__, argtypes, policy
 from scrinalia_workers.errors import ConfigError, DatabaseUnavailable
 from scrinalia_workers.gateway.checks import STARTUP_WAIT_MAX, preflight, startup_wait
 from scrinalia_workers.gateway.connection import connect, one
+from scrinalia_workers.gateway.dsn_password import warn_if_password_in_argv
 from scrinalia_workers.gateway.statements.runner import RUNNER_FUNCTIONS, RUNNER_GROUP, UNREGISTERED_WORKERS
 from scrinalia_workers.logs import EventLog, startup_error
 from scrinalia_workers.runner.batch import RELEASE_AFTER, HandlersStuck
@@ -111,6 +112,7 @@ def _exit_now(signum: int, frame=None) -> None:
 def _start(args: argparse.Namespace, log: EventLog, wakeup: Wakeup) -> Runner:
     """The runner, once its handlers load and its database and login check out."""
     handlers = load_handlers(args.handlers)
+    warn_if_password_in_argv(args.dsn, log)
     dsn = preflight(
         args.dsn,
         "scrinalia-runner check",

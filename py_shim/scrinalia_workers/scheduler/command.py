@@ -10,6 +10,7 @@ from scrinalia_workers import __version__, argtypes
 from scrinalia_workers.errors import ConfigError
 from scrinalia_workers.exits import exit_at_once
 from scrinalia_workers.gateway.checks import STARTUP_WAIT_MAX, preflight, startup_wait
+from scrinalia_workers.gateway.dsn_password import warn_if_password_in_argv
 from scrinalia_workers.gateway.statements.scheduler import REQUIRED_FUNCTIONS
 from scrinalia_workers.logs import EventLog, startup_error
 from scrinalia_workers.policy import MAX_ACTOR_LENGTH
@@ -69,6 +70,7 @@ def _name(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     log = EventLog(json_lines=args.json, level=args.log_level)
+    warn_if_password_in_argv(args.dsn, log)
     try:
         dsn = preflight(
             args.dsn,

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from scrinalia_workers import __version__
 from scrinalia_workers.cli.common import EXIT_OK, PROG, one
 from scrinalia_workers.cli.fmt import print_json
-from scrinalia_workers.errors import UsageError
+from scrinalia_workers.errors import ConfigError, UsageError
 from scrinalia_workers.gateway.connection import connect, require_dsn
 from scrinalia_workers.gateway.statements import cli as sql
+
+if TYPE_CHECKING:
+    from scrinalia_workers.admin.logins import Done
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -42,6 +46,12 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _login_state(d: Done) -> str:
+    if d.created:
+        return "created"
+    return "existing, password reset" if d.password_set else "existing, password kept"
+
+
 def cmd_groups(args: argparse.Namespace) -> int:
     from scrinalia_workers.admin import groups
 
@@ -51,11 +61,20 @@ def cmd_groups(args: argparse.Namespace) -> int:
     if args.action == "logins":
         from scrinalia_workers.admin import logins
 
-        made = logins.create_at(require_dsn(args.dsn))
+        try:
+            made = logins.create_at(require_dsn(args.dsn), reset_password=args.reset_password)
+        except ConfigError as e:  # a login refused, a setting missing: the operator's to fix, exit 2
+            raise UsageError(str(e)) from None
         if args.json:
-            print_json({"logins": made})
+            print_json(
+                {
+                    "logins": [d.login for d in made],
+                    "created": [d.login for d in made if d.created],
+                    "password_set": [d.login for d in made if d.password_set],
+                }
+            )
         else:
-            print(f"logins ready: {', '.join(made)}")
+            print("logins ready: " + ", ".join(f"{d.login} ({_login_state(d)})" for d in made))
         return EXIT_OK
     done = groups.create_at(require_dsn(args.dsn))
     if args.json:

@@ -1,4 +1,5 @@
-"""enqueue, runs, cancel, prune: the runs of the ledger, made, read, cancelled, pruned."""
+"""enqueue, runs, runs rerun, cancel, prune: the runs of the ledger, made, read, re-run,
+cancelled, pruned."""
 
 from __future__ import annotations
 
@@ -37,7 +38,25 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _links(r: dict[str, Any]) -> str | None:
+    """A history row's links: the run it retries or re-runs, the runs that re-ran it."""
+    parts = []
+    if r["retry_of"]:
+        parts.append(f"retry of #{r['retry_of']}")
+    if r.get("rerun_of"):
+        parts.append(f"re-run of #{r['rerun_of']}")
+    if r.get("rerun_by"):
+        parts.append("re-run by " + ",".join(f"#{i}" for i in r["rerun_by"]))
+    return "; ".join(parts) or None
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
+    if args.rerun_id is not None:
+        if args.worker != "rerun":
+            raise errors.UsageError(f"runs takes one WORKER, or `rerun RUN_ID`, not {args.worker!r} and a run id")
+        return cmd_rerun(args)
+    if args.requested_by is not None:
+        raise errors.UsageError("--requested-by goes with `runs rerun RUN_ID`")
     if args.timeline and args.worker is None:
         raise errors.ConfigError("runs --timeline needs a WORKER")
     with open_db(args) as conn:
@@ -61,7 +80,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             "trigger",
             "status",
             "attempt",
-            "retry of",
+            "links",
             "not before",
             "created",
             "finished",
@@ -75,7 +94,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
                 f"{r['trigger']} catch-up" if r["catch_up"] else r["trigger"],
                 r["status"],
                 r["attempt_label"],
-                r["retry_of"] and f"retry of #{r['retry_of']}",
+                _links(r),
                 utc(r["not_before"]),
                 utc(r["created_at"]),
                 utc(r["finished_at"]),
@@ -98,6 +117,18 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         # (a run that had started was RUNNING: its runner learns it at its next heartbeat)
         running = " while it ran: its runner stops it at its next heartbeat;" if r["started_at"] else ":"
         print(f"cancelled {_summary(r, most)}{running} the slot is free, it will not be retried")
+    return EXIT_OK
+
+
+def cmd_rerun(args: argparse.Namespace) -> int:
+    """runs rerun RUN_ID: a MANUAL run of an ended run's request, linked to it."""
+    with open_db(args) as conn:
+        r = one(conn.cursor(row_factory=dict_row).execute(sql.RERUN, (args.rerun_id, args.requested_by or who())))
+        most = max_attempts(conn)
+    if args.json:
+        print_json({**r, "rerun_of": args.rerun_id})
+    else:
+        print(f"enqueued {_summary(r, most)}, a re-run of run #{args.rerun_id}: it is not retried if it fails")
     return EXIT_OK
 
 

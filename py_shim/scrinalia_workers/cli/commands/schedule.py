@@ -1,10 +1,10 @@
-"""schedule get|put|delete|pause|resume|import: a worker's schedule, one function per action."""
+"""schedule get|put|delete|pause|resume|import|next: a worker's schedule, one function per action."""
 
 from __future__ import annotations
 
 import argparse
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -14,7 +14,7 @@ from psycopg.types.json import Jsonb
 from scrinalia_workers import errors
 from scrinalia_workers.cli.common import EXIT_OK, max_attempts, one, open_db, parse_json_object, who
 from scrinalia_workers.cli.files import read_schedule_file
-from scrinalia_workers.cli.fmt import in_zone, print_fields, print_json, utc
+from scrinalia_workers.cli.fmt import cell, in_zone, print_fields, print_json, print_table, utc
 from scrinalia_workers.gateway.statements import cli as sql
 
 
@@ -134,4 +134,31 @@ def cmd_import(args: argparse.Namespace) -> int:
         )
     else:
         print(f"imported {created + replaced} schedule(s) from {label}: {created} created, {replaced} replaced")
+    return EXIT_OK
+
+
+def _offset(off: timedelta) -> str:
+    """A UTC offset as +02:00 (+05:45, -03:00)."""
+    minutes = int(off.total_seconds()) // 60
+    sign = "-" if minutes < 0 else "+"
+    return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def cmd_next(args: argparse.Namespace) -> int:
+    """schedule next WORKER [--count N]: the next instants the schedule fires, in its zone
+    and in UTC, with why a DST change moved one (scrinalia.next_fires)."""
+    with open_db(args) as conn:
+        rows = conn.cursor(row_factory=dict_row).execute(sql.NEXT_FIRES, (args.worker, args.count)).fetchall()
+    if args.json:
+        print_json(rows)
+        return EXIT_OK
+    zone = cell(rows[0]["timezone"]) if rows else "-"
+    print_table(
+        ["#", f"{zone} (offset)", "UTC", "note"],
+        [
+            [r["n"], f"{r['local_time']:%Y-%m-%d %H:%M} ({_offset(r['utc_offset'])})", utc(r["fires_at"]), r["note"]]
+            for r in rows
+        ],
+        title=f"the next {len(rows)} firing(s) of {cell(args.worker)}",
+    )
     return EXIT_OK

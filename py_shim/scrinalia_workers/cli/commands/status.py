@@ -11,10 +11,9 @@ from psycopg.rows import dict_row
 from scrinalia_workers import __version__
 from scrinalia_workers.cli.commands.schedule import active_run
 from scrinalia_workers.cli.common import EXIT_OK, max_attempts, one, open_db
-from scrinalia_workers.cli.fmt import in_zone, print_json, print_table, utc
+from scrinalia_workers.cli.fmt import brief, in_zone, print_json, print_line, print_table, utc
 from scrinalia_workers.gateway.checks import check_schema
 from scrinalia_workers.gateway.statements import cli as sql
-from scrinalia_workers.logs import one_line
 from scrinalia_workers.text import HIDDEN, printable
 
 
@@ -43,7 +42,7 @@ def _next_run(a: dict[str, Any]) -> tuple[str | None, str | None]:
     if a["paused"]:
         return "paused", "-"
     if a["arm_error"]:
-        return f"SET ASIDE: {one_line(a['arm_error'], 60)}", utc(a["arm_retry_at"])
+        return f"SET ASIDE: {brief(a['arm_error'], 60)}", utc(a["arm_retry_at"])
     if a["awaiting_arm"]:
         return "not armed yet", "-"
     return in_zone(a["next_run_at"], a["timezone"]), utc(a["next_run_at"])
@@ -106,16 +105,17 @@ def cmd_status(args: argparse.Namespace) -> int:
             }
         )
         return EXIT_OK
-    print(f"release: {_release_line(release)}")
-    print(f"scheduler: {_scheduler_line(sched)}")
-    print("health: " + ("healthy" if health["healthy"] else f"NOT HEALTHY: {health['reason']}"))
+    # every line below carries text read from the database: print_line escapes its newlines
+    print_line(f"release: {_release_line(release)}")
+    print_line(f"scheduler: {_scheduler_line(sched)}")
+    print_line("health: " + ("healthy" if health["healthy"] else f"NOT HEALTHY: {health['reason']}"))
     if surface["public_can_connect"]:
-        print(
+        print_line(
             f"install: database {surface['dbname']} still grants CONNECT to PUBLIC: any login of the cluster can"
             " take the scheduler's lock key (docs/operate.md: REVOKE CONNECT ... FROM PUBLIC, GRANT it to the groups)"
         )
     if surface["grant_missing"]:
-        print(f"install: {surface['grant_missing']}")
+        print_line(f"install: {surface['grant_missing']}")
     print()
     rows = []
     for a in agenda:
@@ -129,7 +129,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "yes" if a["paused"] else ("no" if a["scheduled"] else None),
                 utc(a["last_enqueued_at"]),
                 skipped,
-                one_line(a["last_skip_reason"], 40) if skipped else None,
+                brief(a["last_skip_reason"], 40) if skipped else None,
                 _slot(a, most),
             ]
         )

@@ -51,6 +51,26 @@ YOYO_LOCK_HOLDERS = (
     " WHERE l.relation OPERATOR(pg_catalog.=) pg_catalog.to_regclass(%s) AND l.granted"
     "   AND a.application_name OPERATOR(pg_catalog.!~~) 'scrinalia-workers migrate%%'"
 )
+# The client sessions but ours holding a lock on a relation of the scrinalia schema, in a
+# transaction open for longer than %s (an interval): what the code's re-install waits for.
+CODE_LOCK_HOLDERS = """
+SELECT a.pid, a.usename::pg_catalog.text, a.application_name, a.state,
+       pg_catalog.round(pg_catalog.date_part('epoch', pg_catalog.now() OPERATOR(pg_catalog.-) a.xact_start)),
+       pg_catalog.string_agg(DISTINCT l.mode OPERATOR(pg_catalog.||) ' on '
+                             OPERATOR(pg_catalog.||) l.relation::pg_catalog.regclass::pg_catalog.text, ', ')
+  FROM pg_catalog.pg_locks l
+  JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) l.pid
+ WHERE l.granted AND l.locktype OPERATOR(pg_catalog.=) 'relation'
+   AND l.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
+   AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                           WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+   AND l.relation IN (SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n
+                          ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+                       WHERE n.nspname OPERATOR(pg_catalog.=) 'scrinalia')
+   AND a.xact_start OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) %s::pg_catalog.interval)
+ GROUP BY a.pid, a.usename, a.application_name, a.state, a.xact_start
+ ORDER BY a.xact_start, a.pid
+"""
 CLEAR_YOYO_LOCK = f"DELETE FROM {BOOKKEEPING_SCHEMA}.yoyo_lock RETURNING pid, ctime"
 
 # --- checks before changing anything ------------------------------------------------------
@@ -137,6 +157,15 @@ REGISTER_WORKER = "SELECT scrinalia.register_worker(%s, %s, %s, %s, %s, %s)"
 # --- one login per job (groups logins) -------------------------------------------------------
 
 ROLE_EXISTS = "SELECT 1 FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) %s"
+# (groups, login): what an existing login already has that this step would never give it,
+# and the scrinalia groups it is in, directly or through another role; no row: no such role
+LOGIN_STANDING = """
+SELECT r.rolcanlogin, r.rolsuper, r.rolcreaterole, r.rolreplication, r.rolbypassrls,
+       ARRAY(SELECT g FROM pg_catalog.unnest(%s::text[]) g
+              WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_roles x WHERE x.rolname OPERATOR(pg_catalog.=) g)
+                AND pg_catalog.pg_has_role(r.oid, g, 'MEMBER')) AS groups
+  FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) %s
+"""
 
 # --- the release, and what a rollback leaves -------------------------------------------------
 

@@ -53,7 +53,7 @@ WORKER_KNOWN = "SELECT 1 AS known FROM scrinalia.worker_agenda WHERE worker_name
 # One worker's last scheduled periods, newest first, each with its attempts. (w, periods)
 WORKER_TIMELINE = (
     "SELECT run_id, trigger, status, attempt, attempt_label, retry_of, scheduled_for, not_before,"
-    " created_at, started_at, finished_at, duration, error, catch_up"
+    " created_at, started_at, finished_at, duration, error, catch_up, rerun_by"
     " FROM scrinalia.worker_timeline(%(w)s, %(periods)s) ORDER BY scheduled_for DESC, attempt"
 )
 
@@ -95,3 +95,11 @@ INSTALL_SURFACE = (
     "SELECT scrinalia.public_can_connect() AS public_can_connect,"
     " scrinalia.takeover_grant_missing() AS grant_missing, current_database() AS dbname"
 )
+
+# --- re-runs ------------------------------------------------------------------
+# (run_id, requested_by): a MANUAL run of the same request, linked by rerun_of
+RERUN = "SELECT * FROM scrinalia.rerun(%s, %s)"
+
+# --- schedule previews --------------------------------------------------------
+# (worker, count): the next instants its schedule fires, earliest first
+NEXT_FIRES = "SELECT n, fires_at, local_time, timezone, utc_offset, note FROM scrinalia.next_fires(%s, %s)"

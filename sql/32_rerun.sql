@@ -1,0 +1,73 @@
+-- Re-running an ended run by hand: a MANUAL run of the same worker with the same
+-- request, linked to it (archive_run_reruns: the history's rerun_of and rerun_by). It
+-- goes through enqueue(), so it is held to every rule of a manual run: the catalogue
+-- and the request as they are now (a request the catalogue no longer accepts is
+-- refused, SW002), its config resolved anew, the one slot (SW010 while a run or an
+-- owed retry holds it), and, MANUAL, never retried (ADR 0015).
+-- Errors: SW011 no such run, or one not ended (QUEUED/RUNNING).
+
+CREATE OR REPLACE FUNCTION scrinalia.rerun(p_run_id bigint, p_requested_by text DEFAULT NULL)
+RETURNS scrinalia.archive_worker_runs
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+DECLARE
+    src scrinalia.archive_worker_runs;
+    run scrinalia.archive_worker_runs;
+BEGIN
+    -- KEY SHARE: prune_runs cannot delete it before the link to it is written
+    SELECT * INTO src FROM scrinalia.archive_worker_runs r WHERE r.run_id = p_run_id FOR KEY SHARE;
+    IF NOT FOUND OR src.status IN ('QUEUED', 'RUNNING') THEN
+        RAISE EXCEPTION USING ERRCODE = 'SW011',
+            MESSAGE = format('run #%s cannot be re-run: %s', coalesce(p_run_id::text, 'NULL'),
+                             CASE WHEN src.run_id IS NULL THEN 'no such run'
+                                  ELSE format('it is %s', src.status) END),
+            HINT = 'only an ended run (SUCCEEDED, FAILED, INTERRUPTED, CANCELLED) can be re-run';
+    END IF;
+    run := scrinalia.enqueue(src.worker_name, src.request, 'MANUAL', p_requested_by);
+    INSERT INTO scrinalia.archive_run_reruns (run_id, rerun_of) VALUES (run.run_id, src.run_id);
+    RETURN run;
+END $$;
+
+-- The links of deleted runs go with them (either end), and all of them with a TRUNCATE
+-- of the ledger: a run id a restarted sequence gives again must not inherit a link.
+CREATE OR REPLACE FUNCTION scrinalia.run_reruns_delete_statement()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    IF EXISTS (SELECT FROM scrinalia.archive_run_reruns) THEN  -- (nearly always none: no join)
+        DELETE FROM scrinalia.archive_run_reruns l USING old_rows o WHERE l.run_id = o.run_id;
+        DELETE FROM scrinalia.archive_run_reruns l USING old_rows o WHERE l.rerun_of = o.run_id;
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION scrinalia.run_reruns_truncate_statement()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    TRUNCATE scrinalia.archive_run_reruns;
+    RETURN NULL;
+END $$;
+
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
+                    WHERE tgrelid = 'scrinalia.archive_worker_runs'::pg_catalog.regclass
+                      AND tgname = 'run_reruns_delete') THEN
+        CREATE TRIGGER run_reruns_delete AFTER DELETE ON scrinalia.archive_worker_runs
+            REFERENCING OLD TABLE AS old_rows
+            FOR EACH STATEMENT EXECUTE FUNCTION scrinalia.run_reruns_delete_statement();
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
+                    WHERE tgrelid = 'scrinalia.archive_worker_runs'::pg_catalog.regclass
+                      AND tgname = 'run_reruns_truncate') THEN
+        CREATE TRIGGER run_reruns_truncate AFTER TRUNCATE ON scrinalia.archive_worker_runs
+            FOR EACH STATEMENT EXECUTE FUNCTION scrinalia.run_reruns_truncate_statement();
+    END IF;
+END
+$$;
