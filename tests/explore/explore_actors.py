@@ -178,6 +178,20 @@ class Scheduler(Actor):
             self.seen_pid = None if value[0] else value[1]
 
 
+class Rogue(Scheduler):
+    """A scheduler's steps sent from a runner's login (which may run a scheduler, ADR
+    0015) that takes the lock's key by hand (`squat`, as any login may, with no
+    heartbeat: as 0.1.0's scheduler did) or not at all: what it decides without holding
+    the key must fail."""
+
+    def session_of(self, step: str) -> Session:
+        return self.lock if step == "squat" else super().session_of(step)
+
+    def step_squat(self) -> Plan:
+        self._sessions_up()
+        return self.lock, lambda c: c.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,)).fetchone()[0]
+
+
 class Runner(Actor):
     """A runner: claims, heartbeats and finishes (or releases) the runs it holds. It
     keeps its tokens after a lease is lost, so that a fenced call is sent too."""
@@ -263,6 +277,7 @@ class Operator(Actor):
         self.conn = self.session("conn", dsn, "scrinalia-workers")
         self.worker = worker
         self.live_run = live_run
+        self.open_transaction = False
 
     def step_enqueue(self) -> Plan:
         return self.conn, lambda c: c.execute(cli_sql.ENQUEUE, (self.worker, Jsonb({}), self.name)).fetchone()[0]
@@ -277,6 +292,26 @@ class Operator(Actor):
         return self.conn, lambda c: c.execute(
             cli_sql.PUT_SCHEDULE, (self.worker, OTHER_CRON, "UTC", Jsonb({}), True, self.name)
         ).fetchone()
+
+    # a careless client: BEGIN, an enqueue, and the transaction left open until COMMIT
+    def step_begin(self) -> Plan:
+        return self.conn, lambda c: c.execute("BEGIN")
+
+    def step_commit(self) -> Plan:
+        return self.conn, (lambda c: c.execute("COMMIT")) if self.open_transaction else None
+
+    def done(self, step: str, outcome: Outcome) -> None:
+        if step == "begin":
+            self.open_transaction = outcome[0] == "ok"
+        elif outcome[0] in ("lost", "error") or step == "commit":
+            self.open_transaction = False  # (an error in it: the session rolled it back)
+
+    def reset(self) -> None:
+        super().reset()
+        self.open_transaction = False
+
+    def local_state(self) -> tuple:
+        return (self.open_transaction,)
 
     def step_pause(self) -> Plan:
         return self.conn, lambda c: c.execute(cli_sql.SET_SCHEDULE_ENABLED, (self.worker, False, self.name)).fetchone()

@@ -62,9 +62,11 @@ HOLDER = (
 
 def decided_as_holder(admin: psycopg.Connection, who: str, lock_pid: int | None, work_pid: int | None) -> list[str]:
     """A scheduler's deciding statement succeeded: its lock session must hold the lock,
-    and the heartbeat must vouch for the work session that decided."""
+    and a heartbeat of that holder must vouch for the work session that decided (a
+    holder that never heartbeats is 0.1.0's scheduler, its work session its own:
+    is_scheduler_session)."""
     holder, hb_pid, hb_work = admin.execute(HOLDER).fetchone()
-    if holder is not None and holder == lock_pid and hb_pid == lock_pid and hb_work == work_pid:
+    if holder is not None and holder == lock_pid and (hb_pid != lock_pid or hb_work == work_pid):
         return []
     return [
         f"{who} decided from work session pid {work_pid} while the lock is held by pid {holder}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import psycopg
@@ -18,7 +18,7 @@ import psycopg
 # How long one step may run before the harness calls it hung (a step of ours takes
 # milliseconds; only a lock wait is longer, and that is seen as blocked).
 STEP_HUNG_AFTER = 20.0
-POLL = 0.001
+POLL = 0.005
 
 Outcome = tuple[str, Any]
 
@@ -40,6 +40,9 @@ class Session:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"explore-{name}")
         self.pending: Future[Any] | None = None
         self.pending_step: str | None = None
+        # the server pids of connections this session closed: their backends end (and
+        # their transactions roll back) a moment later, which the harness awaits
+        self.ended: list[int] = []
 
     def open(self) -> psycopg.Connection:
         if self.conn is None or self.conn.closed or self.conn.broken:
@@ -53,6 +56,8 @@ class Session:
         return self.conn is not None and not self.conn.closed and not self.conn.broken
 
     def close(self) -> None:
+        if self.pid is not None:
+            self.ended.append(self.pid)
         if self.conn is not None:
             try:
                 self.conn.close()
@@ -73,7 +78,8 @@ class Session:
         assert self.pending is not None
         deadline = time.monotonic() + STEP_HUNG_AFTER
         while True:
-            if self.pending.done():
+            # (a step that ends within POLL is answered without asking who blocks it)
+            if wait([self.pending], timeout=POLL).done:
                 return self._finish()
             pid = self.pid
             if pid is not None and admin.execute("SELECT cardinality(pg_blocking_pids(%s)) > 0", (pid,)).fetchone()[0]:
@@ -81,7 +87,6 @@ class Session:
                 return self._finish() if self.pending.done() else None
             if time.monotonic() > deadline:
                 raise Hung(f"{self.name}: {self.pending_step} neither finished nor waited on a lock")
-            time.sleep(POLL)
 
     def _finish(self) -> Outcome:
         assert self.pending is not None

@@ -9,13 +9,15 @@ step, what is still blocked is cancelled, and the end's invariants are checked."
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import explore_invariants as inv
 import psycopg
-from explore_actors import Actor, Fault, Operator, Runner, Scheduler, Squatter
+from explore_actors import Actor, Fault, Operator, Rogue, Runner, Scheduler, Squatter
+from explore_sessions import STEP_HUNG_AFTER
 
 # the schedule's cron: a year between periods, so that the wall clock never brings
 # one due during an interleaving; only the clock's steps do
@@ -24,9 +26,20 @@ WORKER = "ocr"
 # a scheduler's deciding statements: only the lock holder's work session may succeed
 DECIDING = ("tick.decide", "reap", "retries")
 FENCED = ("heartbeat", "finish_ok", "finish_fail", "release")
-KINDS = {"scheduler": Scheduler, "runner": Runner, "squatter": Squatter, "operator": Operator}
-# each kind's group login (a squatter: a reader, a login in no scheduling group)
-LOGINS = {"scheduler": "scheduler", "runner": "runner", "squatter": "reader", "operator": "operator"}
+KINDS: dict[str, type[Actor]] = {
+    "scheduler": Scheduler,
+    "runner": Runner,
+    "squatter": Squatter,
+    "operator": Operator,
+    "rogue": Rogue,
+}
+# each kind's group login (a squatter: a reader, a login in no scheduling group; a
+# rogue: a runner's login, which ADR 0015 lets run a scheduler); a kind not named here
+# (a scenario's own, see Scenario.kinds) logs in as the schema's owner
+LOGINS = {"scheduler": "scheduler", "runner": "runner", "squatter": "reader", "operator": "operator", "rogue": "runner"}
+# how long an evicted holder's work session may take to be gone before the harness
+# calls it spared (World._gone)
+EVICTED_GONE_WITHIN = 0.1
 
 Step = tuple[str, str]
 
@@ -34,11 +47,13 @@ Step = tuple[str, str]
 @dataclass
 class Scenario:
     """Actors by name -> (kind, script); `setup`: steps run first, the same in every
-    interleaving (not interleaved). The fault actor is named "fault"."""
+    interleaving (not interleaved). Actors of kind "fault" crash sessions and step the
+    clock; `kinds` adds actor classes of the scenario's own (a test's planted bug)."""
 
     name: str
     actors: dict[str, tuple[str, list[str]]]
     setup: list[Step] = field(default_factory=list)
+    kinds: dict[str, type[Actor]] = field(default_factory=dict)
 
 
 class World:
@@ -47,14 +62,17 @@ class World:
         self.admin = psycopg.connect(admin_dsn, autocommit=True)
         self.actors: dict[str, Actor] = {}
         self.scripts: dict[str, list[str]] = {}
+        self.kinds: dict[str, str] = {}
+        kinds = {**KINDS, **scenario.kinds}
         for name, (kind, script) in scenario.actors.items():
-            dsn = dsn_as.get(LOGINS.get(kind, kind), admin_dsn)
+            dsn = dsn_as[LOGINS[kind]] if kind in LOGINS else admin_dsn
             if kind == "fault":
                 actor: Actor = Fault(name, admin_dsn, self._pid_of)
             elif kind == "operator":
                 actor = Operator(name, dsn, WORKER, self._live_run)
             else:
-                actor = KINDS[kind](name, dsn)
+                actor = kinds[kind](name, dsn)  # type: ignore[call-arg]
+            self.kinds[name] = kind
             self.actors[name] = actor
             self.scripts[name] = script
         self.sequence = self.admin.execute(
@@ -66,6 +84,7 @@ class World:
         self.accounted: set[tuple[str, datetime]] = set()
         self.killed: set[int] = set()
         self.trace: list[Step] = []
+        self.evict_raced = 0  # over the world's life, not reset
 
     # --- the world between two interleavings ------------------------------------------
 
@@ -74,6 +93,7 @@ class World:
             self._cancel(name)
         for a in self.actors.values():
             a.reset()
+        self._closed_gone()
         self.admin.execute("SELECT pg_advisory_unlock_all()")
         with self.admin.transaction():
             self.admin.execute("DELETE FROM scrinalia.archive_worker_runs")
@@ -141,10 +161,14 @@ class World:
         if isinstance(actor, Operator):
             self._operator_reason(step)
         session, fn = actor.plan(step)
+        self._closed_gone()
         if fn is None:
             return self._done(name, step, ("skipped", None), before)
+        victims = self._evict_victims() if step == "evict" else []
         session.start(step, fn)
         outcome = session.settle(self.admin)
+        if victims and outcome is not None and outcome[0] == "ok" and outcome[1][0]:
+            self._gone(victims)
         if outcome is None:
             self.pending[session.name] = (name, step, session)  # (blocked: its rows' before is stale)
             return self._unblocked()
@@ -200,6 +224,51 @@ class World:
                 self.accounted.add((WORKER, row[0]))
 
     # --- what the harness knows of the sessions -------------------------------------------
+
+    def _evict_victims(self) -> list[int]:
+        """The sessions an eviction now would end: the lock's holder, and when it is a
+        scheduler (its heartbeat), the work session it vouches for, of its login
+        (evict_lock_holder)."""
+        row = self.admin.execute(
+            "SELECT h.pid, x.pid FROM scrinalia.scheduler_state st"
+            "  JOIN pg_stat_activity h ON h.pid = scrinalia.scheduler_lock_holder()"
+            "  LEFT JOIN pg_stat_activity x ON x.pid = st.heartbeat_work_pid AND x.usesysid = h.usesysid"
+            "   AND st.heartbeat_pid = h.pid"
+        ).fetchone()
+        return [p for p in row or () if p is not None]
+
+    def _gone(self, victims: list[int]) -> None:
+        """Waits until the sessions the eviction ended are gone (their locks with them),
+        so that what waited for them is granted before the next step. evict_lock_holder
+        reads the work session to end after it ended the holder: a standby queued for
+        the lock may by then have overwritten the heartbeat, and that session is spared
+        (a race, counted in evict_raced); the harness ends it, so that every replay
+        goes the same way."""
+        self.killed |= set(victims)
+        holder, work = victims[0], victims[1:]
+        self._wait_gone([holder], STEP_HUNG_AFTER)
+        if work and not self._wait_gone(work, EVICTED_GONE_WITHIN):
+            self.evict_raced += 1
+            self.admin.execute("SELECT pg_terminate_backend(%s)", (work[0],))
+            self._wait_gone(work, STEP_HUNG_AFTER)
+
+    def _closed_gone(self) -> None:
+        """Waits until the backends of the connections the actors closed are gone: a
+        closed connection's transaction rolls back, and its locks go, only then."""
+        ended = [p for a in self.actors.values() for s in a.sessions.values() for p in s.ended]
+        for a in self.actors.values():
+            for s in a.sessions.values():
+                s.ended.clear()
+        if ended:
+            self._wait_gone(ended, STEP_HUNG_AFTER)
+
+    def _wait_gone(self, pids: list[int], within: float) -> bool:
+        deadline = time.monotonic() + within
+        while self.admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)).fetchone()[0]:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.001)
+        return True
 
     def _pid_of(self, what: str) -> int | None:
         actor, _, role = what.partition(".")
