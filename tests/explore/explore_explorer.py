@@ -7,8 +7,11 @@ are queued when a state is first visited, so a cut loses nothing the abstraction
 keeps.
 
 An interleaving is one path run: to its end, or cut at a known state. On a
-violation the path stops and its exact steps (setup included) are kept, as a list a
-test replays (replay())."""
+violation the path stops and its exact steps (setup included) are kept, as a replay
+file a test replays (replay_text(), load_replay(), replay()).
+
+sample() draws interleavings at random instead (seeded), each run to its end: the
+large bound's, past what the abstraction merges."""
 
 from __future__ import annotations
 

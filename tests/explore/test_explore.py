@@ -16,14 +16,22 @@ from pathlib import Path
 
 import pytest
 from explore_explorer import Report, replay_text, scenarios_report
-from explore_scenarios import CI_INTERLEAVINGS, CI_SECONDS, LARGE_INTERLEAVINGS, LARGE_SECONDS, SCENARIOS
+from explore_scenarios import (
+    CI_INTERLEAVINGS,
+    CI_SECONDS,
+    LARGE_INTERLEAVINGS,
+    LARGE_SCENARIOS,
+    LARGE_SECONDS,
+    SCENARIOS,
+)
 
 OUT = Path(os.environ.get("SCRINALIA_EXPLORE_OUT", "explore-found"))
 
 
 def _explore(make_world, interleavings: int, seconds: float, seed: int | None = None) -> Report:
     start = time.monotonic()
-    report = scenarios_report(make_world, SCENARIOS, interleavings, seconds, seed)
+    scenarios = SCENARIOS if seed is None else LARGE_SCENARIOS
+    report = scenarios_report(make_world, scenarios, interleavings, seconds, seed)
     how = f"{report.cut} cut at a known state" if seed is None else f"drawn with seed {seed}, each run to its end"
     print(f"{report.summary()} in {time.monotonic() - start:.0f} s ({how})")
     if report.evict_raced:
