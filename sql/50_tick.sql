@@ -256,22 +256,23 @@ DECLARE
     ), made AS (
         -- the new runs by worker: one object looked up by key below, never a join of
         -- the chunk's rows with the insert's, whose row count the planner cannot know
-        -- (it guessed a few, and a nested loop cost the square of the chunk)
+        -- (it guessed a few, and a nested loop cost the square of the chunk). Read
+        -- through a scalar subquery, computed once: a CTE scan joined to every row
+        -- would copy the whole object for each
         SELECT coalesce(jsonb_object_agg(ins.worker_name, ins.run_id), '{}') AS runs FROM ins
     ), noted AS (
         -- the catch-ups, one row each (archive_run_catch_ups: see 0010_run_catch_up)
         INSERT INTO scrinalia.archive_run_catch_ups (run_id)
-        SELECT (m.runs ->> d.worker_name)::bigint
+        SELECT ((SELECT m.runs FROM made m) ->> d.worker_name)::bigint
           FROM checked d
           JOIN missed x ON x.cron = d.cron AND x.timezone = d.timezone AND x.was = d.was
-         CROSS JOIN made m
-         WHERE x.catch_up AND m.runs ? d.worker_name
+         WHERE x.catch_up AND (SELECT m.runs FROM made m) ? d.worker_name
         RETURNING run_id
     ), caught AS (
         SELECT coalesce(jsonb_object_agg(n.run_id::text, true), '{}') AS runs FROM noted n
     ), decided AS (
         SELECT d.worker_name, d.was, d.next_at, r.run_id,
-               CASE WHEN r.run_id IS NOT NULL THEN c.runs ? r.run_id::text END AS catch_up,
+               CASE WHEN r.run_id IS NOT NULL THEN (SELECT c.runs FROM caught c) ? r.run_id::text END AS catch_up,
                CASE WHEN d.refused IS NOT NULL THEN 'REFUSED'
                     WHEN d.was IS NULL THEN 'ARMED'
                     WHEN r.run_id IS NOT NULL THEN 'ENQUEUED'
@@ -282,9 +283,7 @@ DECLARE
                     WHEN d.owed_run_id IS NOT NULL THEN format('run #%%s awaits its retry', d.owed_run_id)
                     ELSE 'the slot or the period was taken concurrently' END AS reason
           FROM checked d
-         CROSS JOIN made m
-         CROSS JOIN caught c
-         CROSS JOIN LATERAL (SELECT (m.runs ->> d.worker_name)::bigint AS run_id) r
+         CROSS JOIN LATERAL (SELECT ((SELECT m.runs FROM made m) ->> d.worker_name)::bigint AS run_id) r
     ), upd AS (
         -- a refused schedule is neither enqueued nor advanced: set aside (as when the
         -- shim cannot compute it), shown by health and the alerts, tried again later
