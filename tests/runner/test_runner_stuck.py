@@ -76,6 +76,33 @@ def test_a_told_run_with_another_thread_free_is_not_stuck():
     assert batch.runs[1].state is RunState.LOST and "handlers stuck" not in out.getvalue()
 
 
+def test_a_thread_held_by_a_run_of_a_dropped_batch_counts_as_stuck():
+    """The runner drops its batch after a database error while a handler runs (its lease
+    then runs out): a handler that never returns still holds the thread, batch after
+    batch, and ends the runner after the grace like a lost run's."""
+    batch, handlers, out, clock = _rig(lost=set(), grace=5.0)
+    batch.sup.wake_by = lambda: None
+    handlers._wakeup._events.clear()  # type: ignore[attr-defined]  # (the rig's start: stepped here)
+    assert handlers.start() == 1  # run 1's handler runs, and never returns
+    batch.sup.orphans[1] = clock.monotonic()  # Runner._give_back
+    later = []
+    for run_id in (2, 3, 4):
+        b = Batch([claimed(run_id)], batch.sup)
+        b.hand([None])
+        later.append(b)
+        try:
+            b.see_through()  # behind the held thread: given back after release_after
+        except HandlersStuck as e:
+            assert "runs 1 were told to stop and did not return within 5.0 s" in str(e)
+            break
+        assert b.runs[run_id].state is RunState.RELEASED
+        clock.advance(3.0)  # the runner's next claim
+    else:
+        pytest.fail("the runner never said its only thread was stuck")
+    stuck = [json.loads(line) for line in out.getvalue().splitlines() if '"handlers stuck"' in line]
+    assert stuck and stuck[0]["runs"] == "1"
+
+
 # -- the real runner ----------------------------------------------------------------------
 
 

@@ -23,7 +23,7 @@ injected, so the tests drive this loop without a database and without waiting.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from scrinalia_workers.clock import Clock
@@ -85,6 +85,13 @@ class Supervision:
     # While the runner waits to claim more: when it looks at the queue again unwoken
     wake_by: Callable[[], float | None] = lambda: None
     settings: RunnerSettings = DEFAULTS
+    # The runs whose batch the runner dropped after an error while their handlers ran
+    # (their leases no longer renewed, their handlers told to stop), by when: a thread
+    # such a handler never gives back is as stuck as one a lost run holds.
+    orphans: dict[int, float] = field(default_factory=dict)
+    # Since when every handler thread has been held by a run told to stop: kept here,
+    # across the batches, for a thread held past one batch is still held in the next.
+    stuck_since: float | None = None
 
 
 class HandlersStuck(RuntimeError):
@@ -104,7 +111,6 @@ class Batch:
         self.next_beat = 0.0
         self.relieved_at = -float("inf")  # when another handler thread was last asked for
         self.told: dict[int, float] = {}  # the LOST runs: when their handler was told to stop
-        self.stuck_since: float | None = None  # every handler thread holds a run told to stop
 
     def _move(
         self,
@@ -220,13 +226,16 @@ class Batch:
         its maximum run time, reaped): say so once, naming the runs; when they have not
         returned --grace seconds later, raise HandlersStuck (the runner exits, and its
         supervisor starts a fresh one: nothing else can free those threads)."""
-        handlers = self.sup.handlers
-        stuck = [run_id for run_id in self.lost if run_id in handlers.running_ids]
+        handlers, sup = self.sup.handlers, self.sup
+        running = handlers.running_ids
+        for run_id in [r for r in sup.orphans if r not in running]:
+            del sup.orphans[run_id]  # its handler returned at last
+        stuck = [run_id for run_id in running if run_id in self.lost or run_id in sup.orphans]
         if len(stuck) < handlers.max_threads:
-            self.stuck_since = None
+            sup.stuck_since = None
             return
-        if self.stuck_since is None:
-            self.stuck_since = max(self.told.get(run_id, now) for run_id in stuck)
+        if sup.stuck_since is None:
+            sup.stuck_since = max(self.told.get(run_id, sup.orphans.get(run_id, now)) for run_id in stuck)
             self.sup.log(
                 "handlers stuck",
                 level="error",
@@ -234,7 +243,7 @@ class Batch:
                 threads=handlers.max_threads,
                 reason=f"every handler thread runs a run told to stop; exiting after {self.sup.grace} s unless one returns",
             )
-        if now >= self.stuck_since + self.sup.grace:
+        if now >= sup.stuck_since + sup.grace:
             raise HandlersStuck(
                 f"handlers stuck: runs {','.join(str(run_id) for run_id in sorted(stuck))} were told to stop "
                 f"and did not return within {self.sup.grace} s; every handler thread is held"
@@ -327,8 +336,8 @@ class Batch:
         deadlines = [self.next_beat] if self._any_handed() else []
         if self.grace_ends is not None:
             deadlines.append(self.grace_ends)
-        if self.stuck_since is not None:
-            deadlines.append(self.stuck_since + self.sup.grace)
+        if self.sup.stuck_since is not None:
+            deadlines.append(self.sup.stuck_since + self.sup.grace)
         if (look := self.sup.wake_by()) is not None:
             deadlines.append(look)
         if self.unreported:

@@ -294,7 +294,15 @@ class Runner:
         """After an error in the middle of a batch: the runs not started must not run
         unsupervised. They go back to the queue if the database answers; else their
         leases end and the reaper applies the retry policy."""
-        self._flight = None  # its running handlers' outcomes are dropped; the leases end them
+        dropped, self._flight = self._flight, None  # its running handlers' outcomes are dropped
+        if dropped is not None:
+            now = self.clock.monotonic()
+            for run in dropped.held.values():
+                if run.run_id in self._handler_thread.running_ids:
+                    # its lease is no longer renewed and the reaper ends it: tell the
+                    # handler; one that never returns holds its thread (Batch._check_stuck)
+                    run.stop.set("the runner dropped its batch after an error: the lease is not renewed")
+                    self._supervision.orphans[run.run_id] = now
         held = self._handler_thread.take(first_too=True)
         if held:
             self.close()
