@@ -69,8 +69,10 @@ SESSIONS = {"scheduler": 2, "runner": 1}
 SAMPLE_EVERY = 5.0  # seconds between two samples of the live runs
 # A daemon's descriptors and memory are sampled with the live runs, from USAGE_AFTER
 # seconds of its life (imports and first connections done); one that lived on a
-# quarter of the run (a minute at least) after its first sample may not grow more.
+# quarter of the run (a minute at least, RESOURCE_SPAN at most: kill -9 comes often)
+# after its first sample may not grow more.
 USAGE_AFTER = 30.0
+RESOURCE_SPAN = 180.0
 FD_GROWTH = 8
 RSS_GROWTH_KIB = 32 * 1024
 SETTLE_WITHIN = 120.0  # seconds for the daemons to be back and caught up once the faults end
@@ -89,6 +91,7 @@ class Report:
     invariants: dict = field(default_factory=dict)
     figures: dict = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    known: list[str] = field(default_factory=list)  # known defects met (soak_faults.HUNG_RUNNER_LIVES)
 
     def summary(self) -> str:
         n, k = sum(self.faults.values()), len(self.faults)
@@ -208,6 +211,27 @@ def _logged_skips(slots: list[Slot]) -> list[Decision]:
                 at = datetime.fromisoformat(ev["ts"]) - timedelta(seconds=inc.clock_offset)
                 out.append(Decision(ev["worker"], "SKIPPED", datetime.fromisoformat(ev["scheduled_for"]), at))
     return out
+
+
+def _log_tally(slots: list[Slot]) -> dict[str, int]:
+    """The daemons' warning and error lines by event (a traceback or a line that is not
+    JSON counted as such), and how often a scheduler took the lock."""
+    tally: Counter[str] = Counter()
+    for s in slots:
+        for inc in s.incarnations:
+            if not inc.log.exists():
+                continue
+            for line in inc.log.read_text(errors="replace").splitlines():
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    tally["(not a JSON line)"] += 1
+                    continue
+                if not isinstance(ev, dict):
+                    continue
+                if ev.get("level") in ("warning", "error") or ev.get("event") == "lock acquired":
+                    tally[f"{s.kind} {ev.get('event')} ({ev.get('level')})"] += 1
+    return dict(tally.most_common())
 
 
 def _lost(admin: Admin, window: tuple[datetime, datetime], skips: list[Decision]) -> tuple[list[str], int, int]:
@@ -343,9 +367,16 @@ def run(minutes: float, seed: int, workdir: Path | None = None) -> Report:
             "skips counted by the ledger whose log line died with its scheduler": unlogged,
         }
         report.figures.update(
-            {"runs": runs, "retries": retries, "window": [started_at.isoformat(), window_end.isoformat()]}
+            {
+                "daemon lines": _log_tally(slots),
+                "runs": runs,
+                "retries": retries,
+                "window": [started_at.isoformat(), window_end.isoformat()],
+            }
         )
         report.problems += doubled + sampler.violations + lost + injector.problems
+        report.known += injector.known
+        report.invariants["hung runners that did not exit 3 (known defect)"] = len(injector.known)
         for s in slots:
             report.problems += s.unexpected_exits()
         return report
@@ -404,9 +435,9 @@ def _connections(admin: Admin, logins: dict[str, str], report: Report) -> dict[s
 
 
 def _resources(slots: list[Slot], minutes: float, report: Report) -> None:
-    """Each incarnation sampled over a quarter of the run (a minute at least): its
-    descriptors and memory flat from its first sample to its last."""
-    span = max(60.0, minutes * 15)
+    """Each incarnation sampled over a quarter of the run (from a minute to
+    RESOURCE_SPAN): its descriptors and memory flat from its first sample to its last."""
+    span = max(60.0, min(minutes * 15, RESOURCE_SPAN))
     checked = []
     for s in slots:
         for inc in s.incarnations:
@@ -448,6 +479,8 @@ def print_report(r: Report) -> None:
         say(f"  {k}: {v}")
     for k, v in r.figures.items():
         say(f"  {k}: {v}")
+    for k in r.known:
+        say(f"  known defect (seed {r.seed}): {k}")
     if r.problems:
         say(f"SOAK FAILED (seed {r.seed}): {len(r.problems)} problems")
         for p in r.problems[:50]:
