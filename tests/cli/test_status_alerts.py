@@ -52,3 +52,18 @@ def test_status_prints_the_oldest_alerts_and_says_there_are_more(db_dsn, db):
     assert sum(ln.startswith("    what to do: ") for ln in r.out.splitlines()) == ALERTS_SHOWN
     assert "and more: SELECT * FROM scrinalia.current_alerts()" in r.out
     assert json.loads(cli("status", "--json", dsn=db_dsn).out)["alerts_cut"] is True
+
+
+def test_status_shows_each_workers_maximum_run_time(db_dsn, db):
+    make_worker(db, "ocr")
+    make_worker(db, "thumbs")
+    db.execute("SELECT scrinalia.set_max_run_time('thumbs', interval '10 minutes')")
+    r = cli("status", dsn=db_dsn)
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    header = next(ln for ln in lines if ln.startswith("worker ") and "max run time" in ln)
+    at = header.index("max run time")
+    table = lines[lines.index(header) + 2 :]
+    table = table[: table.index("")]  # the agenda's rows, up to the blank line
+    rows = {ln.split()[0]: ln[at:].split()[0] for ln in table if ln.startswith(("ocr ", "thumbs "))}
+    assert rows == {"ocr": "1h00m00s", "thumbs": "10m00s"}

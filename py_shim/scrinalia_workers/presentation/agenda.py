@@ -6,8 +6,29 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from scrinalia_workers.presentation.fmt import brief, in_zone, utc
+from scrinalia_workers.presentation.fmt import brief, duration, in_zone, utc
 from scrinalia_workers.text import HIDDEN
+
+# The agenda's columns, as `status` prints them and the web view shows them.
+AGENDA_HEADERS = (
+    "worker",
+    "cron",
+    "zone",
+    "next run (zone)",
+    "next run (UTC)",
+    "paused",
+    "last enqueued",
+    "last skipped",
+    "skip reason",
+    "max run time",
+    "active run (or owed retry)",
+)
+
+
+def max_run_time(a: dict[str, Any]) -> str | None:
+    """The worker's maximum run time (worker_agenda, 0.5 on): a RUNNING run past it is
+    ended by the scheduler's pass."""
+    return duration(a.get("max_run_time"))
 
 
 def scheduler_line(s: dict[str, Any]) -> str:
@@ -79,3 +100,25 @@ def span(d: timedelta | float | None) -> str:
     if s < 86400:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def next_run_words(a: dict[str, Any]) -> str:
+    """A schedule's next run in one field (schedule get, the web's worker page): in its
+    zone and in UTC, or why there is none."""
+    if not a.get("scheduled", True):
+        return "unscheduled"
+    if a["paused"]:
+        return "paused"
+    if a.get("arm_error"):
+        return f"SET ASIDE: {a['arm_error']} (next try {utc(a['arm_retry_at'])})"
+    if a["awaiting_arm"]:
+        return "not armed yet (the scheduler computes it at its next tick)"
+    return f"{in_zone(a['next_run_at'], a['timezone'])} ({utc(a['next_run_at'])})"
+
+
+def last_skipped_words(a: dict[str, Any]) -> str | None:
+    """When the last period was skipped, and why."""
+    skipped = utc(a["last_skipped_at"])
+    if skipped and a["last_skip_reason"]:
+        skipped += f" ({a['last_skip_reason']})"
+    return skipped

@@ -8,8 +8,8 @@ import json
 from typing import Any
 
 from scrinalia_workers.gateway.statements import web as sql
-from scrinalia_workers.presentation.agenda import active_run, span
-from scrinalia_workers.presentation.fmt import duration, in_zone, utc
+from scrinalia_workers.presentation.agenda import active_run, last_skipped_words, next_run_words, span
+from scrinalia_workers.presentation.fmt import duration, utc
 from scrinalia_workers.web.markup import Html, href, html, join
 from scrinalia_workers.web.overview import worker_link
 from scrinalia_workers.web.panels import Row, View, pager, read, section, table
@@ -82,19 +82,8 @@ def runs_page(view: View, before: str | None) -> Html:
 
 
 def _schedule(view: View, a: Row, most: int | None) -> Html:
-    if not a["scheduled"]:
-        nxt: str | None = "unscheduled"
-    elif a["paused"]:
-        nxt = "paused"
-    elif a["arm_error"]:
-        nxt = f"SET ASIDE: {a['arm_error']} (next try {utc(a['arm_retry_at'])})"
-    elif a["awaiting_arm"]:
-        nxt = "not armed yet (the scheduler computes it at its next tick)"
-    else:
-        nxt = f"{in_zone(a['next_run_at'], a['timezone'])} ({utc(a['next_run_at'])})"
-    skipped = utc(a["last_skipped_at"])
-    if skipped and a["last_skip_reason"]:
-        skipped += f" ({a['last_skip_reason']})"
+    nxt = next_run_words(a)
+    skipped = last_skipped_words(a)
     fields = [
         ("cron", a["cron"]),
         ("timezone", a["timezone"]),

@@ -9,7 +9,7 @@ from typing import Any
 from scrinalia_workers.gateway.statements import web as sql
 from scrinalia_workers.logs import one_line
 from scrinalia_workers.presentation.advice import advice
-from scrinalia_workers.presentation.agenda import next_run, scheduler_line, slot, span
+from scrinalia_workers.presentation.agenda import AGENDA_HEADERS, max_run_time, next_run, scheduler_line, slot, span
 from scrinalia_workers.presentation.fmt import utc
 from scrinalia_workers.web.markup import Html, href, html, join
 from scrinalia_workers.web.panels import Row, View, pager, read, section, table
@@ -87,6 +87,7 @@ def agenda(view: View, after: str, most: int | None) -> Html:
             utc(a["last_enqueued_at"]),
             skipped,
             a["last_skip_reason"] if skipped else None,
+            max_run_time(a),
             slot(a, most) if most else a["active_run_id"],
         ]
         if actions:
@@ -97,18 +98,7 @@ def agenda(view: View, after: str, most: int | None) -> Html:
             out.append(join(forms))
         return out
 
-    headers = [
-        "worker",
-        "cron",
-        "zone",
-        "next run (zone)",
-        "next run (UTC)",
-        "paused",
-        "last enqueued",
-        "last skipped",
-        "skip reason",
-        "active run (or owed retry)",
-    ]
+    headers = list(AGENDA_HEADERS)
     if actions:
         headers.append("actions")
     body = got.problem or table(view, "agenda", headers, rows, cells, "no workers registered")

@@ -15,29 +15,20 @@ from scrinalia_workers import errors
 from scrinalia_workers.cli.common import EXIT_OK, max_attempts, one, open_db, parse_json_object, who
 from scrinalia_workers.cli.files import read_schedule_file
 from scrinalia_workers.gateway.statements import cli as sql
-from scrinalia_workers.presentation.agenda import active_run
-from scrinalia_workers.presentation.fmt import cell, in_zone, print_fields, print_json, print_table, utc
+from scrinalia_workers.presentation.agenda import active_run, last_skipped_words, next_run_words
+from scrinalia_workers.presentation.fmt import cell, print_fields, print_json, print_table, utc
 
 
 def _fields(a: dict[str, Any], most: int) -> list[tuple[str, Any]]:
-    if a["paused"]:
-        nxt = "paused"
-    elif a["awaiting_arm"]:
-        nxt = "not armed yet (the scheduler computes it at its next tick)"
-    else:
-        nxt = f"{in_zone(a['next_run_at'], a['timezone'])} ({utc(a['next_run_at'])})"
-    skipped = utc(a["last_skipped_at"])
-    if skipped and a["last_skip_reason"]:
-        skipped += f" ({a['last_skip_reason']})"
     return [
         ("worker", a["worker_name"]),
         ("cron", a["cron"]),
         ("timezone", a["timezone"]),
         ("enabled", "no (paused)" if a["paused"] else "yes"),
-        ("next run", nxt),
+        ("next run", next_run_words(a)),
         ("request", json.dumps(a["request"], ensure_ascii=False)),
         ("last enqueued", utc(a["last_enqueued_at"]) and f"{utc(a['last_enqueued_at'])} (run #{a['last_run_id']})"),
-        ("last skipped", skipped),
+        ("last skipped", last_skipped_words(a)),
         ("active run", active_run(a, most)),
         ("updated", a["updated_at"] and f"{utc(a['updated_at'])} by {a['updated_by'] or '-'}"),
     ]

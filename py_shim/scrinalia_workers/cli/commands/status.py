@@ -14,7 +14,7 @@ from scrinalia_workers.cli.common import EXIT_OK, max_attempts, one, open_db
 from scrinalia_workers.gateway.checks import check_schema
 from scrinalia_workers.gateway.statements import cli as sql
 from scrinalia_workers.presentation.advice import advice
-from scrinalia_workers.presentation.agenda import next_run, scheduler_line, slot
+from scrinalia_workers.presentation.agenda import AGENDA_HEADERS, max_run_time, next_run, scheduler_line, slot
 from scrinalia_workers.presentation.fmt import brief, print_json, print_line, print_table, utc
 from scrinalia_workers.text import printable
 
@@ -132,22 +132,12 @@ def cmd_status(args: argparse.Namespace) -> int:
                 utc(a["last_enqueued_at"]),
                 skipped,
                 brief(a["last_skip_reason"], 40) if skipped else None,
+                max_run_time(a),
                 slot(a, most),
             ]
         )
     print_table(
-        [
-            "worker",
-            "cron",
-            "zone",
-            "next run (zone)",
-            "next run (UTC)",
-            "paused",
-            "last enqueued",
-            "last skipped",
-            "skip reason",
-            "active run (or owed retry)",
-        ],
+        AGENDA_HEADERS,
         rows,
         title="agenda (when each worker runs)",
     )
