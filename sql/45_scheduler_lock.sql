@@ -301,8 +301,12 @@ DECLARE
                      + 2 * least(greatest(coalesce(p_margin, interval '0'), interval '0'), interval '1 hour');
     ms text := (extract(epoch FROM idle) * 1000)::bigint::text;
 BEGIN
-    IF current_setting('server_version_num')::integer >= 140000 THEN  -- (13 has no idle_session_timeout)
+    IF current_setting('server_version_num')::integer >= 140000 THEN  -- (13 has neither setting)
         PERFORM set_config('idle_session_timeout', ms, false);
+        -- a killed standby's lock session waits in the lock's queue inside a statement,
+        -- where the server reads nothing from the client: checked each second, it
+        -- leaves the queue soon after the process died, not when it gets the lock
+        PERFORM set_config('client_connection_check_interval', '1000', false);
     END IF;
     PERFORM set_config('idle_in_transaction_session_timeout', ms, false);
     RETURN idle;
