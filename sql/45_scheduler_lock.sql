@@ -96,16 +96,23 @@ $$;
 
 -- The guard at the start of every function that decides for the scheduler (the tick,
 -- setting aside, the retries, the reaper): raises SW032 unless the calling session is
--- the scheduler (is_scheduler_session) or the schema's owner (session_is_owner).
+-- the scheduler (is_scheduler_session) or the schema's owner by hand (session_is_owner,
+-- in a session that is not a scheduler process's).
 -- A group grant is permission to run the scheduler process, not to act as one from any
--- connection: holding the lock is what makes a session the scheduler.
+-- connection: holding the lock is what makes a session the scheduler. The scheduler
+-- process is held to that whoever it logs in as: logged in as the owner, a process that
+-- lost its lock between its tick's lock check and its decision would decide that chunk
+-- beside the new holder. Its sessions name themselves (scrinalia-scheduler ...); a
+-- session that names itself so is not trusted as the owner by hand.
 CREATE OR REPLACE FUNCTION scrinalia.check_scheduler_caller(p_function text)
 RETURNS void
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 BEGIN
-    IF scrinalia.is_scheduler_session(pg_backend_pid()) OR scrinalia.session_is_owner() THEN
+    IF scrinalia.is_scheduler_session(pg_backend_pid())
+       OR (scrinalia.session_is_owner()
+           AND current_setting('application_name') NOT LIKE 'scrinalia-scheduler%') THEN
         RETURN;
     END IF;
     RAISE EXCEPTION USING ERRCODE = 'SW032',

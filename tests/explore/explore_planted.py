@@ -2,12 +2,13 @@
 Nothing here changes the real SQL: the bug is in a test-only actor.
 
 `unchecked-tick`: a scheduler whose tick skips the lock check (check_scheduler_lock),
-logged in as the schema's owner, whom the caller guard (check_scheduler_caller)
-trusts. Once its lock session is gone (a crash at some step), it ticks all the same:
+logged in as the schema's owner, and whose work session does not name itself the
+scheduler's, so that the caller guard (check_scheduler_caller) trusts it as the owner
+by hand. Once its lock session is gone (a crash at some step), it ticks all the same:
 a session that does not hold the lock decides. The same scenario with the real
 scheduler on its group's login (`unchecked-tick-control`) holds in every
-interleaving. (The real scheduler on the owner's login does not: see
-explore_scenarios.OWNER_SCHEDULER.)"""
+interleaving, and so does the real scheduler on the owner's login
+(explore_scenarios.OWNER_SCHEDULER)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,12 @@ from explore_world import Scenario
 
 
 class UncheckedScheduler(Scheduler):
-    """The planted bug: the tick's transaction opened without the lock check."""
+    """The planted bug: the tick's transaction opened without the lock check, on a work
+    session named as a person's would be."""
+
+    def __init__(self, name: str, dsn: str):
+        super().__init__(name, dsn)
+        self.work.application_name = "psql"
 
     def step_tick_check(self) -> Plan:
         self._sessions_up()

@@ -28,5 +28,9 @@ def test_a_kept_interleaving_replays_as_expected(make_world, path):
         assert violations == []
 
 
-def test_there_are_replays_of_each_kind():
-    assert {load_replay(p)["expect"] for p in REPLAYS} == {"violation", "none"}
+def test_every_replay_names_a_known_scenario_and_what_it_expects():
+    for p in REPLAYS:
+        data = load_replay(p)
+        assert data["scenario"] in BY_NAME, p.name
+        assert data["expect"] in ("violation", "none"), p.name
+        assert data["steps"], p.name
