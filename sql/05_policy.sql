@@ -423,6 +423,30 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT interval '1 hour' $$;
 
+-- A runner's stall (38_runner_stalls.sql: every handler thread held by a run told to
+-- stop) is a RUNNER_STUCK alert until this long after the runner last said so: it says
+-- so when it is stuck and when it exits for it, so the alert outlives the exit (a
+-- supervisor restarts the runner at once) long enough to be seen.
+CREATE OR REPLACE FUNCTION scrinalia.runner_stall_alert_window()
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT interval '1 hour' $$;
+
+-- The stalls kept at most (the oldest reported goes first), and the threads a stall
+-- may name: a runner login cannot grow the table without bound.
+CREATE OR REPLACE FUNCTION scrinalia.max_runner_stalls()
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 1000 $$;
+
+CREATE OR REPLACE FUNCTION scrinalia.max_stall_threads()
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 1024 $$;
+
 -- How many instants next_fires() previews at most: enough for any look ahead an
 -- operator reads, few enough that the rarest cron (29 February, every 4 to 8 years)
 -- is answered in well under a second.

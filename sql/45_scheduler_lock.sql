@@ -324,21 +324,25 @@ END $$;
 -- statement, with no privilege to end a session, and the standby waiting first in the
 -- lock's queue gets it. The scheduler calls it once it holds the lock, and from then on
 -- sends a statement on that session far more often than the limit, from a thread of
--- its own, while its process runs (a long pass included). Returns the limit, or NULL
--- where the server has no idle_session_timeout (PostgreSQL 13): there a frozen holder
--- is replaced only by a standby that may end sessions (evict_lock_holder(), after
--- scheduler_stale_after()).
+-- its own, while its process runs (a long pass included). PostgreSQL 13 has no
+-- idle_session_timeout: there the limit is idle_in_transaction_session_timeout, and the
+-- scheduler keeps its lock session inside a transaction (each of its statements
+-- followed by COMMIT and BEGIN in one message, so that the session is never idle
+-- outside one), to the same effect. Returns the limit.
 CREATE OR REPLACE FUNCTION scrinalia.limit_scheduler_lock_session()
 RETURNS interval
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
-DECLARE idle interval := scrinalia.holder_idle_limit();
+DECLARE
+    idle interval := scrinalia.holder_idle_limit();
+    ms text := (extract(epoch FROM idle) * 1000)::bigint::text;
 BEGIN
     IF current_setting('server_version_num')::integer < 140000 THEN
-        RETURN NULL;
+        PERFORM set_config('idle_in_transaction_session_timeout', ms, false);
+    ELSE
+        PERFORM set_config('idle_session_timeout', ms, false);
     END IF;
-    PERFORM set_config('idle_session_timeout', (extract(epoch FROM idle) * 1000)::bigint::text, false);
     RETURN idle;
 END $$;
 

@@ -119,7 +119,8 @@ DROP TRIGGER IF EXISTS schedule_enqueued ON scrinalia.archive_worker_schedules;
 -- not_before no cron or policy could produce, repaired; a lease too long is reaped
 -- and is a LEASE_REAPED), and the workers' work that stopped: RUN_OVERRUNNING,
 -- SCHEDULE_STARVED, RUN_UNCLAIMED, RUN_TIMED_OUT (a run ended at its maximum run time,
--- for timed_out_alert_window()). No row: nothing to do.
+-- for timed_out_alert_window()), and a runner's: RUNNER_STUCK (38_runner_stalls.sql,
+-- worker_name NULL, the workers named in the words). No row: nothing to do.
 CREATE OR REPLACE FUNCTION scrinalia.current_alerts()
 RETURNS TABLE (kind text, worker_name text, since timestamptz, run_ids bigint[], message text)
 LANGUAGE sql STABLE SECURITY DEFINER
@@ -211,6 +212,16 @@ AS $$
                   CASE WHEN r.retry_pending THEN ' (its period is retried)' ELSE '' END)
       FROM scrinalia.archive_worker_runs r
      WHERE r.error_fingerprint = 'max-run-time' AND r.finished_at > now() - scrinalia.timed_out_alert_window()
+    UNION ALL
+    SELECT 'RUNNER_STUCK', NULL, s.stuck_since, s.run_ids,
+           CASE WHEN s.exited_at IS NULL
+                THEN format('runner %s (login %s): all %s of its handler threads have been held since %s by runs told to stop (%s, of %s: cancelled, past their maximum run time, or their lease lost) whose handlers do not return; it exits at %s unless one does, for its supervisor to start a fresh one: make those handlers stop when told (docs/handlers.md, context.check())',
+                            s.runner, s.login, s.threads, s.stuck_since, array_to_string(s.run_ids, ', '),
+                            coalesce(array_to_string(s.worker_names, ', '), '?'), s.exits_at)
+                ELSE format('runner %s (login %s) exited at %s: all %s of its handler threads were held since %s by runs told to stop (%s, of %s) whose handlers did not return; is its supervisor restarting it (compose restart:, systemd Restart=)? Make those handlers stop when told (docs/handlers.md, context.check())',
+                            s.runner, s.login, s.exited_at, s.threads, s.stuck_since, array_to_string(s.run_ids, ', '),
+                            coalesce(array_to_string(s.worker_names, ', '), '?')) END
+      FROM scrinalia.runner_stalls() s
 $$;
 
 -- Pushed alerts, for the scheduler's pass: every new alert of current_alerts() is sent

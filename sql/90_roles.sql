@@ -49,7 +49,9 @@ GRANT EXECUTE ON FUNCTION
     scrinalia.current_alerts(),
     scrinalia.worker_metrics(),
     scrinalia.run_counts(),
-    scrinalia.scheduler_metrics()
+    scrinalia.scheduler_metrics(),
+    scrinalia.runner_stalls(),
+    scrinalia.runner_stall_metrics()
    TO scrinalia_reader;
 -- the command line's reads of one worker's runs (runs WORKER, runs WORKER --timeline)
 GRANT EXECUTE ON FUNCTION
@@ -81,7 +83,11 @@ GRANT EXECUTE ON FUNCTION
     scrinalia.finish_runs(bigint[], uuid[], scrinalia.run_status[], text[], text[]),
     scrinalia.release_runs(bigint[], uuid[]),
     scrinalia.next_claimable_at(text[]),
-    scrinalia.mark_units_processed(text, text[])
+    scrinalia.mark_units_processed(text, text[]),
+    -- (38_runner_stalls.sql: every handler thread held by a run told to stop)
+    scrinalia.report_runner_stuck(text, bigint[], integer, interval),
+    scrinalia.clear_runner_stuck(text),
+    scrinalia.report_runner_stuck_exit(text)
    TO scrinalia_runner;
 
 -- The scheduler's functions. ADR 0015: the scheduler runs with the API's (operator)
@@ -122,7 +128,8 @@ BEGIN
             scrinalia.scheduler_health(interval),
             scrinalia.scheduler_metrics(),
             scrinalia.worker_metrics(),
-            scrinalia.run_counts()
+            scrinalia.run_counts(),
+            scrinalia.runner_stall_metrics()
            TO scrinalia_monitor;
         GRANT SELECT ON scrinalia.ledger_counts TO scrinalia_monitor;
         GRANT EXECUTE ON FUNCTION scrinalia.pending_run_counts() TO scrinalia_monitor;

@@ -25,6 +25,7 @@ HEAD = [
     "0011_run_limits",
     "0012_rerun",
     "0013_alerts_retention",
+    "0014_runner_stalls",
 ]
 
 

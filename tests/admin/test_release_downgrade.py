@@ -2,9 +2,9 @@
 release rolls back to its head, its migrate completes and its scheduler ticks, then
 this release migrates forward again; the history is intact throughout and this
 release's scheduler, left running, exits 2 with the advice. Run for the previous
-release (0.4.0, at this release's head: its migrate installs its own code over ours, and
-ours comes back) and the ones before (0.3.0, 0.2.0; 0.1.0, whose yoyo tables live in the
-public schema). Every scheduler runs under the scheduler group's login, as a
+release (0.5.0: its migrate installs its own code over ours, and ours comes back) and
+the ones before (0.4.0, 0.3.0, 0.2.0; 0.1.0, whose yoyo tables live in the public
+schema). Every scheduler runs under the scheduler group's login, as a
 least-privilege deploy runs it."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from scrinalia_workers.testkit.waiting import wait_for
 ROOT = Path(__file__).resolve().parents[2]
 # (commit, its version, its schema head, whether its yoyo tables are in public)
 RELEASES = {
+    "0.5.0": ("39d19b9", "0013_alerts_retention", False),
     "0.4.0": ("14ef89b", "0009_metrics_tallies", False),
     "0.3.0": ("97f3a12", "0008_metrics_indexes", False),
     "0.2.0": ("cb01a6d", "0006_ledger_indexes", False),

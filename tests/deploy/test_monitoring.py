@@ -136,10 +136,12 @@ def _get(samples, name: str, **labels) -> float:
     raise AssertionError(f"no sample {name}{labels}")
 
 
-def test_the_real_exporter_exposes_the_metrics(world, db_dsn, role_logins, procs):
+def test_the_real_exporter_exposes_the_metrics(world, db, db_dsn, role_logins, procs):
     exporter = shutil.which("prometheus-postgres-exporter")
     if exporter is None:
         _missing("prometheus-postgres-exporter is not installed (Debian package; .ci/run installs it)")
+    # a runner whose two handler threads are stuck (as the runner says it: tests/runner)
+    db.execute("SELECT scrinalia.report_runner_stuck('host:7', %s, 2, '30 seconds')", ([world["gone"]],))
     info = psycopg.conninfo.conninfo_to_dict(db_dsn)
     # the documented grant: a login in scrinalia_monitor only
     dsn = f"postgresql://{role_logins['monitor']}@{info['host']}:{info['port']}/{info['dbname']}?sslmode=disable"
@@ -184,6 +186,9 @@ def test_the_real_exporter_exposes_the_metrics(world, db_dsn, role_logins, procs
     assert _get(s, "scrinalia_worker_max_run_time_seconds", worker_name="late") == 3600
     assert _get(s, "scrinalia_ledger_runs", worker_name="ocr", status="FAILED", trigger="SCHEDULE") == 3
     assert _get(s, "scrinalia_ledger_runs", worker_name="gone", status="INTERRUPTED", trigger="MANUAL") == 1
+    assert _get(s, "scrinalia_runner_stalls_stuck_runners") == 1
+    assert _get(s, "scrinalia_runner_stalls_stuck_threads") == 2
+    assert _get(s, "scrinalia_runner_stalls_exited_stuck_runners") == 0
     # low cardinality: no run ids among the labels
     assert not any(k in ("run_id", "run_ids") for (_, ls) in s for k, _ in ls)
 
@@ -208,7 +213,7 @@ def test_the_alert_rules_pass_promtool_check_and_unit_tests():
         [tool, "check", "rules", str(MONITORING / "alerts.rules.yml")], capture_output=True, text=True, timeout=60
     )
     assert check.returncode == 0, check.stdout + check.stderr
-    assert "SUCCESS: 8 rules found" in check.stdout
+    assert "SUCCESS: 9 rules found" in check.stdout
     unit = subprocess.run(
         [tool, "test", "rules", str(MONITORING / "alerts.test.yml")], capture_output=True, text=True, timeout=60
     )

@@ -31,6 +31,7 @@ INTERNAL = {
     "config_of",
     "describe_slot_holder",
     "raise_slot_busy",
+    "check_stall_writer",
     "check_runner",
     "raise_lease_lost",
     "raise_no_schedule",

@@ -79,8 +79,6 @@ def test_a_frozen_holder_costs_a_period_at_most_10_s_without_the_right_to_end_se
     sched = _as(dsn, role_logins["scheduler"])
     su = _superuser(admin_dsn, dsn)
     owner = psycopg.connect(dsn, autocommit=True)
-    if owner.execute("SELECT current_setting('server_version_num')::int < 140000").fetchone()[0]:
-        pytest.skip("PostgreSQL 13 has no idle_session_timeout: the bound there is the eviction's (docs/operate.md)")
     assert owner.execute(
         "SELECT NOT rolsuper AND NOT pg_has_role(current_user, 'pg_signal_backend', 'MEMBER')"
         " FROM pg_roles WHERE rolname = current_user"
@@ -211,8 +209,6 @@ def test_a_holder_frozen_inside_a_tick_transaction_holds_its_rows_at_most_10_s(
     sched = _as(dsn, role_logins["scheduler"])
     su = _superuser(admin_dsn, dsn)
     owner = psycopg.connect(dsn, autocommit=True)
-    if owner.execute("SELECT current_setting('server_version_num')::int < 140000").fetchone()[0]:
-        pytest.skip("PostgreSQL 13 has no idle_session_timeout: the bound there is the eviction's (docs/operate.md)")
     workers = make_workers(owner, IN_CHUNK, "ch")
     crons = [f"{i % 60} {i // 60 % 24} {i // 1440 % 28 + 1} {i // 40320 % 12 + 1} *" for i in range(IN_CHUNK)]
     assert len(set(crons)) == IN_CHUNK
@@ -288,8 +284,6 @@ BUSY = 25_000
 def test_a_busy_holder_keeps_its_lock_through_long_chunks(lp_dsn, role_logins, procs):  # noqa: F811
     dsn, _ = lp_dsn
     owner = psycopg.connect(dsn, autocommit=True)
-    if owner.execute("SELECT current_setting('server_version_num')::int < 140000").fetchone()[0]:
-        pytest.skip("PostgreSQL 13 has no idle_session_timeout")
     workers = make_workers(owner, BUSY, "busy")
     crons = [f"{i % 60} {i // 60 % 24} {i // 1440 % 28 + 1} {i // 40320 % 12 + 1} *" for i in range(BUSY)]
     owner.execute(

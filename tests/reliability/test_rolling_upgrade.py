@@ -39,11 +39,11 @@ from scrinalia_workers.testkit.waiting import wait_for
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-# the previous release (0.4.0, whose schema head is this release's) and the ones before (0.3.0,
-# 0.2.0, 0.1.0): each release's daemons must live through the next one's migrate, and a deploy
-# may skip a release
+# the previous release (0.5.0) and the ones before (0.4.0, 0.3.0, 0.2.0, 0.1.0): each
+# release's daemons must live through the next one's migrate, and a deploy may skip a release
 # (its commit: its schema head)
 PREVIOUS = {
+    "39d19b9": "0013_alerts_retention",
     "14ef89b": "0009_metrics_tallies",
     "97f3a12": "0008_metrics_indexes",
     "cb01a6d": "0006_ledger_indexes",

@@ -97,6 +97,7 @@ class FakeLedger:
     heartbeats: list[tuple[float, list[int]]] = field(default_factory=list)
     releases: list[tuple[float, list[int], str]] = field(default_factory=list)
     reports: list[tuple[float, list[tuple[int, Outcome]], bool]] = field(default_factory=list)
+    stalls: list[tuple[float, list[int] | None, int, float]] = field(default_factory=list)
 
     def heartbeat(self, runs: list[ClaimedRun]) -> dict[int, str]:
         ids = [r.run_id for r in runs]
@@ -110,6 +111,9 @@ class FakeLedger:
     def report(self, runs: list[ClaimedRun], *, stopping: bool) -> dict[int, Reported]:
         self.reports.append((self.clock.monotonic(), [(r.run_id, r.outcome) for r in runs], stopping))
         return {r.run_id: _came(self.ends.get(r.run_id, RunState.REPORTED)) for r in runs}
+
+    def report_stall(self, run_ids: list[int] | None, threads: int = 0, grace: float = 0.0) -> None:
+        self.stalls.append((self.clock.monotonic(), run_ids, threads, grace))
 
 
 def claimed(run_id: int, worker: str | None = None) -> ClaimedRun:

@@ -58,6 +58,8 @@ def test_every_thread_held_by_a_run_told_to_stop_ends_the_runner_after_the_grace
     stuck = [e for e in events if e["event"] == "handlers stuck"]
     assert len(stuck) == 1 and stuck[0]["runs"] == "1" and stuck[0]["level"] == "error"
     assert batch.runs[1].stop.is_set() and batch.runs[1].stop.reason.startswith("lease lost: ")
+    # said in the database once, when it began: the run, the threads, the time left
+    assert batch.sup.ledger.stalls == [(told, [1], 1, 5.0)]  # type: ignore[attr-defined]
 
 
 def test_a_told_handler_that_returns_within_the_grace_ends_nothing():
@@ -66,6 +68,9 @@ def test_a_told_handler_that_returns_within_the_grace_ends_nothing():
     batch.see_through()
     assert batch.runs[1].state is RunState.LEASE_LOST
     assert "handlers stuck" in out.getvalue()  # said while it was, and no exit
+    # the stall said in the database, then said over once the handler returned
+    stalls = batch.sup.ledger.stalls  # type: ignore[attr-defined]
+    assert [s[1] for s in stalls] == [[1], None]
 
 
 def test_a_told_run_with_another_thread_free_is_not_stuck():
@@ -74,6 +79,7 @@ def test_a_told_run_with_another_thread_free_is_not_stuck():
     batch.sup.wake_by = lambda: T0 + 60
     batch.see_through()  # returns to claim: nothing raised
     assert batch.runs[1].state is RunState.LOST and "handlers stuck" not in out.getvalue()
+    assert batch.sup.ledger.stalls == []  # type: ignore[attr-defined]
 
 
 def test_a_thread_held_by_a_run_of_a_dropped_batch_counts_as_stuck():
@@ -198,3 +204,12 @@ def test_a_runner_whose_every_thread_is_stuck_exits_3_with_one_line(db, db_dsn, 
     assert p.popen.wait(60) == 3
     exits = [e for e in p.events if e["event"] == "exiting"]
     assert len(exits) == 1 and f"runs {run_id} were told to stop" in exits[0]["reason"]
+    # what an operator's stack reads says it too, after the exit: the alert with the run
+    # and the worker, and the exporter's gauges (no runner id for the monitor login)
+    alerts = db.execute(
+        "SELECT run_ids, message FROM scrinalia.current_alerts() WHERE kind = 'RUNNER_STUCK'"
+    ).fetchall()
+    assert len(alerts) == 1 and alerts[0][0] == [run_id], alerts
+    assert " exited at " in alerts[0][1] and "of hang" in alerts[0][1] and "context.check()" in alerts[0][1]
+    metrics = db.execute("SELECT * FROM scrinalia.runner_stall_metrics()").fetchone()
+    assert tuple(metrics) == (0, 0, 1)

@@ -30,8 +30,6 @@ LOOP_SILENT = 1.0
 
 @pytest.fixture
 def held(db, db_dsn, role_logins):
-    if db.execute("SELECT current_setting('server_version_num')::int < 140000").fetchone()[0]:
-        pytest.skip("PostgreSQL 13 has no idle_session_timeout (test_the_limit_is_none_on_13)")
     s = Sessions(
         psycopg.conninfo.make_conninfo(db_dsn, user=role_logins["scheduler"]),
         "keepalive-test",
@@ -76,7 +74,8 @@ def test_a_silent_lock_session_is_ended_by_the_server_within_the_limit(db, held)
     wait_for(lambda: _holder(db) is None, timeout=held.lock_idle_limit + 3, what="the lock freed")
     assert time.monotonic() - silent_since <= held.lock_idle_limit + 1
     assert not db.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (held.lock_pid,)).fetchone()
-    with pytest.raises(psycopg.OperationalError):
+    # (ended idle: 57P05 from 14 on; on 13 ended idle inside its transaction, 25P03)
+    with pytest.raises((psycopg.OperationalError, psycopg.errors.IdleInTransactionSessionTimeout)):
         held.heartbeat()
 
 
@@ -132,18 +131,35 @@ def test_a_hung_loop_stops_the_keepalive_and_the_server_ends_the_lock_session(db
     assert time.monotonic() - hung_at <= LOOP_SILENT + held.lock_idle_limit + 1.5
 
 
-def test_the_limit_is_none_on_13_and_set_from_14(db):
+def test_the_lock_sessions_limit_on_13_is_the_one_inside_a_transaction(db):
     v14 = db.execute("SELECT current_setting('server_version_num')::int >= 140000").fetchone()[0]
     # the other sessions' limit is set on 13 too (only the transaction's there)
     assert db.execute("SELECT scrinalia.limit_scheduler_session(interval '1 second')").fetchone()[0] is not None
     limit = db.execute("SELECT scrinalia.limit_scheduler_lock_session()").fetchone()[0]
     try:
-        if v14:
-            assert limit == db.execute("SELECT scrinalia.holder_idle_limit()").fetchone()[0]
-            assert db.execute("SHOW idle_session_timeout").fetchone()[0] == "5s"
-        else:
-            assert limit is None
+        assert limit == db.execute("SELECT scrinalia.holder_idle_limit()").fetchone()[0]
+        setting = "idle_session_timeout" if v14 else "idle_in_transaction_session_timeout"
+        assert db.execute(f"SHOW {setting}").fetchone()[0] == "5s"
     finally:
         if v14:
             db.execute("RESET idle_session_timeout")
         db.execute("RESET idle_in_transaction_session_timeout")
+
+
+def test_on_13_the_holders_lock_session_is_never_idle_outside_a_transaction(db, held):
+    """PostgreSQL 13 limits only a session idle inside a transaction: the holder's lock
+    session stays inside one between its statements, and what it writes (its
+    heartbeat) is committed all the same; its LISTEN is on a session of its own."""
+    v13 = db.execute("SELECT current_setting('server_version_num')::int < 140000").fetchone()[0]
+    assert held.lock_in_transaction is v13
+    for _ in range(3):
+        assert held.heartbeat()
+        state, xmin = db.execute(
+            "SELECT state, backend_xmin FROM pg_stat_activity WHERE pid = %s", (held.lock_pid,)
+        ).fetchone()
+        assert state == ("idle in transaction" if v13 else "idle")
+        assert xmin is None  # (holding back no vacuum: no snapshot between its statements)
+        seen = db.execute("SELECT heartbeat_pid FROM scrinalia.scheduler_state").fetchone()[0]
+        assert seen == held.lock_pid  # committed: another session sees it
+    db.execute("NOTIFY scrinalia_scheduler")
+    assert held.notified(5.0)

@@ -18,6 +18,8 @@ ADVICE = {
     "SCHEDULE_STARVED": "see what holds the worker's slot (status, runs WORKER); cancel it if it is stuck",
     "RUN_UNCLAIMED": "start a runner whose --workers include the worker, under a runner login",
     "RUN_TIMED_OUT": "make the handler finish sooner, or raise the worker's limit (scrinalia.set_max_run_time)",
+    "RUNNER_STUCK": "check that the runner's supervisor restarts it; make the handlers named stop when told "
+    "(context.check(), docs/handlers.md) or time out their calls",
 }
 OTHER_ADVICE = "see docs/operate.md, What to watch"
 

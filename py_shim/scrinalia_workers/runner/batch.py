@@ -63,6 +63,11 @@ class BatchLedger(Protocol):
         or UNREPORTED, and why)."""
         ...
 
+    def report_stall(self, run_ids: list[int] | None, threads: int = 0, grace: float = 0.0) -> None:
+        """Every handler thread held by one of run_ids, told to stop (None: no longer).
+        Never raises."""
+        ...
+
 
 @dataclass
 class Supervision:
@@ -169,44 +174,48 @@ class Batch:
     def see_through(self) -> None:
         """Supervises the handed runs until each has reached an end (or, the grace
         over or every lease lost, was left to its handler)."""
-        sup = self.sup
         try:
-            while self.held or self.unreported:
-                self._collect()
-                now = sup.clock.monotonic()
-                current = sup.handlers.current
-                if sup.stopping() and self.grace_ends is None:
-                    self._start_grace(now)
-                elif self._holding_up(current, now):
-                    assert current is not None
-                    if sup.handlers.relieve():
-                        self.relieved_at = now
-                    else:
-                        self._release(f"run #{current.run_id} has been running for {self.sup.settings.release_after} s")
-                if self._report_due(now):
-                    self._report()
-                    continue
-                if not self.held:
-                    continue
-                self._check_stuck(now)
-                if sup.stopping() and len(self.lost) == len(self.held):
-                    for run in list(self.held.values()):  # nothing left to report: no reason to wait for the handler
-                        self._move(run, RunState.LEASE_LOST)
-                    return
-                if self.grace_ends is not None and now >= self.grace_ends:
-                    self._end_grace(now)
-                    continue
-                if now >= self.next_beat and self._any_handed():
-                    self._heartbeat()
-                    continue
-                if sup.may_claim is not None and not self.unreported and sup.may_claim(self):
-                    return  # the runner claims more; this batch's runs stay held
-                sup.handlers.quiet = bool(self.unreported)  # its deadline wakes us: no ring per outcome
-                if not self.unreported and sup.handlers.posted:
-                    continue  # posted while we were quiet, unrung
-                sup.wakeup.wait(self._time_to_next(current, now), also=sup.also())
+            self._see_through()
         finally:
-            sup.handlers.quiet = False
+            self.sup.handlers.quiet = False
+        self._stall_over()
+
+    def _see_through(self) -> None:
+        sup = self.sup
+        while self.held or self.unreported:
+            self._collect()
+            now = sup.clock.monotonic()
+            current = sup.handlers.current
+            if sup.stopping() and self.grace_ends is None:
+                self._start_grace(now)
+            elif self._holding_up(current, now):
+                assert current is not None
+                if sup.handlers.relieve():
+                    self.relieved_at = now
+                else:
+                    self._release(f"run #{current.run_id} has been running for {self.sup.settings.release_after} s")
+            if self._report_due(now):
+                self._report()
+                continue
+            if not self.held:
+                continue
+            self._check_stuck(now)
+            if sup.stopping() and len(self.lost) == len(self.held):
+                for run in list(self.held.values()):  # nothing left to report: no reason to wait for the handler
+                    self._move(run, RunState.LEASE_LOST)
+                return
+            if self.grace_ends is not None and now >= self.grace_ends:
+                self._end_grace(now)
+                continue
+            if now >= self.next_beat and self._any_handed():
+                self._heartbeat()
+                continue
+            if sup.may_claim is not None and not self.unreported and sup.may_claim(self):
+                return  # the runner claims more; this batch's runs stay held
+            sup.handlers.quiet = bool(self.unreported)  # its deadline wakes us: no ring per outcome
+            if not self.unreported and sup.handlers.posted:
+                continue  # posted while we were quiet, unrung
+            sup.wakeup.wait(self._time_to_next(current, now), also=sup.also())
 
     # -- the decisions --------------------------------------------------------------
 
@@ -221,18 +230,30 @@ class Batch:
             else:
                 self._move(run, RunState.DONE, outcome=done.outcome, at=done.at)
 
+    def _stuck_runs(self) -> list[int]:
+        """The runs told to stop whose handlers still hold a thread."""
+        sup = self.sup
+        running = sup.handlers.running_ids
+        for run_id in [r for r in sup.orphans if r not in running]:
+            del sup.orphans[run_id]  # its handler returned at last
+        return [run_id for run_id in running if run_id in self.lost or run_id in sup.orphans]
+
+    def _stall_over(self) -> None:
+        """A handler of a runner said stuck returned: the stall is over, said once."""
+        sup = self.sup
+        if sup.stuck_since is not None and len(self._stuck_runs()) < sup.handlers.max_threads:
+            sup.stuck_since = None
+            sup.ledger.report_stall(None)
+
     def _check_stuck(self, now: float) -> None:
         """Every handler thread holds a run told to stop (its lease lost: cancelled, past
         its maximum run time, reaped): say so once, naming the runs; when they have not
         returned --grace seconds later, raise HandlersStuck (the runner exits, and its
         supervisor starts a fresh one: nothing else can free those threads)."""
         handlers, sup = self.sup.handlers, self.sup
-        running = handlers.running_ids
-        for run_id in [r for r in sup.orphans if r not in running]:
-            del sup.orphans[run_id]  # its handler returned at last
-        stuck = [run_id for run_id in running if run_id in self.lost or run_id in sup.orphans]
+        stuck = self._stuck_runs()
         if len(stuck) < handlers.max_threads:
-            sup.stuck_since = None
+            self._stall_over()
             return
         if sup.stuck_since is None:
             sup.stuck_since = max(self.told.get(run_id, sup.orphans.get(run_id, now)) for run_id in stuck)
@@ -243,6 +264,8 @@ class Batch:
                 threads=handlers.max_threads,
                 reason=f"every handler thread runs a run told to stop; exiting after {self.sup.grace} s unless one returns",
             )
+            # and in the database, for what an operator's stack reads (RUNNER_STUCK)
+            sup.ledger.report_stall(sorted(stuck), handlers.max_threads, max(0.0, sup.stuck_since + sup.grace - now))
         if now >= sup.stuck_since + sup.grace:
             raise HandlersStuck(
                 f"handlers stuck: runs {','.join(str(run_id) for run_id in sorted(stuck))} were told to stop "

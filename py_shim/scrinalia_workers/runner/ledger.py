@@ -24,10 +24,13 @@ from scrinalia_workers.gateway import connection as db
 from scrinalia_workers.gateway.backoff import Backoff, is_transient
 from scrinalia_workers.gateway.statements.runner import (
     CLAIM_RUNS,
+    CLEAR_STUCK,
     FINISH_RUNS,
     HEARTBEAT_RUNS,
     LISTEN_FOR_RUNS,
     RELEASE_RUNS,
+    REPORT_STUCK,
+    REPORT_STUCK_EXIT,
     RUN_ROW_ENUMS,
     SECONDS_TO_NEXT_CLAIMABLE,
     UNLISTEN_FOR_RUNS,
@@ -158,6 +161,27 @@ class Ledger:
                 return {}
             return {row["run_id"]: row["lost_reason"] for row in rows if row["lost_reason"] is not None}
         return {}
+
+    def report_stall(self, run_ids: list[int] | None, threads: int = 0, grace: float = 0.0) -> None:
+        """Says in the database that every one of the `threads` handler threads holds one
+        of `run_ids`, told to stop, and that the runner exits `grace` seconds from now
+        unless one returns; `run_ids` None: a handler returned, the stall is over. Never
+        raises: the log has said it already, and a stall the database missed must not
+        stop the runner from claiming."""
+        args: tuple[Any, ...] = (self.runner_id,) if run_ids is None else (self.runner_id, run_ids, threads, grace)
+        self._say_stall(CLEAR_STUCK if run_ids is None else REPORT_STUCK, args)
+
+    def report_stuck_exit(self) -> None:
+        """The runner exits for its stall: its row stays, said exited. Never raises."""
+        self._say_stall(REPORT_STUCK_EXIT, (self.runner_id,))
+
+    def _say_stall(self, statement: str, args: tuple[Any, ...]) -> None:
+        try:
+            self.connect().execute(statement, args)
+        except Exception as e:  # psycopg.Error, DatabaseUnavailable, or anything else
+            self.log("stall report error", level="warning", reason=one_line(e))
+            if isinstance(e, psycopg.Error) and is_transient(e):
+                self.close()
 
     def release(self, runs: list[ClaimedRun], reason: str) -> set[int]:
         """Gives runs not started back to the queue; returns the ids given back. Never

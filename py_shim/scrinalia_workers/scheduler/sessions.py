@@ -10,15 +10,20 @@ Once the lock is held, the server ends the lock session when it is idle, and the
 session when it is idle inside a transaction, for scrinalia.holder_idle_limit(); a
 thread of this process (_KeepAlive) keeps them from it: only a frozen (or hung) process
 lets them go idle, and its lock then goes to the standby first in the queue.
+PostgreSQL 13 has no limit on an idle session, only on one idle inside a transaction:
+there the lock session is kept inside one (each statement on it followed by COMMIT and
+BEGIN in one message, so that the server never waits for it outside a transaction), and
+the LISTEN, whose notifications the server sends only between transactions, is on a
+session of its own.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
@@ -47,6 +52,8 @@ KEEPALIVE_EVERY = 1.0
 # session alive: a loop hung in this process then frees the lock as a frozen one does.
 # Far longer than a pass's longest step (a chunk of SchedulerSettings.tick_chunk).
 LOOP_SILENT_AFTER = 60.0
+
+T = TypeVar("T")
 
 TRANSACTION_POOLER = (
     "the scheduler's two sessions are not its own: a transaction-mode pooler is in the "
@@ -158,6 +165,11 @@ class Sessions:
         self.lock_conn: psycopg.Connection | None = None
         self.work_conn: psycopg.Connection | None = None
         self.look_conn: psycopg.Connection | None = None
+        # where the holder LISTENs: the lock session, or on PostgreSQL 13 one of its own
+        self.listen_conn: psycopg.Connection | None = None
+        # PostgreSQL 13: the lock session is kept inside a transaction once the lock is ours
+        self.lock_in_transaction = False
+        self._lock_guard = threading.RLock()  # a statement and its COMMIT; BEGIN together
         self.lock_pid: int | None = None
         self.work_pid: int | None = None
         self._queued: _Queued | None = None
@@ -225,9 +237,12 @@ class Sessions:
             return False  # QUEUE_WAIT ran out: the next call queues again
         # from here on a frozen process frees the lock within the server's idle limit
         self.lock_idle_limit = _call(conn, sql.LIMIT_LOCK_SESSION)["idle"]
+        if conn.info.server_version < 140000:
+            conn.execute(sql.BEGIN)
+            self.lock_in_transaction = True
         self.sent_at = self.looped_at = time.monotonic()
         self._keepalive = _KeepAlive(self)
-        check_schema(conn)  # a deploy may have moved the schema while we stood by
+        self._on_lock(check_schema)  # a deploy may have moved the schema while we stood by
         self.work_conn, self.work_pid = self._open("scrinalia-scheduler")
         self.work_conn.execute(sql.SET_LOCK_TIMEOUT)
         self.work_conn.execute(sql.LIMIT_WORK_SESSION)
@@ -236,15 +251,38 @@ class Sessions:
         for _ in range(RECORD_TRIES):
             if not self.heartbeat():
                 raise UnsafeConnection(TRANSACTION_POOLER)
-            if _call(conn, sql.LOCK_HOLDER_HEARTBEAT)["heartbeat_pid"] == self.lock_pid:
+            if self._on_lock(lambda c: _call(c, sql.LOCK_HOLDER_HEARTBEAT))["heartbeat_pid"] == self.lock_pid:
                 break
         else:
             raise LockLost(
                 "the heartbeat could not be recorded: the scheduler-state row is held (scheduler_health names by whom)"
             )
-        conn.execute(sql.LISTEN)
+        if self.lock_in_transaction:
+            self.listen_conn, _ = self._open("scrinalia-scheduler listen")
+            self.listen_conn.execute(sql.LISTEN)
+        else:
+            conn.execute(sql.LISTEN)
         self._close_look()
         return True
+
+    def _on_lock(self, run: Callable[[psycopg.Connection], T]) -> T:
+        """`run` on the lock session; on PostgreSQL 13, once the lock is ours, followed by
+        COMMIT and BEGIN in one message (ROLLBACK and BEGIN after an error), so that what
+        it wrote is seen and the session is never idle outside a transaction."""
+        if not self.lock_in_transaction:
+            return run(self.lock)
+        with self._lock_guard:
+            conn = self.lock
+            try:
+                result = run(conn)
+            except BaseException:
+                try:
+                    conn.execute(sql.ROLLBACK_AND_BEGIN)
+                except Exception:  # noqa: BLE001 - the first error is the one to see
+                    pass
+                raise
+            conn.execute(sql.COMMIT_AND_BEGIN)
+            return result
 
     def heartbeat(self) -> bool:
         """True while our lock session holds the lock; records the heartbeat, which
@@ -256,14 +294,14 @@ class Sessions:
             if e.sqlstate != NOT_THE_SCHEDULER:
                 raise
             # not the holder, or our work session is gone: the lock is not ours to use
-            row = {"held": False, "pid": _server_pid(self.lock)}
+            row = {"held": False, "pid": self._on_lock(_server_pid)}
         if row["pid"] != self.lock_pid:  # the pooler handed our statement to another session
             raise UnsafeConnection(TRANSACTION_POOLER)
         return bool(row["held"])
 
     def _heartbeat(self) -> dict[str, Any]:
         self.sent_at = time.monotonic()
-        return _call(self.lock, sql.HEARTBEAT, (self.name, self.work_pid))
+        return self._on_lock(lambda c: _call(c, sql.HEARTBEAT, (self.name, self.work_pid)))
 
     def keep_alive(self) -> None:
         """A statement on the holder's lock session (the keepalive thread's, and the
@@ -273,7 +311,7 @@ class Sessions:
         try:
             if self.work_pid is None:
                 self.sent_at = time.monotonic()
-                self.lock.execute(sql.KEEP_ALIVE)
+                self._on_lock(lambda c: c.execute(sql.KEEP_ALIVE))
             else:
                 self._heartbeat()
         except Exception:  # noqa: BLE001 - the loop meets the same session next
@@ -317,15 +355,16 @@ class Sessions:
         return _call(self._look(), sql.LOCK_HOLDER_HEARTBEAT)
 
     def notified(self, timeout: float) -> bool:
-        """Waits up to `timeout` seconds for a NOTIFY on the lock session; True when one came."""
-        came = any(True for _ in self.lock.notifies(timeout=timeout, stop_after=1))
+        """Waits up to `timeout` seconds for a NOTIFY; True when one came."""
+        conn = self.listen_conn if self.listen_conn is not None else self.lock
+        came = any(True for _ in conn.notifies(timeout=timeout, stop_after=1))
         self.looped_at = time.monotonic()
         if self.looped_at - self.sent_at >= KEEPALIVE_EVERY:
             self.keep_alive()
         return came
 
     def release(self) -> None:
-        self.lock.execute(sql.RELEASE_LOCK)
+        self._on_lock(lambda c: c.execute(sql.RELEASE_LOCK))
 
     def _close_look(self) -> None:
         if self.look_conn is not None:
@@ -343,11 +382,12 @@ class Sessions:
             self._queued.cancel()
             self._queued = None
         self._close_look()
-        for c in (self.work_conn, self.lock_conn):
+        for c in (self.work_conn, self.listen_conn, self.lock_conn):
             if c is not None:
                 try:
                     c.close()
                 except Exception:  # noqa: BLE001 - closing a broken connection
                     pass
-        self.work_conn = self.lock_conn = None
+        self.work_conn = self.listen_conn = self.lock_conn = None
+        self.lock_in_transaction = False
         self.lock_pid = self.work_pid = None

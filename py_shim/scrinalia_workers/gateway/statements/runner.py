@@ -42,6 +42,13 @@ RELEASE_RUNS = "SELECT run_id FROM scrinalia.release_runs(%b, %b)"
 # (negative: one can be now; NULL: none is queued)
 SECONDS_TO_NEXT_CLAIMABLE = "SELECT extract(epoch FROM scrinalia.next_claimable_at(%s) - now()) AS wait"
 
+# The runner's stall (sql/38_runner_stalls.sql): every handler thread held by a run told
+# to stop ((runner id, run ids, threads, grace in seconds)); over (runner id); the runner
+# exits for it (runner id)
+REPORT_STUCK = "SELECT scrinalia.report_runner_stuck(%s, %s, %s, make_interval(secs => %s))"
+CLEAR_STUCK = "SELECT scrinalia.clear_runner_stuck(%s)"
+REPORT_STUCK_EXIT = "SELECT scrinalia.report_runner_stuck_exit(%s)"
+
 # What a runner calls, by exact signature (types of the scrinalia schema unqualified);
 # membership in scrinalia_runner grants them (sql/90_roles.sql). The start-up check
 # names the one a login lacks.
@@ -52,6 +59,9 @@ RUNNER_FUNCTIONS = (
     "finish_runs(bigint[], uuid[], run_status[], text[], text[])",
     "release_runs(bigint[], uuid[])",
     "next_claimable_at(text[])",
+    "report_runner_stuck(text, bigint[], integer, interval)",
+    "clear_runner_stuck(text)",
+    "report_runner_stuck_exit(text)",
 )
 
 # Which of the runner's handler names (%s) are no registered worker: a start-up warning.

@@ -84,6 +84,12 @@ LIMIT_WORK_SESSION = "SELECT scrinalia.limit_scheduler_work_session()"
 # what keeps a session from those limits (the lock session's before the work session is
 # open; the work session's while the cron work of a chunk runs inside its transaction)
 KEEP_ALIVE = "SELECT 1 AS alive"
+# PostgreSQL 13: the holder's lock session kept inside a transaction (its only idle limit
+# is the one inside a transaction): opened once the lock is ours, then after each
+# statement ended and opened again in one message (simple query: no moment between)
+BEGIN = "BEGIN"
+COMMIT_AND_BEGIN = "COMMIT; BEGIN"
+ROLLBACK_AND_BEGIN = "ROLLBACK; BEGIN"
 # who holds the lock, and whether its own session wrote the heartbeat (heartbeat_pid)
 LOCK_HOLDER_HEARTBEAT = (
     "SELECT holder_pid, holder_role, holder_application, holder_backend_start, holder_is_scheduler,"
