@@ -70,6 +70,8 @@ class Result:
     extra_md: str = ""  # e.g. an EXPLAIN, already formatted
     data: dict = field(default_factory=dict)  # raw figures for tests and later analysis
     figure: str = ""  # a picture of data (bench/figures.py), as a link relative to the report
+    load: tuple[float, ...] | None = None  # os.getloadavg() as the benchmark started
+    date: str = ""  # when it started (UTC), as machine.describe() writes dates
 
     @property
     def verdict(self) -> str:

@@ -22,6 +22,7 @@ Systems (the peers' drains are bench/peers_drain.py):
 from __future__ import annotations
 
 import multiprocessing
+import os
 import tempfile
 from pathlib import Path
 
@@ -280,17 +281,19 @@ def run(
     history > 0 "history" and "history dense": ours again on a ledger that holds that
     many finished runs, laid out as use leaves them and packed (bench.seed.history).
     only: these systems alone. Returns {system: {"rates": [...], "median": .., "min":
-    .., "max": .., "enqueue": [seconds, ...], "pages": [...]}} (pages: ours only, the
-    heap pages of the drained runs, per round)."""
+    .., "max": .., "enqueue": [seconds, ...], "pages": [...], "load": [...]}} (pages: ours
+    only, the heap pages of the drained runs, per round; load: the 1-minute load
+    average as each drain started)."""
     with sigterm_interrupts(), tempfile.TemporaryDirectory(prefix="scrinalia-drain-") as tmp:
         drains = systems(dsns, n, versions, history if only is None else 0, lambda: Path(tmp))
         names = [k for k in drains if only is None or k in only]
-        out: dict = {name: {"rates": [], "pages": [], "enqueue": []} for name in names}
+        out: dict = {name: {"rates": [], "pages": [], "enqueue": [], "load": []} for name in names}
         for r in range(rounds):
             # each round starts at a different system: whatever the one before leaves
             # (autovacuum, a checkpoint, cold caches) does not always fall on the same one
             k = r * len(names) // rounds
             for name in names[k:] + names[:k]:
+                out[name]["load"].append(os.getloadavg()[0])  # the 1-minute load as it starts
                 got = drains[name]()
                 print(f"  round {r + 1}/{rounds}: {name}: {got['rate']:,.0f} jobs/s", flush=True)
                 out[name]["rates"].append(got["rate"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -14,6 +15,10 @@ from scrinalia_workers.testkit.waiting import wait_for
 from .common import check, conn, now
 
 POLL = 0.01
+# Every system's workers, once their sessions show them in their idle wait, are left
+# this long before the jobs commit: whatever they do after start-up (a first fetch, a
+# LISTEN still being sent, a timer) is over before the clock starts.
+SETTLE = 1.0
 
 
 def timed_drain(dsn: str, make_visible, live_sql: str, done_sql: str, workers_alive) -> tuple[float, float]:
@@ -41,7 +46,7 @@ def timed_drain(dsn: str, make_visible, live_sql: str, done_sql: str, workers_al
 
 def await_sessions(dsn: str, sql: str, k: int, what: str, watch: list[Proc] | None = None) -> None:
     """Waits until k sessions match sql (pg_stat_activity): the workers are connected
-    and idle, waiting for work."""
+    and idle, waiting for work; then SETTLE seconds more."""
     with conn(dsn) as c:
         wait_for(
             lambda: c.execute(sql).fetchone()[0] >= k,
@@ -49,6 +54,7 @@ def await_sessions(dsn: str, sql: str, k: int, what: str, watch: list[Proc] | No
             what=f"{what}: the workers connected and idle",
             watch=watch or (),
         )
+    time.sleep(SETTLE)
 
 
 def _interrupt(signum, frame) -> None:

@@ -51,13 +51,17 @@ def _version(pkg: str) -> str:
         return "not installed"
 
 
+def utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def describe(dsn: str, cluster_note: str) -> dict:
     with conn(dsn) as c:
         server = c.execute("SELECT version()").fetchone()[0]
         settings = {s: c.execute(f"SHOW {s}").fetchone()[0] for s in SETTINGS}
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": utc_now(),
         "cores": os.cpu_count(),
         "cpu": _cpu_model(),
         "memory": _mem_total(),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import time
 from pathlib import Path
 
 from scrinalia_workers.testkit.procs import Procs
@@ -40,8 +39,7 @@ def _with_processes(target, dsn: str, what: str, app_name: str, body, config: st
             f"SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE '{app_name}' AND state = 'idle'",
             N_WORKERS,
             what,
-        )
-        time.sleep(0.5)  # their first (empty) dequeue done, they wait for a notification
+        )  # and settled: their first (empty) dequeue done, they wait for a notification
         return body(lambda: all(p.is_alive() for p in procs))
     finally:
         for p in procs:
@@ -131,14 +129,11 @@ def graphile_drain(dsn: str, n: int, config: str, logdir: Path) -> dict:
             what="graphile-worker: its workers ready",
             watch=procs.started,
         )
-        await_sessions(
-            dsn,
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'bench-graphile-%' AND state = 'idle'",
-            N_WORKERS,
-            "graphile-worker",
-            watch=procs.started,
-        )
-        time.sleep(0.5)  # as the Python peers: their first (empty) fetch done
+        # "ready" comes after graphile-worker's listen-success event, which it emits
+        # before its LISTEN statement has run: each process's LISTEN session must be
+        # idle in pg_stat_activity, or a process could miss the jobs' notification and
+        # sleep until its next poll while the others drain its share
+        await_sessions(dsn, peers_graphile.LISTENING, N_WORKERS, "graphile-worker", watch=procs.started)
         elapsed, enq = timed_drain(
             dsn,
             lambda c: peers_graphile.fill(c, n),

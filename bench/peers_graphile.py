@@ -4,7 +4,8 @@ package.json and package-lock.json with `npm ci` into bench/node/node_modules
 session of its own so that stopping one ends everything it started.
 
 Configurations: "tuned" is graphile-worker's Performance page (concurrentJobs 24,
-maxPoolSize 25, localQueue.size 500, completeJobBatchDelay 0, failJobBatchDelay 0);
+maxPoolSize 25, localQueue.size 500, completeJobBatchDelay 0, failJobBatchDelay 0)
+with NO_LOG_SUCCESS=1 as its perfTest runs;
 "defaults" sets nothing (concurrentJobs 1, maxPoolSize 10, no local queue, no
 batched completion). Jobs are created through its public SQL API,
 graphile_worker.add_jobs(), in one call; a finished job is deleted, so the queue
@@ -30,10 +31,25 @@ from .peers import N_WORKERS
 NODE_DIR = Path(__file__).resolve().parent / "node"
 PACKAGE = NODE_DIR / "node_modules" / "graphile-worker" / "package.json"
 CONFIGS = ("tuned", "defaults")
-TUNED_SETTINGS = "concurrentJobs 24, maxPoolSize 25, localQueue.size 500, completeJobBatchDelay 0, failJobBatchDelay 0"
-DEFAULT_SETTINGS = "concurrentJobs 1, maxPoolSize 10, no local queue, completion unbatched"
-LIVE = "SELECT EXISTS (SELECT FROM graphile_worker._private_jobs)"
-DONE = "SELECT NOT EXISTS (SELECT FROM graphile_worker._private_jobs)"
+TUNED_SETTINGS = (
+    "concurrentJobs 24, maxPoolSize 25, localQueue.size 500, completeJobBatchDelay 0, failJobBatchDelay 0, "
+    "NO_LOG_SUCCESS=1"
+)
+DEFAULT_SETTINGS = "concurrentJobs 1, maxPoolSize 10, no local queue, completion unbatched, a log line per job"
+# Is a job left? Through its primary key, as ours reads its partial index: a sequential
+# scan would walk every page of deleted jobs at each 10 ms poll (thousands of pages at
+# 100,000 jobs), taking CPU from the workers it times.
+LIVE = "SELECT EXISTS (SELECT FROM graphile_worker._private_jobs ORDER BY id LIMIT 1)"
+DONE = "SELECT NOT EXISTS (SELECT FROM graphile_worker._private_jobs ORDER BY id LIMIT 1)"
+# each process's LISTEN client has sent its LISTEN (one session per process)
+LISTENING = (
+    "SELECT count(DISTINCT application_name) FROM pg_stat_activity WHERE application_name LIKE 'bench-graphile-%'"
+    " AND state = 'idle' AND query LIKE 'LISTEN \"jobs:insert\"%'"
+)
+# graphile-worker's own benchmark (its perfTest, the source of its Performance page's
+# figures) runs with NO_LOG_SUCCESS=1: no log line per completed job. "tuned" does too;
+# "defaults" logs each job, as graphile-worker does out of the box.
+TUNED_ENV = {"NO_LOG_SUCCESS": "1"}
 FILL = (
     "SELECT count(*) FROM graphile_worker.add_jobs(ARRAY(SELECT json_populate_record("
     'NULL::graphile_worker.job_spec, \'{"identifier": "noop"}\') FROM generate_series(1, %s)))'
@@ -114,13 +130,14 @@ def prepare(dsn: str) -> None:
 
 def start(procs: Procs, dsn: str, config: str, logdir: Path) -> list[Path]:
     """N_WORKERS worker processes in `config`; returns their log files. Each prints
-    "ready" once it listens for jobs."""
+    "ready" once run() has returned, its LISTEN client is connected and its first
+    (empty) fetch of jobs has returned."""
     logs = []
     for i in range(N_WORKERS):
         log = logdir / f"graphile-{config}-{i}.log"
         procs.start(
             ["node", str(NODE_DIR / "worker.mjs"), config],
-            env=_node(dsn, f"bench-graphile-{i}"),
+            env={**_node(dsn, f"bench-graphile-{i}"), **(TUNED_ENV if config == "tuned" else {})},
             log=log,
             group=True,
         )

@@ -12,7 +12,8 @@ import re
 from . import machine
 from .common import Result, table
 
-ORDER = ("tick", "history", "claim", "lateness", "compare", "schedules", "enqueue", "metrics")
+ORDER = ("tick", "history", "claim", "lateness", "compare", "schedules", "enqueue", "metrics", "peer")
+LOADED = 1.5  # a section started above this 1-minute load average is marked as such
 _SECTION = re.compile(r"<!-- bench:(\w+) -->\n(.*?)<!-- /bench:\1 -->\n", re.S)
 _SUMMARY = re.compile(r"<!-- summary: (.*?) -->")
 
@@ -29,12 +30,25 @@ by the same run from its raw figures (bench/figures.py; matplotlib, the `bench` 
 
 def section(r: Result, m: dict) -> str:
     out = [f"## {r.title}", ""]
+    load = r.load or m.get("load")
+    loaded = bool(load) and load[0] > LOADED
     out.append(
-        f"Measured {m['date']} on {m['cores']} cores ({m['cpu']}), {m['server'].split(' on ')[0]}, "
+        f"Measured {r.date or m['date']} on {m['cores']} cores ({m['cpu']}), {m['server'].split(' on ')[0]}, "
         f"fsync={m['settings']['fsync']}, synchronous_commit={m['settings']['synchronous_commit']}"
-        + (f", load average {m['load'][0]:.2f} at the start of the run" if m.get("load") else "")
+        + (
+            f", load average {' / '.join(f'{x:.2f}' for x in load)} (1 / 5 / 15 min) at the start of this section"
+            if load
+            else ""
+        )
         + "."
     )
+    if loaded:
+        out += [
+            "",
+            f"**Measured on a loaded machine** (1-minute load {load[0]:.2f} > {LOADED} on {m['cores']} cores, "
+            "shared with other work): the rates are low and noisy; ratios within one round share the load and "
+            "mean more. Re-measure on a quiet machine before quoting the rates.",
+        ]
     out += ["", "**Setup.**", ""]
     out += [f"- {s}" for s in r.setup]
     out += ["", "**Figures.**", "", table(r.headers, r.rows), ""]
@@ -45,8 +59,9 @@ def section(r: Result, m: dict) -> str:
         out += ["**Notes.**", ""] + [f"- {n}" for n in r.notes] + [""]
     if r.extra_md:
         out += [r.extra_md, ""]
+    verdict = r.verdict + (f" (load {load[0]:.2f})" if loaded else "")
     summary = " | ".join(
-        x.replace("|", "/").replace("-->", "") for x in (r.title, r.headline or "-", r.target, r.verdict)
+        x.replace("|", "/").replace("-->", "") for x in (r.title, r.headline or "-", r.target, verdict)
     )
     out.append(f"<!-- summary: {summary} -->")
     return "\n".join(out) + "\n"

@@ -35,6 +35,7 @@ DESCRIPTIONS = {
     "schedules": "6. schedule writes: put_schedule calls/s and put_schedules in bulk",
     "enqueue": "7. enqueue through the API: enqueue() calls/s and enqueue_runs() in bulk",
     "metrics": "8. the exporter's queries, worker_metrics() and the alerts at 2,000 and 100,000 workers",
+    "peer": "9. the runner against graphile-worker tuned at 10,000 and 100,000 jobs, durability off and on",
 }
 
 
@@ -66,7 +67,7 @@ def parse_args(argv):
     p.add_argument(
         "--no-durable",
         action="store_true",
-        help="skip the claim and compare runs with fsync/synchronous_commit on (own cluster only)",
+        help="skip the claim, compare and peer runs with fsync/synchronous_commit on (own cluster only)",
     )
     args = p.parse_args(argv)
 
@@ -160,6 +161,15 @@ def run_one(key: str, dbs: Databases, args, own_cluster: bool) -> Result:
         from bench import metrics_bench
 
         return metrics_bench.run(lambda name: dbs.fresh(name), quick=args.quick)
+    if key == "peer":
+        from bench import peer_bench
+
+        return peer_bench.run(
+            lambda name, migrate=True: dbs.fresh(name, migrate),
+            quick=args.quick,
+            admin_dsn=dbs.admin_dsn,
+            durable=own_cluster and not args.no_durable,
+        )
     raise ValueError(key)
 
 
@@ -239,7 +249,8 @@ def main(argv=None) -> int:
         results, ok = [], True
         try:
             for key in args.selected:
-                print(f"\nrunning {key}: {DESCRIPTIONS[key]} ...", flush=True)
+                load, started = os.getloadavg(), machine.utc_now()
+                print(f"\nrunning {key}: {DESCRIPTIONS[key]} (load average {load[0]:.2f}) ...", flush=True)
                 try:
                     r = run_one(key, dbs, args, own_cluster=cluster is not None)
                 except InvariantError as e:
@@ -250,6 +261,7 @@ def main(argv=None) -> int:
                     if args.debug:
                         traceback.print_exc()
                     r = failed(key, f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}")
+                r.load, r.date = load, started
                 ok = ok and r.headline != "FAILED"
                 if args.quick and r.headline != "FAILED":
                     r.met = None  # the checks ran; the sizes are too small to judge a target

@@ -2,7 +2,12 @@
 //   node worker.mjs install            run graphile-worker's migrations, then exit
 //   node worker.mjs tuned|defaults     run the pool with an empty "noop" task until SIGTERM
 // The connection string comes from DATABASE_URL. Prints "ready" once the pool is
-// listening, and {"done": N} (the jobs this process ran) when it stops.
+// settled into its idle wait: run() has returned, its LISTEN client is connected and
+// its first (empty) fetch of jobs has returned (the local queue's, or a worker's
+// without one); and {"done": N} (the jobs this process ran) when it stops. The LISTEN
+// statement itself completes after its "success" event: the benchmark also waits for
+// that session in pg_stat_activity.
+import { EventEmitter } from "node:events";
 import { run, runMigrations } from "graphile-worker";
 
 // graphile-worker's Performance page (worker.graphile.org/docs/performance)
@@ -27,9 +32,19 @@ if (mode === "install") {
   process.exit(0);
 }
 
+const events = new EventEmitter();
+const waiting = new Set(["run", "listen", "fetch"]);
+const settled = (what) => {
+  if (waiting.delete(what) && waiting.size === 0) console.log("ready");
+};
+events.on("pool:listen:success", () => settled("listen"));
+events.on("localQueue:getJobs:complete", () => settled("fetch"));
+events.on("worker:getJob:empty", () => settled("fetch"));
+
 let done = 0;
 const runner = await run({
   preset,
+  events,
   noHandleSignals: true,
   taskList: {
     noop: async () => {
@@ -47,5 +62,5 @@ const stop = async () => {
 };
 process.on("SIGTERM", stop);
 process.on("SIGINT", stop);
-console.log("ready");
+settled("run");
 await runner.promise;
