@@ -2,9 +2,10 @@
 
 Each query of monitoring/queries.yaml (read from the file, as the exporter runs it),
 worker_metrics() itself and the other readers of the same tables (current_alerts(),
-scheduler_health(), the worker_catalogue view, the queries of `status --watch`), at 2,000 and at 100,000 workers with
+scheduler_health(), what `worker list` and `status` read by default), at 2,000 and at 100,000 workers with
 1,000,000 finished runs in the ledger (bench.seed.history, layout "use"). Each call
-fetches every row, as the exporter does; the calls are interleaved query by query.
+fetches every row, as the exporter and the CLI do (a command's statements in turn);
+the calls are interleaved query by query.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from pathlib import Path
 import psycopg
 import yaml
 
+from scrinalia_workers.cli.commands import worker as worker_cmd
 from scrinalia_workers.gateway.statements import cli as cli_sql
+from scrinalia_workers.presentation.agenda import AGENDA_SHOWN
 from scrinalia_workers.testkit.cluster import free_port
 from scrinalia_workers.testkit.waiting import wait_for
 
@@ -30,14 +33,25 @@ QUERIES_YAML = Path(__file__).resolve().parent.parent / "monitoring" / "queries.
 # (workers, target in seconds): the figures each query is held to.
 TARGETS = {2_000: 0.050, 100_000: 0.5}
 
+# A query, or the statements (with their parameters) that one command runs in turn.
+Query = str | list[tuple[str, dict]]
+
 # Read by an operator rather than scraped: measured beside the others, judged by the same target.
-OTHERS = {
+OTHERS: dict[str, Query] = {
     "worker_metrics()": "SELECT * FROM scrinalia.worker_metrics()",
     "current_alerts()": "SELECT * FROM scrinalia.current_alerts()",
     "scheduler_health()": "SELECT * FROM scrinalia.scheduler_health()",
-    "worker_catalogue": "SELECT * FROM scrinalia.worker_catalogue",
-    # what `status --watch` reads at every refresh
-    "status: agenda": cli_sql.WATCH_AGENDA,
+    # what `worker list` reads by default: how many, and the first page by name
+    "worker_catalogue": [
+        (cli_sql.CATALOGUE_COUNT, {"after": ""}),
+        (cli_sql.CATALOGUE_PAGE, {"after": "", "n": worker_cmd.PAGE_SIZE}),
+    ],
+    # what `status` reads of the agenda by default (`status --watch` the same, fewer
+    # columns): the totals, and the first workers in agenda_focus()'s order
+    "status: agenda": [
+        (cli_sql.AGENDA_TOTALS, {}),
+        (cli_sql.AGENDA_FOCUS, {"n": AGENDA_SHOWN}),
+    ],
     "status: active runs": cli_sql.ACTIVE_RUNS,
     "status: latest failures": cli_sql.LATEST_FAILURES % 5,  # (its default count)
 }
@@ -80,25 +94,31 @@ def prepare(dsn: str, n_workers: int, history_rows: int) -> dict:
     return {"owed": owed}
 
 
-def call(c, sql: str) -> tuple[float, int]:
+def statements(query: Query) -> list[tuple[str, dict]]:
+    return [(query, {})] if isinstance(query, str) else query
+
+
+def call(c, query: Query) -> tuple[float, int]:
+    """Every statement of the query in turn, every row fetched; the rows of the last."""
     t0 = now()
-    rows = c.execute(sql).fetchall()
+    for sql, params in statements(query):
+        rows = c.execute(sql, params or None).fetchall()
     return now() - t0, len(rows)
 
 
-def server_side(sql: str) -> str:
-    """The same query run whole on the server, one row back: what the rows cost to
-    compute, without their transfer and their parsing by the client."""
-    return f"SELECT count(*) FROM ({sql}) q"
+def server_side(query: Query) -> Query:
+    """The same statements run whole on the server, one row back each: what the rows
+    cost to compute, without their transfer and their parsing by the client."""
+    return [(f"SELECT count(*) FROM ({sql}) q", params) for sql, params in statements(query)]
 
 
-def measure(dsn: str, queries: dict[str, str], reps: int) -> dict[str, dict]:
+def measure(dsn: str, queries: dict[str, Query], reps: int) -> dict[str, dict]:
     """reps calls of each query, interleaved: round by round, each query once, fetched
     whole, then once on the server alone."""
     out: dict[str, dict] = {name: {"times": [], "server": [], "rows": None} for name in queries}
     with conn(dsn, name="scrinalia-bench-metrics") as c:
         for sql in queries.values():  # one untimed call each: the plans and the cache warm
-            c.execute(sql).fetchall()
+            call(c, sql)
         for _ in range(reps):
             for name, sql in queries.items():
                 elapsed, n = call(c, sql)
@@ -168,8 +188,15 @@ def verify(dsn: str, n_workers: int, owed: int, figures: dict[str, dict]) -> Non
     latest finished period for every scheduled worker (owed ones from before their
     open period), an overdue alert per overdue schedule."""
     check(figures["scrinalia_worker"]["rows"] == n_workers, "worker_metrics() lost or added a worker")
-    check(figures["worker_catalogue"]["rows"] == n_workers, "the catalogue lost or added a worker")
+    page = min(worker_cmd.PAGE_SIZE, n_workers)
+    check(figures["worker_catalogue"]["rows"] == page, "the catalogue's first page lost or added a worker")
+    check(figures["status: agenda"]["rows"] == min(AGENDA_SHOWN, n_workers), "the agenda lost a row")
     with conn(dsn) as c:
+        listed = c.execute(cli_sql.CATALOGUE_COUNT, {"after": ""}).fetchone()[0]
+        check(listed == n_workers, f"the catalogue counts {listed} workers of {n_workers}")
+        # the agenda's first rows: the overdue (1 in 100, worker_name ~ '00$'), then the owed retries
+        first = c.execute(cli_sql.AGENDA_FOCUS, {"n": AGENDA_SHOWN}).fetchall()
+        check(first[0][-1] == "overdue", f"the agenda starts with {first[0][-1]!r}, not the overdue")
         periods, newest = c.execute(
             "SELECT count(*), count(*) FILTER (WHERE scheduled_for >= '2030-01-01') "
             "FROM scrinalia.latest_finished_periods()"
@@ -236,6 +263,10 @@ def run(dsn_for, quick: bool = False) -> Result:
             "1% paused), a QUEUED manual run on every third worker, a retry owed on one in fifty, and "
             f"{sizes[0][1]:,} finished runs (bench.seed.history, layout use: retries, FAILED, INTERRUPTED, "
             "CANCELLED, manual and CLI runs).",
+            f"worker_catalogue and status: agenda are what `worker list` and `status` read by default: "
+            f"the catalogue's count and its first page of {worker_cmd.PAGE_SIZE} by name; the agenda's totals "
+            f"and its first {AGENDA_SHOWN} workers (agenda_focus()), each joined to its "
+            "worker_agenda row. Each statement of a command in turn; rows: the last one's.",
             f"Median and range of {reps} calls each after one untimed call, every row fetched by psycopg, "
             "the queries interleaved round by round on one connection; the verdict is on these. Beside "
             "them, each query run whole on the server with one row back (SELECT count(*) FROM (query)): "

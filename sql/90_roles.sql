@@ -176,3 +176,11 @@ BEGIN
         GRANT EXECUTE ON FUNCTION scrinalia.retention_status() TO scrinalia_monitor;
     END IF;
 END $$;
+
+-- What status reads of a large install (89_agenda_pages.sql): totals and the first rows.
+GRANT EXECUTE ON FUNCTION
+    scrinalia.agenda_totals(),
+    scrinalia.agenda_focus(integer),
+    scrinalia.queue_totals(),
+    scrinalia.busiest_queues(integer)
+   TO scrinalia_reader;

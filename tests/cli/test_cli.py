@@ -303,7 +303,11 @@ def test_status_shows_agenda_counters_and_the_lock_apart(db_dsn, db, ocr):
         "ocr": (2, 1),
         "idle": (0, 0),
     }
-    assert [a["worker_name"] for a in data["agenda"]] == ["idle", "ocr"]
+    # what needs an operator first: the next due, then the rest by name (--all: all by name)
+    assert [(a["worker_name"], a["focus"]) for a in data["agenda"]] == [("ocr", "next"), ("idle", "other")]
+    assert data["agenda_more"] == 0 and data["agenda_totals"]["workers"] == 2
+    everything = json.loads(cli("status", "--json", "--all", dsn=db_dsn).out)
+    assert [a["worker_name"] for a in everything["agenda"]] == ["idle", "ocr"]
     assert f"lock held by pid {pid}" in cli("status", dsn=db_dsn).out
 
 

@@ -62,6 +62,11 @@ READER = SHARED | {
     "worker_timeline",
     "next_fires",
     "retention_status",
+    # what status reads of a large install (89_agenda_pages.sql)
+    "agenda_totals",
+    "agenda_focus",
+    "queue_totals",
+    "busiest_queues",
 }
 OPERATOR = READER | {
     "put_schedule",

@@ -32,6 +32,9 @@ DEMO_SECONDS = argtypes.seconds(0, 3600, above=True)
 LOCK_WAIT = argtypes.seconds(0, 86400)
 WATCH_INTERVAL = argtypes.seconds(0.2, 3600)
 PAGE_SIZE = argtypes.count(10, 1000)
+# the CLI's pages (worker list, status): a bound on one answer, --all is for more
+PAGE_MAX = 10_000
+PAGE = argtypes.count(1, PAGE_MAX)
 REQUEST_TIMEOUT = argtypes.seconds(1, 300)
 
 
@@ -157,7 +160,21 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--dry-run", action="store_true", help="validate everything in the database, write nothing")
     imp.set_defaults(func=schedule.cmd_import)
 
-    st = sub.add_parser("status", parents=[common], help="agenda, queue counters and the scheduler lock")
+    st = sub.add_parser(
+        "status",
+        parents=[common],
+        help="the scheduler lock and health, alerts, the agenda's totals and first workers, the busiest queues",
+    )
+    st.add_argument(
+        "--limit",
+        type=PAGE,
+        metavar="N",
+        help=f"agenda rows and queues shown, what needs an operator first (1..{PAGE_MAX}, "
+        f"default {status.AGENDA_SHOWN}; --watch: {status.WATCH_AGENDA_SHOWN})",
+    )
+    st.add_argument(
+        "--all", action="store_true", help="every worker's agenda row and queue, by name (slower on a large install)"
+    )
     st.add_argument(
         "--watch",
         action="store_true",
@@ -212,7 +229,15 @@ def build_parser() -> argparse.ArgumentParser:
     wr.add_argument("file", metavar="FILE", help="a .json, .yaml or .yml file (- reads YAML/JSON from stdin)")
     wr.add_argument("--check", action="store_true", help="only check the file; no database needed")
     wr.set_defaults(func=worker.cmd_register)
-    wl = ws.add_parser("list", parents=[common], help="the catalogue")
+    wl = ws.add_parser("list", parents=[common], help="the catalogue, a page at a time by name")
+    wl.add_argument(
+        "--limit",
+        type=PAGE,
+        metavar="N",
+        help=f"workers per page (1..{PAGE_MAX}, default {worker.PAGE_SIZE})",
+    )
+    wl.add_argument("--after", metavar="NAME", help="the page after this worker's name (the last one printed)")
+    wl.add_argument("--all", action="store_true", help="every worker, one list (slower on a large catalogue)")
     wl.set_defaults(func=worker.cmd_list)
     wsh = ws.add_parser("show", parents=[common], help="one worker's engines, presets, options and defaults")
     wsh.add_argument("worker")

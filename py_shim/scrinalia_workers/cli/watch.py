@@ -19,13 +19,13 @@ from typing import Any, TextIO
 import psycopg
 from psycopg.rows import dict_row
 
-from scrinalia_workers.cli.common import one
+from scrinalia_workers.cli.common import PROG, one
 from scrinalia_workers.cli.terminal import write_control
 from scrinalia_workers.clock import SYSTEM, Clock
 from scrinalia_workers.gateway.backoff import Backoff, is_transient
 from scrinalia_workers.gateway.statements import cli as sql
 from scrinalia_workers.logs import one_line
-from scrinalia_workers.presentation.agenda import span
+from scrinalia_workers.presentation.agenda import WATCH_AGENDA_SHOWN, span, totals_line
 from scrinalia_workers.presentation.fmt import brief, cell
 from scrinalia_workers.presentation.fmt import utc as utc_or_none
 from scrinalia_workers.text import for_terminal
@@ -46,13 +46,17 @@ def _row(cells: list[str], widths: list[int]) -> str:
     return " ".join(_fit(c, w).ljust(w) for c, w in zip(cells, widths)).rstrip()
 
 
-def render(conn: psycopg.Connection[Any], width: int = 80, failures: int = 5) -> str:
-    """One screen: the scheduler's health, the agenda with the time to each next run,
-    the active runs with their lease, and the latest failures."""
+def render(
+    conn: psycopg.Connection[Any], width: int = 80, failures: int = 5, agenda_rows: int = WATCH_AGENDA_SHOWN
+) -> str:
+    """One screen: the scheduler's health, the agenda's totals and its first
+    `agenda_rows` workers (what needs an operator first, as status prints them) with the
+    time to each next run, the active runs with their lease, and the latest failures."""
     cur = conn.cursor(row_factory=dict_row)
     now = one(cur.execute(sql.NOW))["now"]
     h = one(cur.execute(sql.WATCH_HEALTH))
-    agenda = cur.execute(sql.WATCH_AGENDA).fetchall()
+    totals = one(cur.execute(sql.AGENDA_TOTALS))
+    agenda = cur.execute(sql.WATCH_AGENDA, {"n": agenda_rows}).fetchall()
     active = cur.execute(sql.ACTIVE_RUNS).fetchall()
     failed = cur.execute(sql.LATEST_FAILURES, (failures,)).fetchall()
 
@@ -64,7 +68,8 @@ def render(conn: psycopg.Connection[Any], width: int = 80, failures: int = 5) ->
     else:
         out.append(_fit(f"scheduler: NOT HEALTHY: {brief(h['reason'])}", width))
     out.append("")
-    out.append("AGENDA")
+    more = max(totals["workers"] - len(agenda), 0)
+    out.append(_fit(f"AGENDA  {totals_line(totals)}", width))
     widths = [16, 14, 20, max(width - 16 - 14 - 20 - 3, 10)]
     out.append(_row(["worker", "next in", "next run (UTC)", "state"], widths))
     for a in agenda:
@@ -82,6 +87,8 @@ def render(conn: psycopg.Connection[Any], width: int = 80, failures: int = 5) ->
         if a["active_run_id"]:
             state = f"#{a['active_run_id']} {a['active_status']} | " + state
         out.append(_row([a["worker_name"], nxt, when, state], widths))
+    if more:
+        out.append(f"  and {more:,} more: {PROG} status --all")
     out.append("")
     out.append("ACTIVE RUNS")
     if not active:
@@ -126,6 +133,7 @@ def watch(
     out: TextIO = sys.stdout,
     width: int | None = None,
     clock: Clock = SYSTEM,
+    agenda_rows: int = WATCH_AGENDA_SHOWN,
 ) -> int:
     """Refreshes render() in place every `interval` seconds until Ctrl-C; a lost
     connection is shown on the screen and retried, never a traceback. `clock` paces
@@ -138,7 +146,7 @@ def watch(
             try:
                 if conn is None or conn.closed:
                     conn = connect()
-                screen = render(conn, width=cols)
+                screen = render(conn, width=cols, agenda_rows=agenda_rows)
                 retry.reset()
                 delay = interval
             except Exception as e:  # noqa: BLE001 - shown on the screen, retried

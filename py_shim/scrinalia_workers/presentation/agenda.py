@@ -24,6 +24,32 @@ AGENDA_HEADERS = (
     "active run (or owed retry)",
 )
 
+# How many of the agenda's workers status prints (its --limit), what needs an operator
+# first (agenda_focus()); the totals count every worker, and `status --all`, the web
+# view or `schedule get WORKER` show the rest. `status --watch` fits a screen.
+AGENDA_SHOWN = 50
+WATCH_AGENDA_SHOWN = 20
+
+# agenda_totals()'s concerns, in agenda_focus()'s order, as the totals line names them
+CONCERNS = (
+    ("overdue", "overdue"),
+    ("set_aside", "set aside"),
+    ("overrunning", "overrunning"),
+    ("retry_owed", "retry owed"),
+    ("starved", "starved"),
+    ("unclaimed", "unclaimed"),
+)
+
+
+def totals_line(t: dict[str, Any]) -> str:
+    """The agenda's totals (agenda_totals(), counted on the server) in one line."""
+    concerns = [f"{t[key]:,} {words}" for key, words in CONCERNS if t[key]]
+    return (
+        f"{t['workers']:,} workers, {t['scheduled']:,} scheduled ({t['paused']:,} paused, "
+        f"{t['awaiting_arm']:,} awaiting arm); runs: {t['running']:,} running, {t['queued']:,} queued; "
+        + ("needs an operator: " + ", ".join(concerns) if concerns else "nothing needs an operator")
+    )
+
 
 def max_run_time(a: dict[str, Any]) -> str | None:
     """The worker's maximum run time (worker_agenda, 0.5 on): a RUNNING run past it is

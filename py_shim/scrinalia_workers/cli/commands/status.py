@@ -10,11 +10,21 @@ import psycopg
 from psycopg.rows import dict_row
 
 from scrinalia_workers import __version__
-from scrinalia_workers.cli.common import EXIT_OK, max_attempts, one, open_db
+from scrinalia_workers.cli.common import EXIT_OK, PROG, max_attempts, one, open_db
+from scrinalia_workers.errors import UsageError
 from scrinalia_workers.gateway.checks import check_schema
 from scrinalia_workers.gateway.statements import cli as sql
 from scrinalia_workers.presentation.advice import advice
-from scrinalia_workers.presentation.agenda import AGENDA_HEADERS, max_run_time, next_run, scheduler_line, slot
+from scrinalia_workers.presentation.agenda import (
+    AGENDA_HEADERS,
+    AGENDA_SHOWN,
+    WATCH_AGENDA_SHOWN,
+    max_run_time,
+    next_run,
+    scheduler_line,
+    slot,
+    totals_line,
+)
 from scrinalia_workers.presentation.fmt import brief, print_json, print_line, print_table, utc
 from scrinalia_workers.text import printable
 
@@ -72,17 +82,33 @@ def _retention_line(r: dict[str, Any]) -> str:
     return line
 
 
+def more_line(more: int) -> str:
+    return (
+        f"and {more:,} more: {PROG} status --all (every worker, by name), status --limit N, "
+        f"{PROG} schedule get WORKER, or the web view's agenda (paged)"
+    )
+
+
 def cmd_status(args: argparse.Namespace) -> int:
+    if args.all and (args.watch or args.limit is not None):
+        raise UsageError("--all prints every worker: give it without --watch and --limit")
     if args.watch:
         from scrinalia_workers.cli.watch import watch
 
         open_db(args).close()  # a bad DSN or login is one line before the screen takes over
-        return watch(lambda: open_db(args), args.interval)
+        return watch(lambda: open_db(args), args.interval, agenda_rows=args.limit or WATCH_AGENDA_SHOWN)
+    limit = args.limit or AGENDA_SHOWN
     with open_db(args) as conn:
         release = _release(conn)
         cur = conn.cursor(row_factory=dict_row)
-        agenda = cur.execute(sql.AGENDA).fetchall()
-        counters = cur.execute(sql.QUEUE_COUNTERS).fetchall()
+        totals = one(cur.execute(sql.AGENDA_TOTALS))
+        queue_totals = one(cur.execute(sql.QUEUE_TOTALS))
+        if args.all:
+            agenda = cur.execute(sql.AGENDA).fetchall()
+            counters = cur.execute(sql.QUEUE_COUNTERS).fetchall()
+        else:
+            agenda = cur.execute(sql.AGENDA_FOCUS, {"n": limit}).fetchall()
+            counters = cur.execute(sql.BUSIEST_QUEUES, {"n": limit}).fetchall()
         sched = one(cur.execute(sql.SCHEDULER_STATUS))
         health = one(cur.execute(sql.SCHEDULER_HEALTH))
         alerts = cur.execute(sql.ALERTS, {"n": ALERTS_SHOWN + 1}).fetchall()
@@ -99,8 +125,13 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "alerts_cut": len(alerts) > ALERTS_SHOWN,
                 "install": surface,
                 "retention": retention,
+                "agenda_totals": totals,
                 "agenda": agenda,
+                # the workers not in "agenda" (status --all: none)
+                "agenda_more": max(totals["workers"] - len(agenda), 0),
+                "queue_totals": queue_totals,
                 "queue_counters": counters,
+                "queue_counters_more": max(totals["workers"] - len(counters), 0),
             }
         )
         return EXIT_OK
@@ -118,7 +149,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     print_line(f"retention: {_retention_line(retention)}")
     for line in _alert_lines(alerts):
         print_line(line)
+    print_line(f"agenda: {totals_line(totals)}")
     print()
+    more = max(totals["workers"] - len(agenda), 0)
+    focused = not args.all
     rows = []
     for a in agenda:
         skipped = utc(a["last_skipped_at"])
@@ -134,17 +168,26 @@ def cmd_status(args: argparse.Namespace) -> int:
                 brief(a["last_skip_reason"], 40) if skipped else None,
                 max_run_time(a),
                 slot(a, most),
+                *([a["focus"]] if focused else []),
             ]
         )
+    shown = f": the first {len(agenda):,} of {totals['workers']:,}, what needs an operator first" if more else ""
     print_table(
-        AGENDA_HEADERS,
+        [*AGENDA_HEADERS, *(["concern"] if focused else [])],
         rows,
-        title="agenda (when each worker runs)",
+        title=f"agenda (when each worker runs{shown})",
     )
+    if more:
+        print_line(more_line(more))
     print()
+    more = max(totals["workers"] - len(counters), 0)
+    busiest = f"the {len(counters):,} busiest of {totals['workers']:,} workers; " if more else ""
     print_table(
         ["worker", "pending", "processed"],
         [[c["worker_name"], c["pending"], c["processed"]] for c in counters],
-        title="queue counters (units of work, not runs)",
+        title=f"queue counters (units of work, not runs: {busiest}{queue_totals['workers_with_units']:,} worker(s)"
+        f" with units, {queue_totals['pending']:,} pending, {queue_totals['processed']:,} processed)",
     )
+    if more:
+        print_line(f"and {more:,} more: {PROG} status --all")
     return EXIT_OK

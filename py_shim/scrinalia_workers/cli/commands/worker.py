@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from typing import Any
 
 from psycopg.rows import dict_row
 
 from scrinalia_workers import errors
-from scrinalia_workers.cli.common import EXIT_OK, PROG, open_db
+from scrinalia_workers.cli.common import EXIT_OK, PROG, one, open_db
 from scrinalia_workers.gateway.connection import configured_dsn
 from scrinalia_workers.gateway.statements import cli as sql
 from scrinalia_workers.logs import one_line
-from scrinalia_workers.presentation.fmt import duration, print_fields, print_json, print_table, utc
+from scrinalia_workers.presentation.fmt import duration, print_fields, print_json, print_line, print_table, utc
 
 
 def cmd_register(args: argparse.Namespace) -> int:
@@ -49,10 +50,41 @@ def cmd_register(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# worker list's page: how many workers it prints unless --limit or --all says otherwise
+PAGE_SIZE = 100
+
+
+def _page_footer(shown: int, before: int, total: int, last: str | None, limit: int) -> str | None:
+    """Where the page is among all the workers, and the command for the next one; None
+    when the page holds them all."""
+    if shown == total:
+        return None
+    if not shown:
+        return f"no workers after that name: {total:,} in all (the first page: {PROG} worker list)"
+    line = f"workers {before + 1:,}-{before + shown:,} of {total:,}, by name"
+    if last is not None and before + shown < total:
+        more = f" --limit {limit}" if limit != PAGE_SIZE else ""
+        line += f"; the next page: {PROG} worker list --after {shlex.quote(last)}{more}"
+    return line + f"; every one: {PROG} worker list --all"
+
+
 def cmd_list(args: argparse.Namespace) -> int:
+    if args.all and (args.limit is not None or args.after is not None):
+        raise errors.UsageError("--all lists every worker: give it without --limit and --after")
+    limit = args.limit or PAGE_SIZE
+    after = args.after or ""
     with open_db(args) as conn:
-        rows = conn.cursor(row_factory=dict_row).execute(sql.CATALOGUE).fetchall()
+        cur = conn.cursor(row_factory=dict_row)
+        if args.all:
+            rows = cur.execute(sql.CATALOGUE).fetchall()
+            footer = None
+        else:
+            count = one(cur.execute(sql.CATALOGUE_COUNT, {"after": after}))
+            rows = cur.execute(sql.CATALOGUE_PAGE, {"after": after, "n": limit}).fetchall()
+            last = rows[-1]["worker_name"] if rows else None
+            footer = _page_footer(len(rows), count["before"], count["workers"], last, limit)
     if args.json:
+        # the page's rows: a page shorter than --limit is the last one
         print_json(rows)
         return EXIT_OK
     print_table(
@@ -69,6 +101,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             for r in rows
         ],
     )
+    if footer:
+        print_line(footer)
     return EXIT_OK
 
 

@@ -37,8 +37,19 @@ WORKER_AGENDA = "SELECT * FROM scrinalia.worker_agenda WHERE worker_name = %s"
 
 # --- status -------------------------------------------------------------------
 
+# status --all: every worker's row, by name (a row per worker: slower on a large install)
 AGENDA = "SELECT * FROM scrinalia.worker_agenda ORDER BY worker_name"
 QUEUE_COUNTERS = "SELECT * FROM scrinalia.worker_queue_counters ORDER BY worker_name"
+# status: the totals counted on the server, and the first (n) workers of the agenda in
+# agenda_focus()'s order (what needs an operator first), each with its concern
+AGENDA_TOTALS = "SELECT * FROM scrinalia.agenda_totals()"
+AGENDA_FOCUS = (
+    "SELECT a.*, f.focus FROM scrinalia.agenda_focus(%(n)s) f"
+    " JOIN scrinalia.worker_agenda a ON a.worker_name = f.worker_name ORDER BY f.position"
+)
+QUEUE_TOTALS = "SELECT workers_with_units, pending, processed FROM scrinalia.queue_totals()"
+# (n): the busiest queues first
+BUSIEST_QUEUES = "SELECT worker_name, pending, processed FROM scrinalia.busiest_queues(%(n)s)"
 SCHEDULER_STATUS = "SELECT * FROM scrinalia.scheduler_status()"
 SCHEDULER_HEALTH = "SELECT healthy, reason FROM scrinalia.scheduler_health()"
 # (n): the alerts of now, the oldest first
@@ -66,10 +77,12 @@ WORKER_TIMELINE = (
 
 NOW = "SELECT now() AS now"
 WATCH_HEALTH = "SELECT healthy, reason, holder_role, heartbeat_age FROM scrinalia.scheduler_health()"
+# (n): status's first workers (AGENDA_FOCUS), the columns the screen shows; AGENDA_TOTALS beside
 WATCH_AGENDA = (
-    "SELECT worker_name, cron, timezone, next_run_at, paused, awaiting_arm, scheduled, arm_error,"
-    " active_run_id, active_status, active_trigger, active_attempt, active_not_before"
-    " FROM scrinalia.worker_agenda ORDER BY next_run_at NULLS LAST, worker_name"
+    "SELECT a.worker_name, a.cron, a.timezone, a.next_run_at, a.paused, a.awaiting_arm, a.scheduled, a.arm_error,"
+    " a.active_run_id, a.active_status, a.active_trigger, a.active_attempt, a.active_not_before, f.focus"
+    " FROM scrinalia.agenda_focus(%(n)s) f JOIN scrinalia.worker_agenda a ON a.worker_name = f.worker_name"
+    " ORDER BY f.position"
 )
 ACTIVE_RUNS = (
     "SELECT run_id, worker_name, status, trigger, attempt_label, lease_owner, lease_expires_at, not_before,"
@@ -87,7 +100,17 @@ _CATALOGUE_COLUMNS = (
     "worker_name, description, engines, presets, options, default_config, created_at, updated_at,"
     " max_run_time, max_run_time_is_default"
 )
+# worker list --all
 CATALOGUE = f"SELECT {_CATALOGUE_COLUMNS} FROM scrinalia.worker_catalogue ORDER BY worker_name"
+# worker list: a page by name, keyset (after, n); and how many there are, and before it
+CATALOGUE_PAGE = (
+    f"SELECT {_CATALOGUE_COLUMNS} FROM scrinalia.worker_catalogue"
+    " WHERE worker_name > %(after)s ORDER BY worker_name LIMIT %(n)s"
+)
+CATALOGUE_COUNT = (
+    "SELECT count(*) AS workers, count(*) FILTER (WHERE worker_name <= %(after)s) AS before"
+    " FROM scrinalia.worker_catalogue"
+)
 # (worker,)
 CATALOGUE_WORKER = f"SELECT {_CATALOGUE_COLUMNS} FROM scrinalia.worker_catalogue WHERE worker_name = %s"
 
