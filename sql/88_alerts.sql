@@ -258,6 +258,11 @@ BEGIN
         PERFORM set_config('lock_timeout', old_timeout, true);
         RETURN NULL;
     END IF;
+    -- The history's tallies folded first (86_tallies.sql; skipped while another session
+    -- folds): what current_alerts() reads of the periods, and every reader's
+    -- current_alerts() and status after it, then reads the tallies, not the deltas of
+    -- every run since the last scrape (none, where no exporter scrapes).
+    PERFORM scrinalia.fold_tallies();
     WITH now_alerts AS MATERIALIZED (
         SELECT DISTINCT ON (1, 2, 3) x.kind, x.worker_name, x.identity, x.since, x.run_ids
           FROM (SELECT a.kind, coalesce(a.worker_name, '') AS worker_name,

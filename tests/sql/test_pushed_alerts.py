@@ -11,7 +11,7 @@ import uuid
 
 import psycopg
 
-from helpers import claim, lock_holding_scheduler, make_worker, raises_sqlstate
+from helpers import claim, finish, lock_holding_scheduler, make_worker, raises_sqlstate
 
 CHANNEL = "scrinalia_alerts"
 SENTINEL = "--end of the check--"
@@ -26,6 +26,7 @@ KINDS = {
     "SCHEDULE_STARVED",
     "RUN_UNCLAIMED",
     "RUN_TIMED_OUT",
+    "RUNNER_STUCK",
 }
 # a schedule that is not due (its worker's alerts are made by hand below)
 QUIET = (
@@ -96,6 +97,7 @@ def make_all(db) -> dict[str, int]:
         (runs["wtime"],),
     )
     assert len(db.execute("SELECT * FROM scrinalia.reap_expired_leases()").fetchall()) == 2
+    db.execute("SELECT scrinalia.report_runner_stuck('host:9', %s, 1, '1 minute')", ([runs["wreap"]],))
     appear(db, runs)
     return runs
 
@@ -131,6 +133,7 @@ def appear(db, runs) -> None:
         "UPDATE scrinalia.archive_worker_runs SET created_at = now() - interval '6 minutes' WHERE run_id = %s",
         (runs["wqueue"],),
     )
+    db.execute("UPDATE scrinalia.runner_stalls SET reported_at = now() WHERE runner = 'host:9'")
 
 
 def clear_all(db, runs) -> None:
@@ -158,6 +161,10 @@ def clear_all(db, runs) -> None:
         " WHERE worker_name = 'wstarve'"
     )
     db.execute("UPDATE scrinalia.archive_worker_runs SET created_at = now() WHERE run_id = %s", (runs["wqueue"],))
+    db.execute(
+        "UPDATE scrinalia.runner_stalls SET reported_at = now() - scrinalia.runner_stall_alert_window() - interval '1s'"
+        " WHERE runner = 'host:9'"
+    )
 
 
 def kinds(got: list[dict]) -> list[str]:
@@ -283,3 +290,19 @@ def test_only_the_schedulers_session_announces(db, connect_as):
         with raises_sqlstate("42501"):
             connect_as(group).execute("SELECT scrinalia.announce_alerts()")
     assert db.execute("SELECT alerts_checked_at FROM scrinalia.scheduler_chores").fetchone()[0] is None
+
+
+def test_a_check_folds_the_histories_tallies_first(db, db_dsn):
+    """What current_alerts() reads of the periods is folded by the scheduler's check, so
+    a reader's status after it reads tallies, not every run's delta since the last
+    scrape (where no exporter scrapes, nothing else folds)."""
+    make_worker(db, "wfold")
+    for _ in range(3):
+        db.execute("SELECT run_id FROM scrinalia.enqueue('wfold')")
+        run_id, token, *_ = claim(db, workers=["wfold"])
+        finish(db, run_id, token)
+    pending = "SELECT count(*) FROM scrinalia.run_tally_delta"
+    assert db.execute(pending).fetchone()[0] > 0
+    announcer = owner_session(db_dsn)
+    assert check(announcer, db) is not None
+    assert db.execute(pending).fetchone()[0] == 0
