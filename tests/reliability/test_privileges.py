@@ -67,6 +67,9 @@ READER = SHARED | {
     "agenda_focus",
     "queue_totals",
     "busiest_queues",
+    # the runners' stalls (38_runner_stalls.sql)
+    "runner_stalls",
+    "runner_stall_metrics",
 }
 OPERATOR = READER | {
     "put_schedule",
@@ -124,6 +127,9 @@ RUNNER = SHARED | {
     "finish_runs",
     "release_runs",
     "unregistered_workers",
+    "report_runner_stuck",
+    "clear_runner_stuck",
+    "report_runner_stuck_exit",
 }
 # what monitoring/queries.yaml calls, and the schema head: no shared helper (its view: MONITOR_VIEWS)
 MONITOR = {
@@ -135,6 +141,7 @@ MONITOR = {
     "run_counts",
     "pending_run_counts",  # (ledger_counts reads it)
     "retention_status",  # (numbers and instants: what status says of the retention)
+    "runner_stall_metrics",  # (counts, no runner ids)
 }
 # ADR 0015: the API's (operator) login and a runner login may run the scheduler too
 ALLOWED = {
