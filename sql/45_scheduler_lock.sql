@@ -292,12 +292,31 @@ AS $$
      LIMIT 1
 $$;
 
+-- Sets the session limit p_setting (a server setting in milliseconds) to p_limit for
+-- this session, where the server has it: idle_session_timeout and
+-- client_connection_check_interval came in PostgreSQL 14. Whether it was set. The one
+-- home of the version guard and the conversion for the limit_scheduler_* functions.
+CREATE OR REPLACE FUNCTION scrinalia.set_session_limit(p_setting text, p_limit interval)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_setting IN ('idle_session_timeout', 'client_connection_check_interval')
+       AND current_setting('server_version_num')::integer < 140000 THEN
+        RETURN false;
+    END IF;
+    PERFORM set_config(p_setting, (extract(epoch FROM p_limit) * 1000)::bigint::text, false);
+    RETURN true;
+END $$;
+
 -- The scheduler's sessions end themselves when idle (or idle inside a transaction)
 -- longer than scheduler_stale_after() + heartbeat_interval() + twice p_margin (the
 -- longest the process waits between two statements: its --max-sleep or
 -- --standby-retry): a frozen holder frees the lock, and the schedule rows its tick
 -- session may hold, with no privilege to end a session. Where a standby may end
--- sessions, it ends a frozen holder first (at scheduler_stale_after()).
+-- sessions, it ends a frozen holder first (at scheduler_stale_after()). (13 has only
+-- the limit inside a transaction.)
 CREATE OR REPLACE FUNCTION scrinalia.limit_scheduler_session(p_margin interval)
 RETURNS interval
 LANGUAGE plpgsql SECURITY DEFINER
@@ -306,16 +325,13 @@ AS $$
 DECLARE
     idle interval := scrinalia.scheduler_stale_after() + scrinalia.heartbeat_interval()
                      + 2 * least(greatest(coalesce(p_margin, interval '0'), interval '0'), interval '1 hour');
-    ms text := (extract(epoch FROM idle) * 1000)::bigint::text;
 BEGIN
-    IF current_setting('server_version_num')::integer >= 140000 THEN  -- (13 has neither setting)
-        PERFORM set_config('idle_session_timeout', ms, false);
-        -- a killed standby's lock session waits in the lock's queue inside a statement,
-        -- where the server reads nothing from the client: checked each second, it
-        -- leaves the queue soon after the process died, not when it gets the lock
-        PERFORM set_config('client_connection_check_interval', '1000', false);
-    END IF;
-    PERFORM set_config('idle_in_transaction_session_timeout', ms, false);
+    PERFORM scrinalia.set_session_limit('idle_session_timeout', idle);
+    -- a killed standby's lock session waits in the lock's queue inside a statement,
+    -- where the server reads nothing from the client: checked each second, it leaves
+    -- the queue soon after the process died, not when it gets the lock
+    PERFORM scrinalia.set_session_limit('client_connection_check_interval', interval '1 second');
+    PERFORM scrinalia.set_session_limit('idle_in_transaction_session_timeout', idle);
     RETURN idle;
 END $$;
 
@@ -334,14 +350,10 @@ RETURNS interval
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
-DECLARE
-    idle interval := scrinalia.holder_idle_limit();
-    ms text := (extract(epoch FROM idle) * 1000)::bigint::text;
+DECLARE idle interval := scrinalia.holder_idle_limit();
 BEGIN
-    IF current_setting('server_version_num')::integer < 140000 THEN
-        PERFORM set_config('idle_in_transaction_session_timeout', ms, false);
-    ELSE
-        PERFORM set_config('idle_session_timeout', ms, false);
+    IF NOT scrinalia.set_session_limit('idle_session_timeout', idle) THEN
+        PERFORM scrinalia.set_session_limit('idle_in_transaction_session_timeout', idle);
     END IF;
     RETURN idle;
 END $$;
@@ -359,7 +371,7 @@ SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 DECLARE idle interval := scrinalia.holder_idle_limit();
 BEGIN
-    PERFORM set_config('idle_in_transaction_session_timeout', (extract(epoch FROM idle) * 1000)::bigint::text, false);
+    PERFORM scrinalia.set_session_limit('idle_in_transaction_session_timeout', idle);
     RETURN idle;
 END $$;
 

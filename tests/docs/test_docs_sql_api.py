@@ -32,6 +32,7 @@ INTERNAL = {
     "describe_slot_holder",
     "raise_slot_busy",
     "check_stall_writer",
+    "set_session_limit",
     "check_runner",
     "raise_lease_lost",
     "raise_no_schedule",
