@@ -7,6 +7,9 @@ DROP FUNCTION IF EXISTS scrinalia.worker_timeline(text, integer);
 DROP VIEW IF EXISTS scrinalia.worker_run_history;
 DROP TRIGGER IF EXISTS run_catch_ups_delete ON scrinalia.archive_worker_runs;
 DROP TRIGGER IF EXISTS run_catch_ups_truncate ON scrinalia.archive_worker_runs;
+-- (from 0.6.0 one pair of triggers serves both side tables: sql/37_run_side_rows.sql)
+DROP TRIGGER IF EXISTS run_side_rows_delete ON scrinalia.archive_worker_runs;
+DROP TRIGGER IF EXISTS run_side_rows_truncate ON scrinalia.archive_worker_runs;
 DROP TABLE scrinalia.archive_run_catch_ups;
 -- 0003's CHECKs again: fails while a run has an attempt above 3 (the previous release
 -- cannot hold it).

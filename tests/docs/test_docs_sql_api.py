@@ -87,10 +87,8 @@ INTERNAL = {
     "overrunning_runs",
     "starved_schedules",
     "unclaimed_runs",
-    "run_reruns_delete_statement",
-    "run_reruns_truncate_statement",
-    "run_catch_ups_delete_statement",
-    "run_catch_ups_truncate_statement",
+    "run_side_rows_delete_statement",
+    "run_side_rows_truncate_statement",
     "prune_runs_before",
 }
 
