@@ -433,8 +433,17 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT interval '1 hour' $$;
 
--- The stalls kept at most (the oldest reported goes first), and the threads a stall
--- may name: a runner login cannot grow the table without bound.
+-- A stall whose runner's exit time passed this long ago without a word from it is gone
+-- (killed, its host lost): no longer counted as stuck now. (The runner exits a moment
+-- after that time, at its next look.)
+CREATE OR REPLACE FUNCTION scrinalia.runner_stall_exit_slack()
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT interval '1 minute' $$;
+
+-- The stalls kept at most per login (its oldest reported goes first), and the threads a
+-- stall may name: a runner login cannot grow the table without bound.
 CREATE OR REPLACE FUNCTION scrinalia.max_runner_stalls()
 RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE

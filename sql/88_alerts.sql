@@ -214,12 +214,17 @@ AS $$
      WHERE r.error_fingerprint = 'max-run-time' AND r.finished_at > now() - scrinalia.timed_out_alert_window()
     UNION ALL
     SELECT 'RUNNER_STUCK', NULL, s.stuck_since, s.run_ids,
-           CASE WHEN s.exited_at IS NULL
+           CASE s.state
+                WHEN 'stuck'
                 THEN format('runner %s (login %s): all %s of its handler threads have been held since %s by runs told to stop (%s, of %s: cancelled, past their maximum run time, or their lease lost) whose handlers do not return; it exits at %s unless one does, for its supervisor to start a fresh one: make those handlers stop when told (docs/handlers.md, context.check())',
                             s.runner, s.login, s.threads, s.stuck_since, array_to_string(s.run_ids, ', '),
                             coalesce(array_to_string(s.worker_names, ', '), '?'), s.exits_at)
-                ELSE format('runner %s (login %s) exited at %s: all %s of its handler threads were held since %s by runs told to stop (%s, of %s) whose handlers did not return; is its supervisor restarting it (compose restart:, systemd Restart=)? Make those handlers stop when told (docs/handlers.md, context.check())',
+                WHEN 'exited'
+                THEN format('runner %s (login %s) exited at %s: all %s of its handler threads were held since %s by runs told to stop (%s, of %s) whose handlers did not return; is its supervisor restarting it (compose restart:, systemd Restart=)? Make those handlers stop when told (docs/handlers.md, context.check())',
                             s.runner, s.login, s.exited_at, s.threads, s.stuck_since, array_to_string(s.run_ids, ', '),
+                            coalesce(array_to_string(s.worker_names, ', '), '?'))
+                ELSE format('runner %s (login %s) was to exit at %s, all %s of its handler threads held since %s by runs told to stop (%s, of %s), and has not said a word since: it was killed or its host lost, or it hangs; is its supervisor restarting it? Make those handlers stop when told (docs/handlers.md, context.check())',
+                            s.runner, s.login, s.exits_at, s.threads, s.stuck_since, array_to_string(s.run_ids, ', '),
                             coalesce(array_to_string(s.worker_names, ', '), '?')) END
       FROM scrinalia.runner_stalls() s
 $$;

@@ -141,7 +141,7 @@ def test_the_real_exporter_exposes_the_metrics(world, db, db_dsn, role_logins, p
     if exporter is None:
         _missing("prometheus-postgres-exporter is not installed (Debian package; .ci/run installs it)")
     # a runner whose two handler threads are stuck (as the runner says it: tests/runner)
-    db.execute("SELECT scrinalia.report_runner_stuck('host:7', %s, 2, '30 seconds')", ([world["gone"]],))
+    db.execute("SELECT scrinalia.report_runner_stuck('runner-7', %s, 2, '30 seconds')", ([world["gone"]],))
     info = psycopg.conninfo.conninfo_to_dict(db_dsn)
     # the documented grant: a login in scrinalia_monitor only
     dsn = f"postgresql://{role_logins['monitor']}@{info['host']}:{info['port']}/{info['dbname']}?sslmode=disable"

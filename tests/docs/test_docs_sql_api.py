@@ -31,7 +31,6 @@ INTERNAL = {
     "config_of",
     "describe_slot_holder",
     "raise_slot_busy",
-    "check_stall_writer",
     "set_session_limit",
     "check_runner",
     "raise_lease_lost",

@@ -14,6 +14,8 @@ import psycopg
 import pytest
 
 from helpers import YEARLY, make_worker, put_schedule
+from scrinalia_workers.admin.migrate import rollback
+from scrinalia_workers.errors import SchemaMismatch
 from scrinalia_workers.scheduler.sessions import Sessions
 from scrinalia_workers.testkit.waiting import wait_for
 
@@ -163,3 +165,13 @@ def test_on_13_the_holders_lock_session_is_never_idle_outside_a_transaction(db, 
         assert seen == held.lock_pid  # committed: another session sees it
     db.execute("NOTIFY scrinalia_scheduler")
     assert held.notified(5.0)
+
+
+def test_a_holder_whose_code_is_rolled_back_under_it_is_told_why(db_dsn, held):
+    """The rollback takes the code (its heartbeat's function among it): the holder's next
+    heartbeat says so in one line, for the daemon's exit 2, on 13 too, where the failed
+    call leaves the lock session's transaction aborted before the schema is checked."""
+    assert held.heartbeat()
+    rollback(db_dsn, 1)
+    with pytest.raises(SchemaMismatch, match="no scrinalia code installed"):
+        held.heartbeat()

@@ -97,7 +97,7 @@ def make_all(db) -> dict[str, int]:
         (runs["wtime"],),
     )
     assert len(db.execute("SELECT * FROM scrinalia.reap_expired_leases()").fetchall()) == 2
-    db.execute("SELECT scrinalia.report_runner_stuck('host:9', %s, 1, '1 minute')", ([runs["wreap"]],))
+    db.execute("SELECT scrinalia.report_runner_stuck('r1', %s, 1, '1 minute')", ([runs["wreap"]],))
     appear(db, runs)
     return runs
 
@@ -133,7 +133,7 @@ def appear(db, runs) -> None:
         "UPDATE scrinalia.archive_worker_runs SET created_at = now() - interval '6 minutes' WHERE run_id = %s",
         (runs["wqueue"],),
     )
-    db.execute("UPDATE scrinalia.runner_stalls SET reported_at = now() WHERE runner = 'host:9'")
+    db.execute("UPDATE scrinalia.runner_stalls SET reported_at = now() WHERE runner = 'r1'")
 
 
 def clear_all(db, runs) -> None:
@@ -162,8 +162,8 @@ def clear_all(db, runs) -> None:
     )
     db.execute("UPDATE scrinalia.archive_worker_runs SET created_at = now() WHERE run_id = %s", (runs["wqueue"],))
     db.execute(
-        "UPDATE scrinalia.runner_stalls SET reported_at = now() - scrinalia.runner_stall_alert_window() - interval '1s'"
-        " WHERE runner = 'host:9'"
+        "UPDATE scrinalia.runner_stalls SET reported_at = now() - scrinalia.runner_stall_alert_window() - interval '1s',"
+        " exits_at = now() - scrinalia.runner_stall_alert_window() - interval '1s' WHERE runner = 'r1'"
     )
 
 

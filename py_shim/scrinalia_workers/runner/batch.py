@@ -239,8 +239,12 @@ class Batch:
         return [run_id for run_id in running if run_id in self.lost or run_id in sup.orphans]
 
     def _stall_over(self) -> None:
-        """A handler of a runner said stuck returned: the stall is over, said once."""
+        """A handler of a runner said stuck returned: the stall is over, said once. (Not
+        while stopping: the runs left to their handlers are no longer counted then,
+        though none returned.)"""
         sup = self.sup
+        if sup.stopping():
+            return
         if sup.stuck_since is not None and len(self._stuck_runs()) < sup.handlers.max_threads:
             sup.stuck_since = None
             sup.ledger.report_stall(None)

@@ -206,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             startup_error(log, "scrinalia-runner", args.json, e)
             code = 2
         except HandlersStuck as e:  # no thread left to run a handler: a fresh process frees them
+            runner.ledger.report_stuck_exit()  # its RUNNER_STUCK alert outlives it
             log.last_words("exiting", level="error", reason=str(e))
             code = STUCK_EXIT
         if _lingering_threads(runner):

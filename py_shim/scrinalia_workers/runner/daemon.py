@@ -344,11 +344,8 @@ class Runner:
                     if not runs and not self._holding():
                         self._idle()
                     self._backoff.reset()
-                except HandlersStuck:
-                    self.ledger.report_stuck_exit()  # its RUNNER_STUCK alert outlives it
-                    raise  # no thread left to run a handler (exit 3)
-                except ConfigError:
-                    raise  # misconfiguration (exit 2)
+                except (ConfigError, HandlersStuck):
+                    raise  # misconfiguration (exit 2), or no thread left to run a handler (exit 3)
                 except psycopg.errors.InsufficientPrivilege as e:
                     raise MissingPrivilege(f"login lost a privilege: {e.diag.message_primary}") from None
                 except (psycopg.Error, DatabaseUnavailable) as e:

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
 from scrinalia_workers.errors import NOT_THE_SCHEDULER, LockLost, UnsafeConnection
@@ -77,6 +78,10 @@ def _call(conn: psycopg.Connection, statement: str, params: tuple = ()) -> dict[
     try:
         return one_row(conn.cursor(row_factory=dict_row).execute(statement, params))
     except psycopg.Error as e:
+        if not conn.broken and conn.info.transaction_status == TransactionStatus.INERROR:
+            # (PostgreSQL 13's lock session, kept inside a transaction: the schema check
+            # below reads the catalog, which an aborted transaction refuses)
+            conn.execute(sql.ROLLBACK_AND_BEGIN)
         moved = schema_moved(conn, e) if not conn.broken else None
         if moved is not None:
             raise moved from None
@@ -206,7 +211,7 @@ class Sessions:
         if pid == self.lock_pid:
             conn.close()
             raise UnsafeConnection(TRANSACTION_POOLER)
-        conn.execute(sql.LIMIT_SESSION, (self.idle_margin,))
+        _call(conn, sql.LIMIT_SESSION, (self.idle_margin,))  # (its code gone: exit 2, not a retry for ever)
         return conn, pid
 
     def _lock_session(self) -> psycopg.Connection:
@@ -258,7 +263,7 @@ class Sessions:
                 "the heartbeat could not be recorded: the scheduler-state row is held (scheduler_health names by whom)"
             )
         if self.lock_in_transaction:
-            self.listen_conn, _ = self._open("scrinalia-scheduler listen")
+            self.listen_conn, _ = self._open("scrinalia-scheduler listen", server_keepalives=True)
             self.listen_conn.execute(sql.LISTEN)
         else:
             conn.execute(sql.LISTEN)

@@ -77,7 +77,7 @@ EVICT_LOCK_HOLDER = "SELECT evicted, holder_pid, holder_role, reason FROM scrina
 # statements): a frozen holder frees the lock without any privilege
 LIMIT_SESSION = "SELECT scrinalia.limit_scheduler_session(make_interval(secs => %s))"
 # once the lock is ours: the server ends the lock session when it is idle a few seconds
-# (a frozen holder); idle: that limit in seconds, NULL where the server has none (13)
+# (a frozen holder; on PostgreSQL 13, idle inside its transaction); idle: that limit in seconds
 LIMIT_LOCK_SESSION = "SELECT extract(epoch FROM scrinalia.limit_scheduler_lock_session())::float8 AS idle"
 # the work session: the server ends it when it is idle inside a transaction as long
 LIMIT_WORK_SESSION = "SELECT scrinalia.limit_scheduler_work_session()"
