@@ -83,7 +83,7 @@ def test_the_graphile_poll_reads_its_primary_key_not_every_deleted_page(empty_db
     peers_graphile.install(empty_db_dsn)
     with psycopg.connect(empty_db_dsn, autocommit=True) as c:
         peers_graphile.fill(c, 5_000)
-        c.execute("DELETE FROM graphile_worker._private_jobs WHERE id < 4_900")
+        c.execute("DELETE FROM graphile_worker._private_jobs WHERE id < 4900")
         c.execute("VACUUM ANALYZE graphile_worker._private_jobs")
         for sql in (peers_graphile.LIVE, peers_graphile.DONE):
             plan = "\n".join(r[0] for r in c.execute("EXPLAIN " + sql).fetchall())
