@@ -106,21 +106,28 @@ def test_three_schedulers_racing_enqueue_each_period_once(db, db_dsn):
 def test_holder_killed_between_due_and_tick_loses_nothing(db, db_dsn, admin):
     workers = make_workers(db, 50, "kill")
     _arm_all_due(db, workers)
-    a = psycopg.connect(db_dsn, autocommit=True, application_name="scrinalia-scheduler tick (victim)")
-    b = psycopg.connect(db_dsn, autocommit=True)
+    # the victim is a holder as the daemon is one: its lock session holds the key and its
+    # heartbeat vouches for the work session that ticks (a session named a scheduler
+    # process's is held to the lock, whatever its login)
+    lock = psycopg.connect(db_dsn, autocommit=True, application_name="scrinalia-scheduler lock (victim)")
+    assert lock.execute("SELECT pg_try_advisory_lock(scrinalia.scheduler_lock_key())").fetchone()[0]
+    a = psycopg.connect(db_dsn, autocommit=True, application_name="scrinalia-scheduler (victim)")
+    assert lock.execute("SELECT scrinalia.scheduler_heartbeat('victim', %s)", (a.info.backend_pid,)).fetchone()[0]
+    b = psycopg.connect(db_dsn, autocommit=True)  # the owner by hand, in the standby's place
     a.execute("BEGIN")
     held = a.execute("SELECT worker_name, db_now FROM scrinalia.due_schedules()").fetchall()
     assert len(held) == 50
     # the standby sees nothing while the victim holds the rows: it cannot tick them too
     assert one_tick(b, "standby") == []
-    pid = a.info.backend_pid
-    admin.execute("SELECT pg_terminate_backend(%s)", (pid,))  # what SIGKILL of the holder amounts to
+    for pid in (a.info.backend_pid, lock.info.backend_pid):  # what SIGKILL of the holder amounts to
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
     with pytest.raises(psycopg.OperationalError):
         a.execute(
             "SELECT * FROM scrinalia.tick(%s::text[], %s::timestamptz[])",
             ([h[0] for h in held], [h[1] + timedelta(minutes=1) for h in held]),
         )
     a.close()
+    lock.close()
     t0 = time.monotonic()
     ds = []
     while len(ds) < 50 and time.monotonic() - t0 < 10:  # the rows are free once the backend is gone
