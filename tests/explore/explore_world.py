@@ -239,11 +239,11 @@ class World:
 
     def _gone(self, victims: list[int]) -> None:
         """Waits until the sessions the eviction ended are gone (their locks with them),
-        so that what waited for them is granted before the next step. evict_lock_holder
-        reads the work session to end after it ended the holder: a standby queued for
-        the lock may by then have overwritten the heartbeat, and that session is spared
-        (a race, counted in evict_raced); the harness ends it, so that every replay
-        goes the same way."""
+        so that what waited for them is granted before the next step. A work session
+        the eviction spared (as evict_lock_holder did while it read that session after
+        ending the holder, when a standby queued for the lock had overwritten the
+        heartbeat by then) is counted in evict_raced and ended here, so that every
+        replay goes the same way; the replays check that none is."""
         self.killed |= set(victims)
         holder, work = victims[0], victims[1:]
         self._wait_gone([holder], STEP_HUNG_AFTER)
