@@ -3,6 +3,18 @@
 -- catalogue by name, `status --all`, the web view). After 88_alerts.sql: the alerts'
 -- rules are their one home, read here.
 
+-- The page size of agenda_focus() and busiest_queues(): raises 22023 unless it is 1 or more.
+CREATE OR REPLACE FUNCTION scrinalia.check_page_limit(p_limit integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format('p_limit must be 1 or more, not %s', coalesce(p_limit::text, 'NULL'));
+    END IF;
+END $$;
+
 -- The agenda's totals, one row: the workers, their schedules by state, and how many are
 -- in each of agenda_focus()'s concerns (by the same rules; a worker may be in several).
 CREATE OR REPLACE FUNCTION scrinalia.agenda_totals()
@@ -47,9 +59,7 @@ ROWS 50
 AS $$
 #variable_conflict use_column
 BEGIN
-    IF p_limit IS NULL OR p_limit < 1 THEN
-        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format('p_limit must be 1 or more, not %s', coalesce(p_limit::text, 'NULL'));
-    END IF;
+    PERFORM scrinalia.check_page_limit(p_limit);
     RETURN QUERY
     WITH concern AS (
         (SELECT 1 AS rank, 'overdue' AS focus, o.worker_name, coalesce(o.next_run_at, o.updated_at) AS at
@@ -115,9 +125,7 @@ ROWS 50
 AS $$
 #variable_conflict use_column
 BEGIN
-    IF p_limit IS NULL OR p_limit < 1 THEN
-        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format('p_limit must be 1 or more, not %s', coalesce(p_limit::text, 'NULL'));
-    END IF;
+    PERFORM scrinalia.check_page_limit(p_limit);
     RETURN QUERY
     SELECT q.worker_name, q.pending, q.processed
       FROM ((SELECT u.worker_name, count(*) FILTER (WHERE u.processed_at IS NULL) AS pending,

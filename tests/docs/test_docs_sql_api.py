@@ -32,6 +32,7 @@ INTERNAL = {
     "describe_slot_holder",
     "raise_slot_busy",
     "set_session_limit",
+    "check_page_limit",
     "check_runner",
     "raise_lease_lost",
     "raise_no_schedule",
