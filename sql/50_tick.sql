@@ -100,40 +100,51 @@ END $$;
 -- verdicts), and what the masks cannot tell (a fold, a spring-forward gap's end, a
 -- cron without masks) by cron_fires_at(). Its cost grows with the minutes waited, so
 -- the tick asks only for a schedule a minute or more late, once per (cron, zone,
--- instant waited for).
+-- instant waited for). PL/pgSQL: its plans are kept for the session, where a SQL
+-- function with a SET clause is planned again at every call.
 -- The zone must load (the tick refuses the schedules of one that does not).
 CREATE OR REPLACE FUNCTION scrinalia.cron_fires_between(p_cron text, p_zone text, p_after timestamptz,
                                                         p_upto timestamptz)
 RETURNS boolean
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
-    WITH m AS MATERIALIZED (
-        SELECT * FROM scrinalia.archive_cron_masks c WHERE c.cron = p_cron
-        UNION ALL
-        SELECT * FROM scrinalia.cron_masks_of(ARRAY[p_cron], false)
-         WHERE NOT EXISTS (SELECT FROM scrinalia.archive_cron_masks c WHERE c.cron = p_cron)
-    ), minutes AS (
-        -- (the first minute boundary after p_after, in UTC: the session's zone may not
-        -- fall on minutes)
-        SELECT timezone('UTC', date_trunc('minute', timezone('UTC', p_after))) + interval '1 minute' AS first
-    )
-    SELECT p_upto - p_after >= interval '1 minute' AND EXISTS (
-        SELECT FROM (SELECT g.i, timezone(p_zone, g.i) AS w,
-                            -- the previous minute's wall clock: more than a minute before
-                            -- it, the instant ends a gap
-                            lag(timezone(p_zone, g.i), 1, timezone(p_zone, x.first - interval '1 minute'))
-                                OVER (ORDER BY g.i) AS prev_w
-                       FROM minutes x, generate_series(x.first, p_upto, interval '1 minute') AS g(i)) c
-          LEFT JOIN m ON true
-         WHERE CASE WHEN m.cron IS NULL THEN scrinalia.cron_fires_at(p_cron, p_zone, c.i)
-                    WHEN scrinalia.cron_masks_match(m.minutes, m.hours, m.doms, m.months, m.dows, m.day_and, c.w)
-                    THEN m.hour_star
-                         OR c.w - timezone('UTC', c.i) >= timezone(p_zone, c.i - interval '3 hours')
-                                                          - timezone('UTC', c.i - interval '3 hours')
-                         OR scrinalia.cron_fires_at(p_cron, p_zone, c.i)
-                    ELSE c.w - c.prev_w > interval '1 minute' AND scrinalia.cron_fires_at(p_cron, p_zone, c.i) END)
-$$;
+DECLARE
+    m record;
+    i timestamptz;
+    w timestamp;
+    prev_w timestamp;
+    fires boolean;
+BEGIN
+    IF p_upto - p_after < interval '1 minute' THEN
+        RETURN false;
+    END IF;
+    SELECT c.* INTO m FROM scrinalia.archive_cron_masks c WHERE c.cron = p_cron;
+    IF NOT FOUND THEN
+        SELECT c.* INTO m FROM scrinalia.cron_masks_of(ARRAY[p_cron], false) c;
+    END IF;
+    -- the first minute boundary after p_after, in UTC (the session's zone may not fall
+    -- on minutes)
+    i := timezone('UTC', date_trunc('minute', timezone('UTC', p_after))) + interval '1 minute';
+    prev_w := timezone(p_zone, i - interval '1 minute');
+    WHILE i <= p_upto LOOP
+        w := timezone(p_zone, i);
+        -- (more than a minute after the previous minute's wall clock: the instant ends a gap)
+        fires := CASE WHEN m.cron IS NULL THEN scrinalia.cron_fires_at(p_cron, p_zone, i)
+                      WHEN scrinalia.cron_masks_match(m.minutes, m.hours, m.doms, m.months, m.dows, m.day_and, w)
+                      THEN m.hour_star
+                           OR w - timezone('UTC', i) >= timezone(p_zone, i - interval '3 hours')
+                                                        - timezone('UTC', i - interval '3 hours')
+                           OR scrinalia.cron_fires_at(p_cron, p_zone, i)
+                      ELSE w - prev_w > interval '1 minute' AND scrinalia.cron_fires_at(p_cron, p_zone, i) END;
+        IF fires THEN
+            RETURN true;
+        END IF;
+        prev_w := w;
+        i := i + interval '1 minute';
+    END LOOP;
+    RETURN false;
+END $$;
 
 -- The tick's one statement. For each (worker, next occurrence after now()) pair: an
 -- unarmed schedule is armed; a due one whose worker has a QUEUED/RUNNING run or a retry still
@@ -234,11 +245,15 @@ DECLARE
         SELECT array_agg(d.worker_name) AS workers, array_agg(d.request) AS requests
           FROM checked d
          WHERE d.was IS NOT NULL AND d.active_run_id IS NULL AND d.owed_run_id IS NULL AND d.refused IS NULL
-    ), missed AS MATERIALIZED (
+    ), missed AS (
         -- whether periods were missed (the run a catch-up): once per (cron, zone,
         -- instant waited for) of those that may enqueue a minute or more late; on time
-        -- (the usual tick, tick_due_at) none is, and nothing is evaluated
-        SELECT t.cron, t.timezone, t.was, scrinalia.cron_fires_between(t.cron, t.timezone, t.was, now()) AS catch_up
+        -- (the usual tick, tick_due_at) none is, and nothing is evaluated. One object
+        -- keyed by the three, looked up by key below (as made: a join of the chunk's rows
+        -- with these, whose count the planner cannot know, was a nested loop)
+        SELECT coalesce(jsonb_object_agg(jsonb_build_array(t.cron, t.timezone, t.was)::text, true)
+                            FILTER (WHERE scrinalia.cron_fires_between(t.cron, t.timezone, t.was, now())),
+                        '{}') AS keys
           FROM (SELECT DISTINCT d.cron, d.timezone, d.was FROM checked d
                  WHERE d.was <= now() - interval '1 minute'
                    AND d.active_run_id IS NULL AND d.owed_run_id IS NULL AND d.refused IS NULL) t
@@ -265,8 +280,8 @@ DECLARE
         INSERT INTO scrinalia.archive_run_catch_ups (run_id)
         SELECT ((SELECT m.runs FROM made m) ->> d.worker_name)::bigint
           FROM checked d
-          JOIN missed x ON x.cron = d.cron AND x.timezone = d.timezone AND x.was = d.was
-         WHERE x.catch_up AND (SELECT m.runs FROM made m) ? d.worker_name
+         WHERE (SELECT m.runs FROM made m) ? d.worker_name
+           AND (SELECT x.keys FROM missed x) ? jsonb_build_array(d.cron, d.timezone, d.was)::text
         RETURNING run_id
     ), caught AS (
         SELECT coalesce(jsonb_object_agg(n.run_id::text, true), '{}') AS runs FROM noted n
