@@ -344,14 +344,16 @@ BEGIN
     SELECT w.worker_name,
            (s.worker_name IS NOT NULL)::int,
            coalesce((NOT s.enabled)::int, 0),
-           (o.worker_name IS NOT NULL)::int,
+           -- (the alerts' workers each hashed once by a subplan: joined, the planner
+           -- hashed the chain of every worker's row against each of them instead)
+           (w.worker_name IN (SELECT o.worker_name FROM scrinalia.overdue_schedules() o))::int,
            coalesce((s.enabled AND s.arm_error IS NOT NULL)::int, 0),
            -- (latest_finished_periods() inlined: as tallied, or afresh for a changed worker)
            coalesce((CASE WHEN s.worker_name IS NULL THEN NULL
                           WHEN ch.worker_name IS NOT NULL THEN pf.last_status
                           ELSE pt.last_status END IN ('FAILED', 'INTERRUPTED'))::int, 0),
-           -- (the finished ones tallied, the deltas not folded yet, the live one)
-           coalesce(rt.retries, 0) + coalesce(rd.retries, 0),
+           -- (the finished ones tallied, the deltas not folded yet, the live one: attempt > 1)
+           coalesce(rt.retries, 0) + coalesce(rd.retries, 0) + coalesce((a.attempt > 1)::int, 0),
            coalesce(s.skipped_count, 0),
            -- (unknown when either instant is hand-written outside the periods' range:
            -- an infinite one cannot be subtracted, and a lateness of millennia says nothing)
@@ -360,14 +362,14 @@ BEGIN
                AND r.created_at >= scrinalia.period_start() AND r.created_at < scrinalia.period_end()
                AND r.scheduled_for >= scrinalia.period_start() AND r.scheduled_for < scrinalia.period_end()),
            coalesce(q.pending, 0), coalesce(q.processed, 0),
-           cw.wait,
+           a.wait,
            extract(epoch FROM coalesce(wl.max_run_time, scrinalia.default_max_run_time()))::float8,
            CASE WHEN a.status = 'RUNNING' AND isfinite(a.started_at)
                 THEN extract(epoch FROM now() - a.started_at)::float8 END,
-           (ov.worker_name IS NOT NULL)::int,
+           (w.worker_name IN (SELECT ov.worker_name FROM scrinalia.overrunning_runs() ov))::int,
            CASE WHEN s.enabled THEN s.skipped_count - s.skipped_count_at_enqueue ELSE 0 END,
-           (sv.worker_name IS NOT NULL)::int,
-           (uc.worker_name IS NOT NULL)::int,
+           (w.worker_name IN (SELECT sv.worker_name FROM scrinalia.starved_schedules() sv))::int,
+           (w.worker_name IN (SELECT uc.worker_name FROM scrinalia.unclaimed_runs() uc))::int,
            coalesce(a.run_id, ow.run_id)
       FROM scrinalia.archive_workers w
       LEFT JOIN scrinalia.archive_worker_schedules s ON s.worker_name = w.worker_name
@@ -376,37 +378,29 @@ BEGIN
                         count(*) FILTER (WHERE u.processed_at IS NOT NULL) AS processed
                    FROM scrinalia.archive_worker_units u GROUP BY u.worker_name) q
              ON q.worker_name = w.worker_name
-      LEFT JOIN scrinalia.overdue_schedules() o ON o.worker_name = w.worker_name
       LEFT JOIN changed ch ON ch.worker_name = w.worker_name
       LEFT JOIN scrinalia.latest_period_tally pt ON pt.worker_name = w.worker_name
       LEFT JOIN scrinalia.latest_finished_periods_of(ARRAY(SELECT c.worker_name FROM changed c)) pf
              ON pf.worker_name = w.worker_name
       LEFT JOIN scrinalia.retry_tally rt ON rt.worker_name = w.worker_name
-      LEFT JOIN (SELECT x.worker_name, sum(x.runs) AS retries
-                   FROM (SELECT d.worker_name, e.runs
-                           FROM scrinalia.run_tally_delta e CROSS JOIN LATERAL unnest(e.worker_names) AS d(worker_name)
-                          WHERE e.retry AND e.runs <> 0
-                         UNION ALL  -- (attempt > 1: a retry, and the live rows' index, not the retries')
-                         SELECT r.worker_name, 1 FROM scrinalia.archive_worker_runs r
-                          WHERE r.status IN ('QUEUED', 'RUNNING') AND r.attempt > 1) x
-                  GROUP BY x.worker_name) rd ON rd.worker_name = w.worker_name
-      -- (a hand-written -infinity counts from period_start(): old, and no error; a
-      -- future one, +infinity included, from now(): no wait yet)
-      LEFT JOIN (SELECT r.worker_name,
-                        extract(epoch FROM now() - least(greatest(min(coalesce(r.not_before, r.created_at)),
-                                                                  scrinalia.period_start()), now()))::float8 AS wait
+      LEFT JOIN (SELECT d.worker_name, sum(e.runs) AS retries
+                   FROM scrinalia.run_tally_delta e CROSS JOIN LATERAL unnest(e.worker_names) AS d(worker_name)
+                  WHERE e.retry AND e.runs <> 0
+                  GROUP BY d.worker_name) rd ON rd.worker_name = w.worker_name
+      -- (the slot: the live row, one a worker (uq_worker_run_active), and the owed
+      -- retries. Its wait when QUEUED and claimable: a hand-written -infinity counts from
+      -- period_start(): old, and no error; a future one, +infinity included, from now():
+      -- no wait yet)
+      LEFT JOIN (SELECT r.worker_name, r.run_id, r.status, r.started_at, r.attempt,
+                        CASE WHEN r.status = 'QUEUED' AND (r.not_before IS NULL OR r.not_before <= now())
+                             THEN extract(epoch FROM now() - least(greatest(coalesce(r.not_before, r.created_at),
+                                                                            scrinalia.period_start()), now()))::float8
+                             END AS wait
                    FROM scrinalia.archive_worker_runs r
-                  WHERE r.status = 'QUEUED' AND (r.not_before IS NULL OR r.not_before <= now())
-                  GROUP BY r.worker_name) cw ON cw.worker_name = w.worker_name
-      -- (the slot: the live rows, one a worker, and the owed retries)
-      LEFT JOIN (SELECT r.worker_name, r.run_id, r.status, r.started_at FROM scrinalia.archive_worker_runs r
                   WHERE r.status IN ('QUEUED', 'RUNNING')) a ON a.worker_name = w.worker_name
       LEFT JOIN (SELECT r.worker_name, min(r.run_id) AS run_id FROM scrinalia.archive_worker_runs r
                   WHERE r.retry_pending GROUP BY r.worker_name) ow ON ow.worker_name = w.worker_name
-      LEFT JOIN scrinalia.archive_worker_limits wl ON wl.worker_name = w.worker_name
-      LEFT JOIN scrinalia.overrunning_runs() ov ON ov.worker_name = w.worker_name
-      LEFT JOIN scrinalia.starved_schedules() sv ON sv.worker_name = w.worker_name
-      LEFT JOIN scrinalia.unclaimed_runs() uc ON uc.worker_name = w.worker_name;
+      LEFT JOIN scrinalia.archive_worker_limits wl ON wl.worker_name = w.worker_name;
 END
 $$;
 
