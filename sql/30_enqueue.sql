@@ -50,7 +50,7 @@ END $$;
 CREATE OR REPLACE FUNCTION scrinalia.enqueue(p_worker_name text, p_request jsonb DEFAULT '{}',
                                   p_trigger scrinalia.run_trigger DEFAULT 'MANUAL',
                                   p_requested_by text DEFAULT NULL)
-RETURNS scrinalia.archive_worker_runs
+RETURNS scrinalia.worker_run_v1
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 -- its plans are kept for the session: none may scan the ledger whole for having been
@@ -63,7 +63,7 @@ DECLARE
     s jsonb;            -- the worker's presets
     presets jsonb;
     resolved record;    -- config_of(): the config and its sources
-    run scrinalia.archive_worker_runs;
+    run scrinalia.worker_run_v1;
 BEGIN
     IF p_trigger IS NULL OR p_trigger NOT IN ('MANUAL', 'CLI') THEN
         RAISE EXCEPTION USING ERRCODE = 'SW002',
@@ -119,7 +119,7 @@ BEGIN
          WHERE NOT EXISTS (SELECT FROM scrinalia.archive_worker_runs o
                             WHERE o.worker_name = p_worker_name AND o.retry_pending)
         ON CONFLICT (worker_name) WHERE status IN ('QUEUED', 'RUNNING') DO NOTHING
-        RETURNING * INTO run;
+        RETURNING (scrinalia.run_v1(archive_worker_runs)).* INTO run;
     ELSE
         BEGIN
             INSERT INTO scrinalia.archive_worker_runs
@@ -127,7 +127,7 @@ BEGIN
             SELECT p_worker_name, p_trigger, req, resolved.config, resolved.sources, p_requested_by
              WHERE NOT EXISTS (SELECT FROM scrinalia.archive_worker_runs o
                                 WHERE o.worker_name = p_worker_name AND o.retry_pending)
-            RETURNING * INTO run;
+            RETURNING (scrinalia.run_v1(archive_worker_runs)).* INTO run;
         EXCEPTION WHEN unique_violation THEN
             run := NULL;
         END;
@@ -156,7 +156,7 @@ END $$;
 CREATE OR REPLACE FUNCTION scrinalia.enqueue_runs(p_worker_names text[], p_requests jsonb[] DEFAULT NULL,
                                        p_trigger scrinalia.run_trigger DEFAULT 'MANUAL',
                                        p_requested_by text DEFAULT NULL)
-RETURNS SETOF scrinalia.archive_worker_runs
+RETURNS SETOF scrinalia.worker_run_v1
 LANGUAGE plpgsql SECURITY DEFINER
 ROWS 1000
 SET search_path = pg_catalog, scrinalia, pg_temp
@@ -175,7 +175,7 @@ DECLARE
     st text;
     msg text;
     hint text;
-    inserted scrinalia.archive_worker_runs[];
+    inserted scrinalia.worker_run_v1[];
 BEGIN
     IF p_trigger IS NULL OR p_trigger NOT IN ('MANUAL', 'CLI') THEN
         RAISE EXCEPTION USING ERRCODE = 'SW002',
@@ -286,8 +286,8 @@ BEGIN
                       FROM scrinalia.resolve_configs($1, $2) rc
                      ORDER BY rc.worker_name
                     ON CONFLICT (worker_name) WHERE status IN (''QUEUED'', ''RUNNING'') DO NOTHING
-                    RETURNING n.*)
-                 SELECT coalesce(array_agg(n ORDER BY n.run_id), ''{}'') FROM n'
+                    RETURNING scrinalia.run_v1(n) AS run)
+                 SELECT coalesce(array_agg(n.run ORDER BY (n.run).run_id), ''{}'') FROM n'
                 INTO inserted
                 USING workers, requests, p_trigger, p_requested_by;
             IF cardinality(inserted) = cardinality(workers) THEN
@@ -306,7 +306,7 @@ BEGIN
                      SELECT rc.worker_name, $3, rc.request, rc.config, rc.sources, $4
                        FROM scrinalia.resolve_configs($1, $2) rc
                       ORDER BY rc.worker_name
-                     RETURNING n.*'
+                     RETURNING (scrinalia.run_v1(n)).*'
                     USING workers, requests, p_trigger, p_requested_by;
             EXCEPTION WHEN unique_violation THEN
                 -- Which slot: the run that took it committed after this snapshot, which

@@ -31,7 +31,7 @@ END $$;
 -- PL/pgSQL's generic plan filters instead of reading ix_worker_runs_queued in order.
 CREATE OR REPLACE FUNCTION scrinalia.claim_runs(p_runner_id text, p_lease interval DEFAULT '5 minutes',
                                      p_workers text[] DEFAULT NULL, p_limit integer DEFAULT 1)
-RETURNS SETOF scrinalia.archive_worker_runs
+RETURNS SETOF scrinalia.worker_run_v1
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 SET jit = off
@@ -58,7 +58,7 @@ BEGIN
                    heartbeat_at = now(), started_at = now()
               FROM c
              WHERE r.run_id = c.run_id
-            RETURNING r.*
+            RETURNING (scrinalia.run_v1(r)).*
         )
         SELECT * FROM u ORDER BY u.created_at, u.run_id;
     ELSE
@@ -77,7 +77,7 @@ BEGIN
                    heartbeat_at = now(), started_at = now()
               FROM c
              WHERE r.run_id = c.run_id
-            RETURNING r.*
+            RETURNING (scrinalia.run_v1(r)).*
         )
         SELECT * FROM u ORDER BY u.created_at, u.run_id;
     END IF;
@@ -86,7 +86,7 @@ END $$;
 -- Claims the oldest claimable run: claim_runs() with a limit of one.
 CREATE OR REPLACE FUNCTION scrinalia.claim_next(p_runner_id text, p_lease interval DEFAULT '5 minutes',
                                      p_workers text[] DEFAULT NULL)
-RETURNS SETOF scrinalia.archive_worker_runs
+RETURNS SETOF scrinalia.worker_run_v1
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$

@@ -7,13 +7,13 @@
 -- Errors: SW011 no such run, or one not ended (QUEUED/RUNNING).
 
 CREATE OR REPLACE FUNCTION scrinalia.rerun(p_run_id bigint, p_requested_by text DEFAULT NULL)
-RETURNS scrinalia.archive_worker_runs
+RETURNS scrinalia.worker_run_v1
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 DECLARE
     src scrinalia.archive_worker_runs;
-    run scrinalia.archive_worker_runs;
+    run scrinalia.worker_run_v1;
 BEGIN
     -- KEY SHARE: prune_runs cannot delete it before the link to it is written
     SELECT * INTO src FROM scrinalia.archive_worker_runs r WHERE r.run_id = p_run_id FOR KEY SHARE;

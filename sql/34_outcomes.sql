@@ -109,13 +109,13 @@ END $$;
 -- SW020; returns the finished row.
 CREATE OR REPLACE FUNCTION scrinalia.finish(p_run_id bigint, p_lease_token uuid, p_status scrinalia.run_status,
                                  p_error text DEFAULT NULL, p_error_fingerprint text DEFAULT NULL)
-RETURNS scrinalia.archive_worker_runs
+RETURNS scrinalia.worker_run_v1
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 DECLARE
     lost text;
-    run scrinalia.archive_worker_runs;
+    run scrinalia.worker_run_v1;
 BEGIN
     IF p_run_id IS NULL THEN  -- a bad status (SW021), else a lease nobody holds, not malformed arrays
         PERFORM scrinalia.check_outcome_status(p_status);
@@ -127,6 +127,6 @@ BEGIN
     IF lost IS NOT NULL THEN
         PERFORM scrinalia.raise_lease_lost(p_run_id, p_lease_token);
     END IF;
-    SELECT * INTO run FROM scrinalia.archive_worker_runs r WHERE r.run_id = p_run_id;
+    SELECT (scrinalia.run_v1(r)).* INTO run FROM scrinalia.archive_worker_runs r WHERE r.run_id = p_run_id;
     RETURN run;
 END $$;

@@ -8,12 +8,12 @@
 -- lease is fenced: its runner's next heartbeat or finish writes nothing and answers
 -- "the run is CANCELLED (cancelled by ...)" (lease_problem), which tells it to stop.
 CREATE OR REPLACE FUNCTION scrinalia.cancel_run(p_run_id bigint, p_cancelled_by text DEFAULT NULL)
-RETURNS scrinalia.archive_worker_runs
+RETURNS scrinalia.worker_run_v1
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 DECLARE
-    run scrinalia.archive_worker_runs;
+    run scrinalia.worker_run_v1;
     who text := coalesce(scrinalia.check_actor('cancelled_by', p_cancelled_by), 'an operator');
 BEGIN
     UPDATE scrinalia.archive_worker_runs r
@@ -24,7 +24,7 @@ BEGIN
                         ELSE format('cancelled by %s', who) END,
            lease_token = NULL, lease_expires_at = NULL
      WHERE r.run_id = p_run_id AND r.status IN ('QUEUED', 'RUNNING')
-    RETURNING r.* INTO run;
+    RETURNING (scrinalia.run_v1(r)).* INTO run;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'SW011',
             MESSAGE = format('run #%s cannot be cancelled: %s', p_run_id,
@@ -44,7 +44,7 @@ END $$;
 -- check_scheduler_caller in 45_scheduler_lock.sql): every pass of it calls this, any
 -- release's scheduler.
 CREATE OR REPLACE FUNCTION scrinalia.reap_expired_leases()
-RETURNS SETOF scrinalia.archive_worker_runs
+RETURNS SETOF scrinalia.worker_run_v1
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
@@ -84,7 +84,7 @@ BEGIN
            retry_pending = scrinalia.owes_retry(r.trigger, 'INTERRUPTED', r.attempt)
       FROM ended
      WHERE r.run_id = ended.run_id
-    RETURNING r.*;
+    RETURNING (scrinalia.run_v1(r)).*;
     GET DIAGNOSTICS n = ROW_COUNT;
     IF n > 0 THEN
         PERFORM pg_notify('scrinalia_scheduler', 'reaped');

@@ -1,12 +1,26 @@
--- What is kept beside a run goes with it: its catch-up mark (archive_run_catch_ups,
--- migration 0010, written by the tick) and its re-run links at either end
--- (archive_run_reruns, 0012, written by rerun()), when runs are deleted (prune_runs,
--- the retention, a DBA) and all of them when the ledger is truncated (a run id a
--- restarted sequence gives again must inherit neither). Side tables, not columns: the
--- ledger's row type is what earlier releases' daemons have prepared. One pair of
--- statement triggers on the ledger serves every side table; a side table to come is
--- one more statement in each. (An earlier install of this release had a pair per
--- table: they go here, their functions with 99_drop_obsolete.sql.)
+-- What is kept beside a run goes with it: its re-run links at either end
+-- (archive_run_reruns, 0012, written by rerun()), and the catch-up marks of 0010
+-- (archive_run_catch_ups) while there are any, when runs are deleted (prune_runs, the
+-- retention, a DBA) and all of them when the ledger is truncated (a run id a restarted
+-- sequence gives again must inherit neither). One pair of statement triggers on the
+-- ledger serves every side table; a side table to come is one more statement in each.
+-- (An earlier install had a pair per table: they go here, their functions with
+-- 99_drop_obsolete.sql.)
+
+-- Whether a run is a catch-up is its column catch_up since 0015; only the tick of the
+-- code an upgrade replaces (between the migration's transaction and the code's) still
+-- writes 0010's table: each mark it inserts is set on its run and removed.
+CREATE OR REPLACE FUNCTION scrinalia.run_catch_up_noted()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    UPDATE scrinalia.archive_worker_runs r SET catch_up = true
+      FROM new_rows n WHERE n.run_id = r.run_id AND NOT r.catch_up;
+    DELETE FROM scrinalia.archive_run_catch_ups c USING new_rows n WHERE c.run_id = n.run_id;
+    RETURN NULL;
+END $$;
 
 CREATE OR REPLACE FUNCTION scrinalia.run_side_rows_delete_statement()
 RETURNS trigger

@@ -259,10 +259,12 @@ DECLARE
                    AND d.active_run_id IS NULL AND d.owed_run_id IS NULL AND d.refused IS NULL) t
     ), ins AS (
         INSERT INTO scrinalia.archive_worker_runs AS r
-               (worker_name, trigger, request, config, config_sources, scheduled_for, requested_by, created_at)
+               (worker_name, trigger, request, config, config_sources, scheduled_for, requested_by, created_at,
+                catch_up)
         -- (created as of its due instant when ticked ahead of it: tick_due_at)
         SELECT d.worker_name, 'SCHEDULE', d.request, rc.config, rc.sources, d.was, 'scheduler',
-               greatest(now(), d.was)
+               greatest(now(), d.was),
+               (SELECT x.keys FROM missed x) ? jsonb_build_array(d.cron, d.timezone, d.was)::text
           FROM fire f
          CROSS JOIN LATERAL scrinalia.resolve_configs(f.workers, f.requests) rc
           JOIN checked d ON d.worker_name = rc.worker_name  -- one schedule per worker
@@ -275,19 +277,11 @@ DECLARE
         -- through a scalar subquery, computed once: a CTE scan joined to every row
         -- would copy the whole object for each
         SELECT coalesce(jsonb_object_agg(ins.worker_name, ins.run_id), '{}') AS runs FROM ins
-    ), noted AS (
-        -- the catch-ups, one row each (archive_run_catch_ups: see 0010_run_catch_up)
-        INSERT INTO scrinalia.archive_run_catch_ups (run_id)
-        SELECT ((SELECT m.runs FROM made m) ->> d.worker_name)::bigint
-          FROM checked d
-         WHERE (SELECT m.runs FROM made m) ? d.worker_name
-           AND (SELECT x.keys FROM missed x) ? jsonb_build_array(d.cron, d.timezone, d.was)::text
-        RETURNING run_id
-    ), caught AS (
-        SELECT coalesce(jsonb_object_agg(n.run_id::text, true), '{}') AS runs FROM noted n
     ), decided AS (
         SELECT d.worker_name, d.was, d.next_at, r.run_id,
-               CASE WHEN r.run_id IS NOT NULL THEN (SELECT c.runs FROM caught c) ? r.run_id::text END AS catch_up,
+               CASE WHEN r.run_id IS NOT NULL
+                    THEN (SELECT x.keys FROM missed x) ? jsonb_build_array(d.cron, d.timezone, d.was)::text
+                    END AS catch_up,
                CASE WHEN d.refused IS NOT NULL THEN 'REFUSED'
                     WHEN d.was IS NULL THEN 'ARMED'
                     WHEN r.run_id IS NOT NULL THEN 'ENQUEUED'

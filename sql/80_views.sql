@@ -46,10 +46,9 @@ SELECT r.run_id, r.worker_name, r.status, r.trigger, r.attempt,
        r.error, r.error_fingerprint, r.requested_by, r.lease_owner, r.lease_expires_at,
        r.request, r.config, r.config_sources,
        -- whether the tick found periods missed when it created this attempt 1 (one run
-       -- for them all; archive_run_catch_ups); NULL for a manual run or a retry, false
-       -- for one an earlier release's tick made. (Appended: a view grows only at its end.)
-       CASE WHEN r.trigger = 'SCHEDULE' AND r.attempt = 1
-            THEN EXISTS (SELECT FROM scrinalia.archive_run_catch_ups c WHERE c.run_id = r.run_id) END AS catch_up,
+       -- for them all: the run's catch_up); NULL for a manual run or a retry, false for
+       -- one an earlier release's tick made. (Appended: a view grows only at its end.)
+       CASE WHEN r.trigger = 'SCHEDULE' AND r.attempt = 1 THEN r.catch_up END AS catch_up,
        -- a run's re-runs by hand (rerun()), oldest first ('{}' when none), and the run a
        -- re-run re-runs. (Appended too.)
        ARRAY(SELECT n.run_id FROM scrinalia.archive_run_reruns n

@@ -26,6 +26,7 @@ HEAD = [
     "0012_rerun",
     "0013_alerts_retention",
     "0014_runner_stalls",
+    "0015_run_catch_up_column",
 ]
 
 

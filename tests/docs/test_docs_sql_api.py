@@ -88,6 +88,8 @@ INTERNAL = {
     "starved_schedules",
     "unclaimed_runs",
     "run_side_rows_delete_statement",
+    "run_v1",
+    "run_catch_up_noted",
     "run_side_rows_truncate_statement",
     "prune_runs_before",
 }

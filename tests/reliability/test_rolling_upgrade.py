@@ -8,9 +8,11 @@ scrinalia_runner), as a least-privilege deploy runs them: the superuser would pa
 every caller check. The daemons log no error (and never a loop of them), none exits,
 and every period is enqueued exactly once.
 
-(The previous release's runner prepares its claim on the server: a change of the
-claim's row type kills it with "cached plan must not change result type". This
-release's migrations change no such type; this release's runner prepares nothing.)
+(0.1.0's runner prepares its claim on the server: a change of the claim's row type
+would kill it with "cached plan must not change result type". The functions that
+return a run return the frozen worker_run_v1 since 0015, which switches them in the
+same transaction as it adds the ledger's column; this release's runner prepares
+nothing.)
 
 Each of PERIODS schedules is armed on its own second (yearly cron: one period each in
 the test), so periods come due before, during and after the migrate; every

@@ -160,17 +160,15 @@ def test_only_the_schedulers_session_prunes(db, connect_as):
     assert existing(db, [run_id]) == {run_id}
 
 
-def test_a_runs_rerun_link_and_catch_up_mark_go_with_it(db, db_dsn):
+def test_a_runs_rerun_link_goes_with_it(db, db_dsn):
     make_worker(db)
     old, recent = manual_run(db), manual_run(db)
     age(db, [old], 100)
     db.execute("INSERT INTO scrinalia.archive_run_reruns (run_id, rerun_of) VALUES (%s, %s)", (recent, old))
-    db.execute("INSERT INTO scrinalia.archive_run_catch_ups (run_id) VALUES (%s)", (old,))
     with lock_holding_scheduler(db_dsn, "retention") as s:
         s.tick()
     assert existing(db, [old, recent]) == {recent}
     assert db.execute("SELECT count(*) FROM scrinalia.archive_run_reruns").fetchone()[0] == 0
-    assert db.execute("SELECT count(*) FROM scrinalia.archive_run_catch_ups").fetchone()[0] == 0
 
 
 def test_a_locked_row_holds_up_neither_the_pass_nor_the_others(db, db_dsn):

@@ -107,31 +107,85 @@ def test_cron_fires_between_answers_as_the_cron_itself(db, zone):
     assert any(c[3] for c in cases) and not all(c[3] for c in cases)
 
 
-def test_a_catch_ups_row_goes_with_its_run(db):
-    """Kept beside the ledger (a column would change the row type an earlier release's
-    runner prepared its claim against): deleted and truncated with its run."""
+def test_the_catch_up_is_a_column_of_the_run(db):
+    """Written by the tick with the run, read by SQL from the run itself; 0010's table
+    beside the ledger stays empty."""
     make_worker(db, "ocr")
     put_schedule(db, "ocr", "* * * * *", tz="UTC")
     tick(db)
     set_next_run(db, "ocr", "2 hours")
     tick(db)
+    rows = db.execute(
+        "SELECT catch_up FROM scrinalia.archive_worker_runs WHERE worker_name = 'ocr' ORDER BY run_id"
+    ).fetchall()
+    assert rows == [(True,)]
     assert _catch_up(db, "ocr") is True
-    db.execute("DELETE FROM scrinalia.archive_worker_runs")
     assert db.execute("SELECT count(*) FROM scrinalia.archive_run_catch_ups").fetchone()[0] == 0
-    set_next_run(db, "ocr", "2 hours")
+
+
+def test_a_mark_in_the_old_table_moves_onto_its_run(db):
+    """The tick of the code an upgrade replaces still writes 0010's table until the new
+    code is installed: each mark it inserts is set on its run, and removed."""
+    make_worker(db, "ocr")
+    put_schedule(db, "ocr", "* * * * *", tz="UTC")
     tick(db)
-    db.execute("TRUNCATE scrinalia.archive_worker_runs CASCADE")
+    set_next_run(db, "ocr", "30 seconds")
+    tick(db)
+    (run_id, on_time) = db.execute(
+        "SELECT run_id, catch_up FROM scrinalia.archive_worker_runs ORDER BY run_id DESC LIMIT 1"
+    ).fetchone()
+    assert on_time is False
+    db.execute("INSERT INTO scrinalia.archive_run_catch_ups (run_id) VALUES (%s)", (run_id,))
+    assert db.execute("SELECT catch_up FROM scrinalia.archive_worker_runs WHERE run_id = %s", (run_id,)).fetchone() == (
+        True,
+    )
     assert db.execute("SELECT count(*) FROM scrinalia.archive_run_catch_ups").fetchone()[0] == 0
 
 
-def test_the_ledgers_row_type_is_the_previous_releases(db):
-    """What claim_next() returns is the ledger's row: an earlier release's runner prepared
-    its claim against it, and fails on a column more."""
-    cols = [
+RUN_FUNCTIONS = (
+    "enqueue",
+    "enqueue_runs",
+    "claim_runs",
+    "claim_next",
+    "finish",
+    "rerun",
+    "cancel_run",
+    "reap_expired_leases",
+)
+
+
+def test_the_functions_return_the_ledgers_row_as_it_was_before_the_column(db):
+    """What enqueue(), claim_next() and the others return is worker_run_v1: the ledger's
+    columns but catch_up, in their order. A client that prepared its statement against
+    them (an earlier release's runner) keeps its result type, and a column the ledger
+    gains changes nothing of it."""
+    ledger = [
         r[0]
         for r in db.execute(
             "SELECT attname FROM pg_attribute WHERE attrelid = 'scrinalia.archive_worker_runs'::regclass"
             " AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
         ).fetchall()
     ]
-    assert "catch_up" not in cols and "rerun_of" not in cols
+    frozen = [
+        r[0]
+        for r in db.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = 'scrinalia.worker_run_v1'::regclass"
+            " AND attnum > 0 ORDER BY attnum"
+        ).fetchall()
+    ]
+    assert ledger == [*frozen, "catch_up"]
+    returns = dict(
+        db.execute(
+            "SELECT p.proname, p.prorettype::regtype::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " WHERE n.nspname = 'scrinalia' AND p.proname = ANY (%s)",
+            (list(RUN_FUNCTIONS),),
+        ).fetchall()
+    )
+    assert returns == dict.fromkeys(RUN_FUNCTIONS, "scrinalia.worker_run_v1")
+    make_worker(db, "ocr")
+    with db.transaction(force_rollback=True):
+        db.execute("ALTER TABLE scrinalia.archive_worker_runs ADD COLUMN a_later_column integer")
+        cur = db.execute("SELECT * FROM scrinalia.enqueue('ocr')")
+        assert [c.name for c in cur.description] == frozen
+        cur = db.execute("SELECT * FROM scrinalia.claim_next('r1', '1 minute')")
+        assert [c.name for c in cur.description] == frozen and cur.fetchone() is not None

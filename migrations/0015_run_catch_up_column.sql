@@ -1,0 +1,126 @@
+-- Whether a SCHEDULE attempt 1 is a catch-up (the tick created it after periods were
+-- missed: one run for them all) is a column of the run, written by the tick with the
+-- run. 0010 kept it in a table beside the ledger (archive_run_catch_ups): a column more
+-- changed the result of every function returning the ledger's row, and an earlier
+-- release's daemon whose statement was prepared against the old one failed ("cached
+-- plan must not change result type"). So first, in this transaction, those functions
+-- stop returning the ledger's row type: they return scrinalia.worker_run_v1, the
+-- ledger's row as it was before this column, and go on returning it whatever columns
+-- the ledger gains. A function's result type cannot change in place, so each one is
+-- renamed (its OID, body and grants kept: a caller that resolved it meanwhile still
+-- runs it; the calls between them go to each other's renamed form) and a function of
+-- its name, arguments and defaults returning worker_run_v1 takes its place, granted
+-- as it was; the code installed next replaces these in place and drops the renamed
+-- ones (99_drop_obsolete.sql). A fresh install has none of them yet.
+-- NOT NULL DEFAULT false: a default PostgreSQL keeps in the catalog, no rewrite of the
+-- ledger. The catch-ups 0010 recorded are moved in; the table stays, written only by
+-- a tick of the code this migrate replaces (between this transaction and the code's):
+-- what it inserts there is moved onto its run by the trigger below (its function,
+-- sql/37_run_side_rows.sql, is created here first, then replaced in place by the code).
+-- depends: 0014_runner_stalls
+
+CREATE TYPE scrinalia.worker_run_v1 AS (
+    run_id            bigint,
+    worker_name       text,
+    status            scrinalia.run_status,
+    trigger           scrinalia.run_trigger,
+    request           jsonb,
+    config            jsonb,
+    config_sources    jsonb,
+    requested_by      text,
+    lease_owner       text,
+    lease_token       uuid,
+    lease_expires_at  timestamptz,
+    lease_duration    interval,
+    heartbeat_at      timestamptz,
+    created_at        timestamptz,
+    started_at        timestamptz,
+    finished_at       timestamptz,
+    error             text,
+    error_fingerprint text,
+    duration          interval,
+    attempt           integer,
+    retry_of          bigint,
+    not_before        timestamptz,
+    scheduled_for     timestamptz,
+    retry_pending     boolean
+);
+
+DO $$
+DECLARE
+    f record;
+    g record;
+    renamed text;
+    body text;
+BEGIN
+    FOR f IN SELECT p.oid, p.proname, p.proretset, p.pronargs, p.proacl,
+                    pg_catalog.pg_get_function_arguments(p.oid) AS args,
+                    pg_catalog.pg_get_function_identity_arguments(p.oid) AS ident
+               FROM pg_catalog.pg_proc p
+              WHERE p.prorettype OPERATOR(pg_catalog.=) 'scrinalia.archive_worker_runs'::pg_catalog.regtype
+    LOOP
+        renamed := f.proname OPERATOR(pg_catalog.||) '_before_0015';
+        EXECUTE pg_catalog.format('ALTER FUNCTION scrinalia.%I(%s) RENAME TO %I', f.proname, f.ident, renamed);
+        EXECUTE pg_catalog.format(
+            'CREATE FUNCTION scrinalia.%I(%s) RETURNS %s scrinalia.worker_run_v1 LANGUAGE sql VOLATILE'
+            ' SET search_path = pg_catalog, scrinalia, pg_temp AS %L',
+            f.proname, f.args, CASE WHEN f.proretset THEN 'SETOF' ELSE '' END,
+            pg_catalog.format(
+                'SELECT r.run_id, r.worker_name, r.status, r.trigger, r.request, r.config, r.config_sources,'
+                ' r.requested_by, r.lease_owner, r.lease_token, r.lease_expires_at, r.lease_duration,'
+                ' r.heartbeat_at, r.created_at, r.started_at, r.finished_at, r.error, r.error_fingerprint,'
+                ' r.duration, r.attempt, r.retry_of, r.not_before, r.scheduled_for, r.retry_pending'
+                ' FROM scrinalia.%I(%s) r',
+                renamed,
+                (SELECT pg_catalog.string_agg('$' OPERATOR(pg_catalog.||) i, ', ')
+                   FROM pg_catalog.generate_series(1, f.pronargs) i)));
+        IF f.proacl IS NOT NULL THEN  -- (NULL: the default, as the new function's)
+            EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION scrinalia.%I(%s) FROM PUBLIC', f.proname, f.ident);
+            FOR g IN SELECT a.grantee FROM pg_catalog.aclexplode(f.proacl) a
+                      WHERE a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+            LOOP
+                EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION scrinalia.%I(%s) TO %s', f.proname, f.ident,
+                                          CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                                               ELSE pg_catalog.quote_ident(g.grantee::pg_catalog.regrole::pg_catalog.text) END);
+            END LOOP;
+        END IF;
+    END LOOP;
+    -- The renamed ones call each other by name (claim_next calls claim_runs, rerun
+    -- enqueue), expecting the ledger's row: they call each other's renamed form.
+    FOR f IN SELECT p.oid, p.proname FROM pg_catalog.pg_proc p
+              WHERE p.prorettype OPERATOR(pg_catalog.=) 'scrinalia.archive_worker_runs'::pg_catalog.regtype
+    LOOP
+        body := pg_catalog.pg_get_functiondef(f.oid);
+        FOR g IN SELECT pg_catalog.left(p.proname, -pg_catalog.length('_before_0015')) AS name
+                   FROM pg_catalog.pg_proc p
+                  WHERE p.prorettype OPERATOR(pg_catalog.=) 'scrinalia.archive_worker_runs'::pg_catalog.regtype
+        LOOP
+            body := pg_catalog.regexp_replace(body, '(scrinalia\.)?\m' OPERATOR(pg_catalog.||) g.name
+                                                    OPERATOR(pg_catalog.||) '(\s*\()',
+                                              'scrinalia.' OPERATOR(pg_catalog.||) g.name
+                                                    OPERATOR(pg_catalog.||) '_before_0015\2', 'g');
+        END LOOP;
+        EXECUTE body;
+    END LOOP;
+END $$;
+
+ALTER TABLE scrinalia.archive_worker_runs ADD COLUMN catch_up boolean NOT NULL DEFAULT false;
+
+UPDATE scrinalia.archive_worker_runs r SET catch_up = true
+  FROM scrinalia.archive_run_catch_ups c WHERE c.run_id = r.run_id;
+DELETE FROM scrinalia.archive_run_catch_ups;
+
+CREATE OR REPLACE FUNCTION scrinalia.run_catch_up_noted()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    UPDATE scrinalia.archive_worker_runs r SET catch_up = true
+      FROM new_rows n WHERE n.run_id = r.run_id AND NOT r.catch_up;
+    DELETE FROM scrinalia.archive_run_catch_ups c USING new_rows n WHERE c.run_id = n.run_id;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER run_catch_up_noted AFTER INSERT ON scrinalia.archive_run_catch_ups
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION scrinalia.run_catch_up_noted();

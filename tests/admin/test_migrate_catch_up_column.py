@@ -1,0 +1,122 @@
+"""0015_run_catch_up_column: the catch-up becomes a column of the run without changing
+what any function returns. A statement an earlier release prepared on the server
+against enqueue(), claim_next() and finish() (0.1.0's runner prepares its claim) runs
+on with the same columns between the migration's transaction and the code's, and after
+the code. The catch-ups 0010 kept beside the ledger move onto their runs; a rollback
+moves them back for the release below."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from helpers import make_worker, put_schedule, set_next_run, tick
+from scrinalia_workers.admin import migrate as m
+
+ROOT = Path(__file__).resolve().parents[2]
+PREVIOUS = "9c5564c"  # 0.6.0, head 0014_runner_stalls
+STATEMENTS = {
+    "enqueue": "SELECT * FROM scrinalia.enqueue(%s)",
+    "claim": "SELECT * FROM scrinalia.claim_next(%s, %s)",
+    "finish": "SELECT * FROM scrinalia.finish(%s, %s, 'SUCCEEDED')",
+}
+CATCH_UPS = "SELECT run_id FROM scrinalia.worker_run_history WHERE catch_up ORDER BY run_id"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def previous_release(tmp_path) -> Path:
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", PREVIOUS], capture_output=True, check=False)
+    if archive.returncode != 0:
+        pytest.fail(f"release 0.6.0 (commit {PREVIOUS}) is not in this clone's history: git fetch --unshallow")
+    subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive.stdout, check=True)
+    return tmp_path
+
+
+def _previous_migrate(root: Path, dsn: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(root / "py_shim"), "SCRINALIA_ROOT": str(root)}
+    r = subprocess.run(
+        [sys.executable, "-m", "scrinalia_workers", "migrate", "--dsn", dsn],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+
+
+def _period(c: psycopg.Connection) -> tuple[list[str], tuple]:
+    """One period through the prepared statements: its columns each time, its row."""
+    names = []
+    cur = c.execute(STATEMENTS["enqueue"], ("ocr",))
+    names.append([d.name for d in cur.description])
+    cur = c.execute(STATEMENTS["claim"], ("r1", "1 minute"))
+    names.append([d.name for d in cur.description])
+    run = cur.fetchone()
+    cols = names[-1]
+    cur = c.execute(STATEMENTS["finish"], (run[cols.index("run_id")], run[cols.index("lease_token")]))
+    names.append([d.name for d in cur.description])
+    assert all(n == names[0] for n in names), names
+    return names[0], cur.fetchone()
+
+
+def test_prepared_statements_keep_their_result_through_the_migration_and_the_code(empty_db_dsn, previous_release):
+    _previous_migrate(previous_release, empty_db_dsn)
+    with psycopg.connect(empty_db_dsn, autocommit=True, prepare_threshold=0) as c:
+        make_worker(c, "ocr")
+        before, _ = _period(c)
+        assert "catch_up" not in before
+        prepared = c.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0]
+        assert prepared >= len(STATEMENTS)
+
+        # the migration's transaction alone, as between migrate's two: the previous
+        # release's code still installed, renamed behind functions returning the old row
+        with m._migrating(empty_db_dsn, lock_timeout=30) as (_conn, backend, migrations):
+            assert [x.id for x in backend.to_apply(migrations)] == ["0015_run_catch_up_column"]
+            backend.apply_migrations(backend.to_apply(migrations))
+        assert _period(c)[0] == before
+
+        assert m.migrate(empty_db_dsn) == []  # the code
+        columns, row = _period(c)
+        assert columns == before and row[columns.index("status")] == "SUCCEEDED"
+        # the renamed functions went with the code that replaced them
+        assert c.execute("SELECT count(*) FROM pg_proc WHERE proname LIKE '%%before_0015'").fetchone() == (0,)
+
+
+def test_the_catch_ups_move_onto_their_runs_and_back(empty_db_dsn):
+    m.migrate(empty_db_dsn)
+    with psycopg.connect(empty_db_dsn, autocommit=True) as c:
+        make_worker(c, "ocr")
+        put_schedule(c, "ocr", "* * * * *", tz="UTC")
+        tick(c)
+        set_next_run(c, "ocr", "2 hours")
+        tick(c)
+        caught = c.execute(CATCH_UPS).fetchall()
+        assert len(caught) == 1
+
+    assert m.rollback(empty_db_dsn, count=1) == ["0015_run_catch_up_column"]
+    with psycopg.connect(empty_db_dsn, autocommit=True) as c:
+        assert c.execute("SELECT run_id FROM scrinalia.archive_run_catch_ups").fetchall() == caught
+        assert c.execute(
+            "SELECT count(*) FROM pg_attribute WHERE attrelid = 'scrinalia.archive_worker_runs'::regclass"
+            " AND attname = 'catch_up' AND NOT attisdropped"
+        ).fetchone() == (0,)
+        assert c.execute("SELECT to_regtype('scrinalia.worker_run_v1')").fetchone() == (None,)
+        # the release below marks one more (its tick writes the table)
+        c.execute(
+            "INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, scheduled_for, status, finished_at)"
+            " VALUES ('ocr', 'SCHEDULE', now() - interval '1 day', 'SUCCEEDED', now())"
+        )
+        c.execute("INSERT INTO scrinalia.archive_run_catch_ups SELECT max(run_id) FROM scrinalia.archive_worker_runs")
+        marked = c.execute("SELECT run_id FROM scrinalia.archive_run_catch_ups ORDER BY run_id").fetchall()
+
+    assert m.migrate(empty_db_dsn) == ["0015_run_catch_up_column"]
+    with psycopg.connect(empty_db_dsn, autocommit=True) as c:
+        assert c.execute(CATCH_UPS).fetchall() == marked
+        assert c.execute("SELECT count(*) FROM scrinalia.archive_run_catch_ups").fetchone() == (0,)
