@@ -43,6 +43,7 @@ WAIT_TARGET = 0.1  # seconds, the worst claim, finish or tick statement during t
 HISTORY_PIECE = 1_000_000
 PRUNE_BATCH = 10_000  # prune_runs()'s own default batch
 CLAIM_BATCH = 10  # runs a claim in the claiming loop
+REFILL = 5_000  # runs the claiming loop queues when it finds none (a short call, not timed)
 TICK_WORKERS = 10  # due schedules each turn of the ticking loop
 LOOPS_ALONE = 3.0  # seconds the two loops run before the prune starts: their latency alone
 LEASE = timedelta(minutes=5)
@@ -101,9 +102,12 @@ UPDATE {SCHEDULES}
 NONE_DUE_SQL = f"UPDATE {SCHEDULES} SET enabled = true, next_run_at = now() + interval '1 hour'"
 STORE_MASKS_SQL = f"SELECT scrinalia.store_cron_masks(array_agg(DISTINCT cron), true) FROM {SCHEDULES}"
 RETENTION_OFF_SQL = "SELECT scrinalia.set_run_retention(NULL)"
-# The metrics' tallies brought up to date (86_tallies.sql): the deltas that the seeding
-# and the benchmark's own deletions left, which a running scheduler folds as they come.
+# The metrics' tallies brought up to date (86_tallies.sql): the deltas that the
+# benchmark's own deletions left, which a running scheduler folds as they come.
 FOLD_SQL = "SELECT scrinalia.fold_tallies()"
+# The tallies counted afresh after the seeding, as the migrate after a restore counts
+# them: the seeding's deltas, one per run, are no backlog a running ledger would have.
+REBUILD_TALLIES_SQL = "SELECT scrinalia.rebuild_tallies()"
 ENQUEUED_SQL = (
     f"SELECT count(*) AS runs, count(DISTINCT worker_name) AS workers FROM {RUNS} "
     "WHERE run_id > %s AND status = 'QUEUED'"
@@ -157,20 +161,22 @@ def build_catalogue(dsn: str, s: Sizes) -> None:
 
 
 def add_history(dsn: str, s: Sizes) -> dict:
-    """The history, packed, a piece at a time; then VACUUM ANALYZE. Returns the first
-    and last history run ids and the seconds each step took (the seeding's with the
-    fold of its tallies)."""
+    """The history, packed, a piece at a time; then VACUUM ANALYZE and the tallies. Returns the first
+    and last history run ids and the seconds each step took."""
     t0 = now()
     with conn(dsn) as c:
         for start in range(0, s.history, HISTORY_PIECE):
             n = min(HISTORY_PIECE, s.history - start)
             check(seed.history(c, n, s.workers, layout="dense") == n, f"history: {n} rows not all written")
         first, last = c.execute(f"SELECT min(run_id), max(run_id) FROM {RUNS}").fetchone()
-        c.execute(FOLD_SQL)
     seeded = now() - t0
     t0 = now()
     vacuum_analyze(dsn)
-    return {"first": first, "upto": last, "seeded": seeded, "vacuumed": now() - t0}
+    vacuumed = now() - t0
+    t0 = now()
+    with conn(dsn) as c:
+        c.execute(REBUILD_TALLIES_SQL)
+    return {"first": first, "upto": last, "seeded": seeded, "vacuumed": vacuumed, "tallied": now() - t0}
 
 
 def clear(dsn: str, upto: int) -> None:
@@ -349,12 +355,19 @@ class Loop(threading.Thread):
 
 class ClaimLoop(Loop):
     """Claims and finishes runs with the runner's statements (claim_runs, finish_runs);
-    when the queue is empty, enqueues its workers again (not timed)."""
+    when the queue is empty, enqueues the next REFILL of its workers (not timed: their
+    slots are free again, every run it claimed being finished in the same turn)."""
 
     def __init__(self, dsn: str, workers: list[str]):
         super().__init__(dsn, "claims")
         self.workers = workers
         self.finished = 0
+        self.next = 0
+
+    def refill(self, c: psycopg.Connection) -> None:
+        batch = self.workers[self.next : self.next + REFILL]
+        self.next = (self.next + REFILL) % len(self.workers)
+        c.execute(drain_bench.ENQUEUE_RUNS, (batch,))
 
     def turn(self, c: psycopg.Connection) -> None:
         cur = c.cursor(row_factory=dict_row, binary=True)
@@ -363,7 +376,7 @@ class ClaimLoop(Loop):
             lambda: cur.execute(runner_sql.CLAIM_RUNS, ("bench-scale", LEASE, None, CLAIM_BATCH)).fetchall(),
         )
         if not claimed:
-            c.execute(drain_bench.ENQUEUE_RUNS, (self.workers,))
+            self.refill(c)
             return
         ids = [r["run_id"] for r in claimed]
         tokens = [r["lease_token"] for r in claimed]
@@ -411,8 +424,6 @@ def prune(dsn: str, s: Sizes, history: dict) -> dict:
     cut = cutoff(dsn, history["first"], s)
     claimers = [seed.worker_name(i) for i in range(TICK_WORKERS, s.workers)]
     loops = [ClaimLoop(dsn, claimers), TickLoop(dsn, [seed.worker_name(i) for i in range(TICK_WORKERS)])]
-    with conn(dsn) as c:
-        c.execute(drain_bench.ENQUEUE_RUNS, (claimers,))
     for loop in loops:
         loop.start()
     calls = 0
@@ -488,7 +499,11 @@ def run(dsn_for, quick: bool = False, sizes_: Sizes | None = None) -> Result:
     for dsn in dsns.values():
         build_catalogue(dsn, s)
     history = add_history(dsns["large"], s)
-    print(f"  history: {s.history:,} runs in {history['seeded']:.0f} s, VACUUM ANALYZE {history['vacuumed']:.0f} s")
+    print(
+        f"  history: {s.history:,} runs in {history['seeded']:.0f} s, VACUUM ANALYZE {history['vacuumed']:.0f} s, "
+        f"tallies {history['tallied']:.0f} s",
+        flush=True,
+    )
     uptos = {"empty": 0, "large": history["upto"]}
     vacuum_analyze(dsns["empty"])
     rates = rounds(dsns, uptos, s)
@@ -582,8 +597,10 @@ def run(dsn_for, quick: bool = False, sizes_: Sizes | None = None) -> Result:
             "retention off (so that a pass ticks over the same history rather than delete from it: the prune is "
             f"measured on its own). The large one also holds {s.history:,} finished runs (bench.seed.history, layout "
             f"dense: one INSERT ... SELECT over generate_series per {HISTORY_PIECE:,} rows, each row written once, "
-            f"pages packed; then the metrics' tallies folded and VACUUM ANALYZE; {history['seeded']:.0f} s and "
-            f"{history['vacuumed']:.0f} s), "
+            f"pages packed; {history['seeded']:.0f} s), then VACUUM ANALYZE ({history['vacuumed']:.0f} s) and "
+            f"the metrics' tallies counted afresh, as a migrate after a restore counts them (rebuild_tallies(): "
+            f"{history['tallied']:.0f} s; the seeding's deltas, one per run, are no backlog a running ledger "
+            "has), "
             "their mix that of seed.HISTORY_SQL (retry chains, FAILED, INTERRUPTED, CANCELLED, manual and CLI "
             "runs), their instants from 2020-01-01 on, a minute per block of ten runs.",
             f"{s.rounds} rounds; in each, every measure on one ledger and at once on the other, the order swapped "
@@ -607,7 +624,7 @@ def run(dsn_for, quick: bool = False, sizes_: Sizes | None = None) -> Result:
             f"5. prune_runs(now() - cut-off, {PRUNE_BATCH:,}) called until it returns 0, the cut-off the finish of "
             f"the first run after the oldest {s.pruned:,} (the only ones older). Meanwhile, each on its own "
             f"connection: a loop claiming {CLAIM_BATCH} runs at a time and finishing them (the runner's claim_runs "
-            "and finish_runs statements, its workers' runs queued beforehand), and a loop ticking "
+            f"and finish_runs statements; when none is queued, {REFILL:,} more enqueued, untimed), and a loop ticking "
             f"{TICK_WORKERS} schedules due again before each turn (due_schedules(), the cron, tick(), commit); "
             f"every statement timed after a first, untimed turn; their worst during the prune, and over the "
             f"{LOOPS_ALONE:.0f} s before it (the loops alone).",
