@@ -2,12 +2,12 @@
 
 Two databases hold the same catalogue (the workers, a schedule each, the cron masks);
 one of them also holds the history (bench.seed.history, packed: one INSERT ... SELECT
-over generate_series per million rows, then VACUUM ANALYZE). Round after round, each
-measure runs on one ledger and then the other, the order swapped every round, so that
-the ratio of a round compares like with like: the real runner's drain
-(drain_bench.runner_drain), the scheduler's pass over the due schedules
-(tick_bench.pass_once), enqueue_runs() in bulk and enqueue() calls (the calls of
-enqueue_bench). Then, on the large ledger alone: each query of monitoring/queries.yaml
+over generate_series per million rows, then VACUUM ANALYZE and the metrics' tallies
+counted afresh). Round after round, each measure runs on one ledger and then the
+other, the order swapped every round, so that the ratio of a round compares like
+with like: the real runner's drain (drain_bench.runner_drain), the scheduler's pass
+over the due schedules (tick_bench.pass_once), enqueue_runs() in bulk and enqueue()
+calls (the calls of enqueue_bench). Then, on the large ledger alone: each query of monitoring/queries.yaml
 (metrics_bench.measure), the sizes of the table and its indexes, and last
 prune_runs() removing the oldest history while a claiming loop and a ticking loop
 time their own statements on their own connections.
@@ -161,8 +161,8 @@ def build_catalogue(dsn: str, s: Sizes) -> None:
 
 
 def add_history(dsn: str, s: Sizes) -> dict:
-    """The history, packed, a piece at a time; then VACUUM ANALYZE and the tallies. Returns the first
-    and last history run ids and the seconds each step took."""
+    """The history, packed, a piece at a time; then VACUUM ANALYZE and the tallies.
+    Returns the first and last history run ids and the seconds each step took."""
     t0 = now()
     with conn(dsn) as c:
         for start in range(0, s.history, HISTORY_PIECE):
