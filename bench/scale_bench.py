@@ -70,7 +70,7 @@ FULL = Sizes(
     drain=20_000,
     bulk=10_000,
     calls=5_000,
-    rounds=3,
+    rounds=5,  # the ratios' spread on 2 shared cores is a tenth: a median of five
     query_reps=3,
 )
 QUICK = Sizes(
