@@ -12,7 +12,7 @@ import re
 from . import machine
 from .common import Result, table
 
-ORDER = ("tick", "history", "claim", "lateness", "compare", "schedules", "enqueue", "metrics", "peer")
+ORDER = ("tick", "history", "claim", "lateness", "compare", "schedules", "enqueue", "metrics", "peer", "scale")
 LOADED = 1.5  # a section started above this 1-minute load average is marked as such
 _SECTION = re.compile(r"<!-- bench:(\w+) -->\n(.*?)<!-- /bench:\1 -->\n", re.S)
 _SUMMARY = re.compile(r"<!-- summary: (.*?) -->")

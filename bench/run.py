@@ -36,6 +36,7 @@ DESCRIPTIONS = {
     "enqueue": "7. enqueue through the API: enqueue() calls/s and enqueue_runs() in bulk",
     "metrics": "8. the exporter's queries, worker_metrics() and the alerts at 2,000 and 100,000 workers",
     "peer": "9. the runner against graphile-worker tuned at 10,000 and 100,000 jobs, durability off and on",
+    "scale": "10. 10,000,000 finished runs and 100,000 workers: drain, pass, enqueue, queries, prune, sizes",
 }
 
 
@@ -170,6 +171,10 @@ def run_one(key: str, dbs: Databases, args, own_cluster: bool) -> Result:
             admin_dsn=dbs.admin_dsn,
             durable=own_cluster and not args.no_durable,
         )
+    if key == "scale":
+        from bench import scale_bench
+
+        return scale_bench.run(lambda name: dbs.fresh(name), quick=args.quick)
     raise ValueError(key)
 
 

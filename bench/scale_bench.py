@@ -1,0 +1,664 @@
+"""Benchmark 10: a ledger of ten million finished runs and 100,000 workers.
+
+Two databases hold the same catalogue (the workers, a schedule each, the cron masks);
+one of them also holds the history (bench.seed.history, packed: one INSERT ... SELECT
+over generate_series per million rows, then VACUUM ANALYZE and the metrics' tallies
+counted afresh). Round after round, each measure runs on one ledger and then the
+other, the order swapped every round, so that the ratio of a round compares like
+with like: the real runner's drain (drain_bench.runner_drain), the scheduler's pass
+over the due schedules (tick_bench.pass_once), enqueue_runs() in bulk and enqueue()
+calls (the calls of enqueue_bench). Then, on the large ledger alone: each query of monitoring/queries.yaml
+(metrics_bench.measure), the sizes of the table and its indexes, and last
+prune_runs() removing the oldest history while a claiming loop and a ticking loop
+time their own statements on their own connections.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import psycopg
+from psycopg.rows import dict_row
+
+from scrinalia_workers import cron
+from scrinalia_workers.gateway.statements import runner as runner_sql
+
+from . import drain_bench, enqueue_bench, metrics_bench, seed, tick_bench
+from .common import Result, check, conn, median, now, percentile, vacuum_analyze
+
+RUNS = "scrinalia.archive_worker_runs"
+SCHEDULES = "scrinalia.archive_worker_schedules"
+
+RATE_TARGET = 0.95  # each rate on the large ledger over the empty one's, same round
+QUERY_TARGET = 0.5  # seconds, each query of queries.yaml (median, every row fetched)
+PRUNE_TARGET = 50_000  # runs/s
+WAIT_TARGET = 0.1  # seconds, the worst claim, finish or tick statement during the prune
+
+# The history is written a million rows a statement: one statement of ten million
+# would queue as many foreign-key checks in memory before its end.
+HISTORY_PIECE = 1_000_000
+PRUNE_BATCH = 10_000  # prune_runs()'s own default batch
+CLAIM_BATCH = 10  # runs a claim in the claiming loop
+REFILL = 5_000  # runs the claiming loop queues when it finds none (a short call, not timed)
+TICK_WORKERS = 10  # due schedules each turn of the ticking loop
+LOOPS_ALONE = 3.0  # seconds the two loops run before the prune starts: their latency alone
+LEASE = timedelta(minutes=5)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    workers: int
+    history: int  # finished runs in the large ledger, a multiple of 10 (seed.HISTORY_SQL's blocks)
+    pruned: int  # of them, the oldest, removed by the prune (a multiple of 10: whole chains)
+    due: int  # schedules due in each pass
+    drain: int  # runs each drain
+    bulk: int  # runs one enqueue_runs() call
+    calls: int  # enqueue() calls
+    rounds: int
+    query_reps: int
+
+
+FULL = Sizes(
+    workers=100_000,
+    history=10_000_000,
+    pruned=1_000_000,
+    due=10_000,
+    drain=20_000,
+    bulk=10_000,
+    calls=5_000,
+    rounds=5,  # the ratios' spread on 2 shared cores is a tenth: a median of five
+    query_reps=3,
+)
+QUICK = Sizes(
+    workers=2_000, history=20_000, pruned=10_000, due=200, drain=500, bulk=500, calls=200, rounds=1, query_reps=2
+)
+
+LEDGERS = ("empty", "large")
+
+# The tick's rounds: the first `due` workers' schedules due a minute ago, the others
+# paused (a schedule not due now would come due during the rounds, and one armed
+# later than its cron's next occurrence is re-armed by the pass's repair), the
+# bookkeeping of the last pass cleared.
+ARM_DUE_SQL = f"""
+UPDATE {SCHEDULES}
+   SET enabled = worker_name < %(first_not_due)s,
+       next_run_at = CASE WHEN worker_name < %(first_not_due)s THEN now() - interval '1 minute'
+                          ELSE now() + interval '1 day' END,
+       last_enqueued_at = NULL, last_skipped_at = NULL, last_run_id = NULL, last_skip_reason = NULL
+"""
+# Every run after the history: the drains', the enqueues', the ticks', the live rows.
+CLEAR_SQL = f"DELETE FROM {RUNS} WHERE run_id > %s"
+# As metrics_bench.prepare leaves a catalogue: due in the future, one in a hundred
+# overdue, one in a hundred paused.
+AT_REST_SQL = f"""
+UPDATE {SCHEDULES}
+   SET next_run_at = CASE WHEN worker_name ~ '00$' THEN now() - interval '1 hour' ELSE now() + interval '1 hour' END,
+       enabled = worker_name !~ '50$'
+"""
+NONE_DUE_SQL = f"UPDATE {SCHEDULES} SET enabled = true, next_run_at = now() + interval '1 hour'"
+STORE_MASKS_SQL = f"SELECT scrinalia.store_cron_masks(array_agg(DISTINCT cron), true) FROM {SCHEDULES}"
+RETENTION_OFF_SQL = "SELECT scrinalia.set_run_retention(NULL)"
+# The metrics' tallies brought up to date (86_tallies.sql): the deltas that the
+# benchmark's own deletions left, which a running scheduler folds as they come.
+FOLD_SQL = "SELECT scrinalia.fold_tallies()"
+# The tallies counted afresh after the seeding, as the migrate after a restore counts
+# them: the seeding's deltas, one per run, are no backlog a running ledger would have.
+REBUILD_TALLIES_SQL = "SELECT scrinalia.rebuild_tallies()"
+ENQUEUED_SQL = (
+    f"SELECT count(*) AS runs, count(DISTINCT worker_name) AS workers FROM {RUNS} "
+    "WHERE run_id > %s AND status = 'QUEUED'"
+)
+# The instant the prune's cut-off is: the finish of the first run it must keep (a
+# block of ten shares its instants, so the cut falls between whole chains).
+CUTOFF_SQL = f"SELECT finished_at FROM {RUNS} WHERE run_id = %s"
+# prune_runs() takes an age: computed from the call's own now(), the cut-off is exact.
+PRUNE_SQL = "SELECT scrinalia.prune_runs(now() - %s::timestamptz, %s)"
+OLDER_LEFT_SQL = f"SELECT count(*) FROM {RUNS} WHERE finished_at < %s"
+RUN_COUNT_SQL = f"SELECT count(*) FROM {RUNS}"
+TABLE_SIZES_SQL = f"""
+SELECT pg_relation_size(t.oid) AS heap,
+       coalesce(pg_total_relation_size(nullif(t.reltoastrelid, 0)), 0) AS toast,
+       pg_indexes_size(t.oid) AS indexes,
+       pg_total_relation_size(t.oid) AS total
+  FROM pg_class t
+ WHERE t.oid = '{RUNS}'::regclass
+"""
+INDEX_SIZES_SQL = f"""
+SELECT i.indexrelid::regclass::text AS index_name, pg_relation_size(i.indexrelid) AS bytes
+  FROM pg_index i
+ WHERE i.indrelid = '{RUNS}'::regclass
+ ORDER BY bytes DESC, index_name
+"""
+# The ticking loop's schedules, due again before each of its turns (their runs of the
+# last turn removed, so that each turn enqueues).
+REARM_FEW_SQL = f"""
+WITH gone AS (
+    DELETE FROM {RUNS} WHERE worker_name = ANY (%(workers)s) AND trigger = 'SCHEDULE' AND status = 'QUEUED'
+)
+UPDATE {SCHEDULES} SET enabled = true, next_run_at = now() - interval '1 minute'
+ WHERE worker_name = ANY (%(workers)s)
+"""
+SUCCEEDED = "SUCCEEDED"
+
+
+# --- the two ledgers -----------------------------------------------------------------
+
+
+def build_catalogue(dsn: str, s: Sizes) -> None:
+    """The workers, a schedule each, their cron masks (as put_schedules stores them),
+    and the scheduler's retention off: the passes must tick over the same history,
+    not delete from it (the prune is measured on its own)."""
+    with conn(dsn) as c:
+        seed.reset(c)
+        seed.workers(c, s.workers)
+        seed.schedules(c, s.workers)
+        c.execute(STORE_MASKS_SQL)
+        c.execute(RETENTION_OFF_SQL)
+
+
+def add_history(dsn: str, s: Sizes) -> dict:
+    """The history, packed, a piece at a time; then VACUUM ANALYZE and the tallies.
+    Returns the first and last history run ids and the seconds each step took."""
+    t0 = now()
+    with conn(dsn) as c:
+        for start in range(0, s.history, HISTORY_PIECE):
+            n = min(HISTORY_PIECE, s.history - start)
+            check(seed.history(c, n, s.workers, layout="dense") == n, f"history: {n} rows not all written")
+        first, last = c.execute(f"SELECT min(run_id), max(run_id) FROM {RUNS}").fetchone()
+    seeded = now() - t0
+    t0 = now()
+    vacuum_analyze(dsn)
+    vacuumed = now() - t0
+    t0 = now()
+    with conn(dsn) as c:
+        c.execute(REBUILD_TALLIES_SQL)
+    return {"first": first, "upto": last, "seeded": seeded, "vacuumed": vacuumed, "tallied": now() - t0}
+
+
+def clear(dsn: str, upto: int) -> None:
+    """The ledger back to its history (or to nothing), vacuumed: each measure starts alike."""
+    with conn(dsn) as c:
+        c.execute(CLEAR_SQL, (upto,))
+    vacuum_analyze(dsn, RUNS)
+
+
+def arm_due(dsn: str, s: Sizes, upto: int) -> int:
+    """The tick's state: `due` schedules due, a QUEUED manual run on every other of
+    their workers (the live rows: half the decisions are skips), the tallies folded
+    (else the pass's alerts check would fold the deltas of the last measures' runs,
+    deleted by the benchmark, not by a scheduler). Returns the live rows."""
+    with conn(dsn) as c:
+        c.execute(CLEAR_SQL, (upto,))
+        active = seed.active_runs(c, s.due)
+        c.execute(ARM_DUE_SQL, {"first_not_due": seed.worker_name(s.due)})
+        c.execute(FOLD_SQL)
+    vacuum_analyze(dsn, RUNS, SCHEDULES)
+    return active
+
+
+# --- the measures of a round, on one ledger ------------------------------------------
+
+
+def drain_rate(dsn: str, s: Sizes, upto: int, logdir: Path) -> float:
+    """runs/s of the real runner processes draining `drain` runs."""
+    return drain_bench.runner_drain(dsn, s.drain, None, logdir, history_upto=upto)["rate"]
+
+
+def pass_rate(dsn: str, s: Sizes, upto: int) -> float:
+    """Due schedules decided per second by the scheduler's pass (checked)."""
+    active = arm_due(dsn, s, upto)
+    p = tick_bench.pass_once(dsn)
+    tick_bench.verify_pass(dsn, s.due, active, p)
+    return s.due / p["pass"]
+
+
+def check_enqueued(dsn: str, upto: int, n: int, what: str) -> None:
+    with conn(dsn) as c:
+        got = c.execute(ENQUEUED_SQL, (upto,)).fetchone()
+    check(got == (n, n), f"{what}: {got[0]} QUEUED runs on {got[1]} workers, expected {n} on {n}")
+
+
+def bulk_rate(dsn: str, s: Sizes, upto: int) -> float:
+    """runs/s of one enqueue_runs() call over `bulk` workers (checked)."""
+    clear(dsn, upto)
+    workers = [seed.worker_name(i) for i in range(s.bulk)]
+    requests = [enqueue_bench.request(i) for i in range(s.bulk)]
+    with conn(dsn) as c:
+        seconds = enqueue_bench.bulk(c, workers, requests)
+    check_enqueued(dsn, upto, s.bulk, "enqueue_runs")
+    return s.bulk / seconds
+
+
+def calls_rate(dsn: str, s: Sizes, upto: int, one_txn: bool) -> float:
+    """enqueue() calls/s from one connection, prepared (checked)."""
+    clear(dsn, upto)
+    workers = [seed.worker_name(i) for i in range(s.calls)]
+    requests = [enqueue_bench.request(i) for i in range(s.calls)]
+    with conn(dsn) as c:
+        seconds = enqueue_bench.singles(c, workers, requests, one_txn)
+    check_enqueued(dsn, upto, s.calls, "enqueue()")
+    return s.calls / seconds
+
+
+MEASURES = ("drain", "pass", "bulk", "calls in one transaction", "calls in autocommit")
+
+
+def rounds(dsns: dict[str, str], uptos: dict[str, int], s: Sizes) -> dict[str, dict[str, list[float]]]:
+    """Every measure on one ledger then the other, the order swapped each round.
+    Returns {measure: {ledger: [rate per round]}}."""
+    out: dict[str, dict[str, list[float]]] = {m: {name: [] for name in LEDGERS} for m in MEASURES}
+    with tempfile.TemporaryDirectory(prefix="scrinalia-scale-") as tmp:
+        logdir = Path(tmp)
+        measures = {
+            "drain": lambda d, u: drain_rate(d, s, u, logdir),
+            "pass": lambda d, u: pass_rate(d, s, u),
+            "bulk": lambda d, u: bulk_rate(d, s, u),
+            "calls in one transaction": lambda d, u: calls_rate(d, s, u, True),
+            "calls in autocommit": lambda d, u: calls_rate(d, s, u, False),
+        }
+        for r in range(s.rounds):
+            order = LEDGERS if r % 2 == 0 else LEDGERS[::-1]
+            for m, fn in measures.items():
+                for name in order:
+                    out[m][name].append(fn(dsns[name], uptos[name]))
+                print(
+                    f"  round {r + 1}/{s.rounds}: {m}: "
+                    + ", ".join(f"{name} {out[m][name][-1]:,.0f}/s" for name in LEDGERS),
+                    flush=True,
+                )
+    return out
+
+
+# --- the large ledger alone ----------------------------------------------------------
+
+
+def at_rest(dsn: str, s: Sizes, upto: int) -> None:
+    """The catalogue and its live rows as metrics_bench.prepare leaves them."""
+    with conn(dsn) as c:
+        c.execute(CLEAR_SQL, (upto,))
+        c.execute(AT_REST_SQL)
+        seed.active_runs(c, s.workers, every=3)
+    vacuum_analyze(dsn)
+
+
+def none_due(dsn: str, upto: int) -> None:
+    """No schedule due and no live row: the loops beside the prune make their own."""
+    with conn(dsn) as c:
+        c.execute(CLEAR_SQL, (upto,))
+        c.execute(NONE_DUE_SQL)
+    vacuum_analyze(dsn, RUNS, SCHEDULES)
+
+
+def queries(dsn: str, s: Sizes) -> dict[str, dict]:
+    """Each query of monitoring/queries.yaml, every row fetched (metrics_bench.measure)."""
+    got = metrics_bench.measure(dsn, metrics_bench.exporter_queries(), s.query_reps)
+    check(got["scrinalia_worker"]["rows"] == s.workers, "the worker metrics lost or added a worker")
+    return got
+
+
+def sizes(dsn: str) -> dict:
+    """The ledger's heap, TOAST, indexes and total, after VACUUM ANALYZE."""
+    vacuum_analyze(dsn, RUNS)
+    with conn(dsn) as c:
+        cur = c.cursor(row_factory=dict_row)
+        table = cur.execute(TABLE_SIZES_SQL).fetchone()
+        indexes = cur.execute(INDEX_SIZES_SQL).fetchall()
+        runs = c.execute(RUN_COUNT_SQL).fetchone()[0]
+    check(runs > 0, "sizes of an empty ledger")
+    return {**table, "indexes_each": [(i["index_name"], i["bytes"]) for i in indexes], "runs": runs}
+
+
+class Loop(threading.Thread):
+    """A loop on its own connection that times each of its statements: (start, seconds, what)."""
+
+    def __init__(self, dsn: str, name: str):
+        super().__init__(name=name, daemon=True)
+        self.dsn = dsn
+        self.stop = threading.Event()
+        self.times: list[tuple[float, float, str]] = []
+        self.error: BaseException | None = None
+        self.warm = threading.Event()
+
+    def timed(self, what: str, fn):
+        t0 = now()
+        out = fn()
+        self.times.append((t0, now() - t0, what))
+        return out
+
+    def run(self) -> None:
+        try:
+            with conn(self.dsn, name=f"scrinalia-bench-{self.name}") as c:
+                self.turn(c)  # its plans made and its caches warm before any figure
+                self.times.clear()
+                self.warm.set()
+                while not self.stop.is_set():
+                    self.turn(c)
+        except BaseException as e:  # reported by the prune, which checks the loops
+            self.error = e
+            self.warm.set()
+
+    def turn(self, c: psycopg.Connection) -> None:
+        raise NotImplementedError
+
+    def window(self, start: float, end: float) -> dict:
+        """Of the statements that overlapped [start, end]: the slowest (seconds, which),
+        the 99th percentile and how many."""
+        during = [(t, what) for t0, t, what in self.times if t0 < end and t0 + t > start]
+        if not during:
+            return {"worst": 0.0, "what": "-", "p99": 0.0, "count": 0}
+        t, what = max(during)
+        return {"worst": t, "what": what, "p99": percentile([x for x, _ in during], 99), "count": len(during)}
+
+
+class ClaimLoop(Loop):
+    """Claims and finishes runs with the runner's statements (claim_runs, finish_runs);
+    when the queue is empty, enqueues the next REFILL of its workers (not timed: their
+    slots are free again, every run it claimed being finished in the same turn)."""
+
+    def __init__(self, dsn: str, workers: list[str]):
+        super().__init__(dsn, "claims")
+        self.workers = workers
+        self.finished = 0
+        self.next = 0
+
+    def refill(self, c: psycopg.Connection) -> None:
+        batch = self.workers[self.next : self.next + REFILL]
+        self.next = (self.next + REFILL) % len(self.workers)
+        c.execute(drain_bench.ENQUEUE_RUNS, (batch,))
+
+    def turn(self, c: psycopg.Connection) -> None:
+        cur = c.cursor(row_factory=dict_row, binary=True)
+        claimed = self.timed(
+            "claim_runs",
+            lambda: cur.execute(runner_sql.CLAIM_RUNS, ("bench-scale", LEASE, None, CLAIM_BATCH)).fetchall(),
+        )
+        if not claimed:
+            self.refill(c)
+            return
+        ids = [r["run_id"] for r in claimed]
+        tokens = [r["lease_token"] for r in claimed]
+        done = self.timed(
+            "finish_runs",
+            lambda: c.execute(runner_sql.FINISH_RUNS, (ids, tokens, [SUCCEEDED] * len(ids), None, None)).fetchall(),
+        )
+        check(all(lost is None for _, _, lost in done), "the claiming loop lost a lease")
+        self.finished += len(done)
+
+
+class TickLoop(Loop):
+    """The scheduler's tick statements (tick_bench.tick_once's) over a few schedules due
+    again before each turn (not timed)."""
+
+    def __init__(self, dsn: str, workers: list[str]):
+        super().__init__(dsn, "ticks")
+        self.workers = workers
+        self.decided = 0
+
+    def turn(self, c: psycopg.Connection) -> None:
+        c.execute(REARM_FEW_SQL, {"workers": self.workers})
+        cur = c.cursor(binary=True)
+        with c.transaction():
+            due = self.timed("due_schedules", lambda: cur.execute(tick_bench.DUE_SQL).fetchall())
+            nexts = cron.next_occurrences([(r[1], r[2]) for r in due], after=due[0][4]) if due else []
+            decided = self.timed(
+                "tick", lambda: cur.execute(tick_bench.TICK_SQL, ([r[0] for r in due], nexts)).fetchall()
+            )
+            t0 = now()
+        self.times.append((t0, now() - t0, "commit"))
+        check(len(decided) == len(self.workers), f"the ticking loop decided {len(decided)} of {len(self.workers)}")
+        self.decided += len(decided)
+
+
+def cutoff(dsn: str, first: int, s: Sizes) -> datetime:
+    with conn(dsn) as c:
+        return c.execute(CUTOFF_SQL, (first + s.pruned,)).fetchone()[0]
+
+
+def prune(dsn: str, s: Sizes, history: dict) -> dict:
+    """prune_runs() in batches until it removes nothing, the oldest `pruned` runs
+    being the only ones older than its cut-off; the two loops running throughout."""
+    none_due(dsn, history["upto"])
+    cut = cutoff(dsn, history["first"], s)
+    claimers = [seed.worker_name(i) for i in range(TICK_WORKERS, s.workers)]
+    loops = [ClaimLoop(dsn, claimers), TickLoop(dsn, [seed.worker_name(i) for i in range(TICK_WORKERS)])]
+    for loop in loops:
+        loop.start()
+    calls = 0
+    try:
+        for loop in loops:
+            check(loop.warm.wait(60), f"the {loop.name} loop did not start")
+        alone = now()
+        threading.Event().wait(LOOPS_ALONE)
+        removed, t0 = 0, now()
+        with conn(dsn, name="scrinalia-bench-prune") as c:
+            while (n := c.execute(PRUNE_SQL, (cut, PRUNE_BATCH)).fetchone()[0]) > 0:
+                removed += n
+                calls += 1
+        t1 = now()
+    finally:
+        for loop in loops:
+            loop.stop.set()
+        for loop in loops:
+            loop.join(timeout=60)
+    for loop in loops:
+        check(loop.error is None, f"the {loop.name} loop failed: {loop.error!r}")
+    with conn(dsn) as c:
+        left = c.execute(OLDER_LEFT_SQL, (cut,)).fetchone()[0]
+    check(removed == s.pruned, f"prune_runs removed {removed:,} runs, expected {s.pruned:,}")
+    check(left == 0, f"{left} runs older than the cut-off are left")
+    return {
+        "removed": removed,
+        "seconds": t1 - t0,
+        "rate": removed / (t1 - t0),
+        "calls": calls,
+        "cutoff": cut,
+        "loops": {
+            loop.name: {"during": loop.window(t0, t1), "alone": loop.window(alone, t0), "all": loop.times}
+            for loop in loops
+        },
+        "finished": loops[0].finished,
+        "decided": loops[1].decided,
+    }
+
+
+# --- the report ----------------------------------------------------------------------
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def ratio_row(label: str, unit: str, rates: dict[str, list[float]]) -> tuple[list[str], bool, float]:
+    """The large ledger's rate over the empty one's, round by round; median and range."""
+    ratios = [b / a for a, b in zip(rates["empty"], rates["large"], strict=True)]
+    ok = median(ratios) >= RATE_TARGET
+    row = [
+        label,
+        f"{median(rates['empty']):,.0f} {unit} ({min(rates['empty']):,.0f}-{max(rates['empty']):,.0f})",
+        f"{median(rates['large']):,.0f} {unit} ({min(rates['large']):,.0f}-{max(rates['large']):,.0f})",
+        f"{median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})",
+        f">= {RATE_TARGET}x",
+        verdict(ok),
+    ]
+    return row, ok, median(ratios)
+
+
+def mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def per_run(n: int, runs: int) -> str:
+    return f"{mib(n)}, {n / runs:,.1f} bytes per run"
+
+
+def size_parts(size: dict) -> list[tuple[str, int]]:
+    """The ledger's parts as the sizes table lists them: heap, TOAST, each index, all."""
+    return [
+        ("heap", size["heap"]),
+        ("TOAST (table and index)", size["toast"]),
+        *((f"index {name}", b) for name, b in size["indexes_each"]),
+        ("all indexes", size["indexes"]),
+        ("total (with the free space and visibility maps)", size["total"]),
+    ]
+
+
+def run(dsn_for, quick: bool = False, sizes_: Sizes | None = None) -> Result:
+    """dsn_for(name) -> the DSN of a fresh migrated database of that name."""
+    s = sizes_ or (QUICK if quick else FULL)
+    check(s.history % 10 == 0 and s.pruned % 10 == 0 and s.pruned < s.history, "history and prune in whole blocks")
+    check(s.drain <= s.workers and s.bulk <= s.workers and s.due <= s.workers, "more runs than workers")
+    dsns = {"empty": dsn_for("bench_scale_empty"), "large": dsn_for("bench_scale_large")}
+    for dsn in dsns.values():
+        build_catalogue(dsn, s)
+    history = add_history(dsns["large"], s)
+    print(
+        f"  history: {s.history:,} runs in {history['seeded']:.0f} s, VACUUM ANALYZE {history['vacuumed']:.0f} s, "
+        f"tallies {history['tallied']:.0f} s",
+        flush=True,
+    )
+    uptos = {"empty": 0, "large": history["upto"]}
+    vacuum_analyze(dsns["empty"])
+    t0 = now()
+    rates = rounds(dsns, uptos, s)
+    rounded = now() - t0
+
+    at_rest(dsns["large"], s, uptos["large"])
+    t0 = now()
+    q = queries(dsns["large"], s)
+    queried = now() - t0
+    size = sizes(dsns["large"])
+    t0 = now()
+    p = prune(dsns["large"], s, history)
+    print(f"  rounds {rounded:.0f} s, queries {queried:.0f} s, prune {now() - t0:.0f} s", flush=True)
+
+    rows: list[list[str]] = []
+    verdicts: list[bool] = []
+    heads: list[str] = []
+    for label, key, unit in (
+        (f"1. drain of {s.drain:,} runs, 4 runner processes", "drain", "runs/s"),
+        (f"2. scheduler's pass over {s.due:,} due schedules", "pass", "schedules/s"),
+        (f"3. enqueue_runs({s.bulk:,})", "bulk", "runs/s"),
+        (f"3. enqueue(), {s.calls:,} calls in one transaction", "calls in one transaction", "calls/s"),
+        (f"3. enqueue(), {s.calls:,} calls in autocommit", "calls in autocommit", "calls/s"),
+    ):
+        row, ok, r = ratio_row(label, unit, rates[key])
+        rows.append(row)
+        verdicts.append(ok)
+        heads.append(f"{key} {r:.2f}x")
+    slowest_name, slowest = max(((name, median(f["times"])) for name, f in q.items()), key=lambda x: x[1])
+    for name, f in q.items():
+        ok = median(f["times"]) <= QUERY_TARGET
+        verdicts.append(ok)
+        rows.append(
+            [
+                f"4. {name} ({f['rows']:,} rows)",
+                "-",
+                f"{median(f['times']):.3f} s ({min(f['times']):.3f}-{max(f['times']):.3f}); "
+                f"on the server {median(f['server']):.3f} s",
+                "-",
+                f"<= {QUERY_TARGET} s",
+                verdict(ok),
+            ]
+        )
+    heads.append(f"slowest query {slowest:.2f} s ({slowest_name})")
+    ok = p["rate"] >= PRUNE_TARGET
+    verdicts.append(ok)
+    rows.append(
+        [
+            f"5. prune_runs, {p['removed']:,} runs in batches of {PRUNE_BATCH:,}",
+            "-",
+            f"{p['rate']:,.0f} runs/s ({p['seconds']:.1f} s, {p['calls']} calls)",
+            "-",
+            f">= {PRUNE_TARGET:,} runs/s",
+            verdict(ok),
+        ]
+    )
+    heads.append(f"prune {p['rate']:,.0f} runs/s")
+    for name, what in (("claims", "claim_runs/finish_runs"), ("ticks", "due_schedules/tick/commit")):
+        during, alone = p["loops"][name]["during"], p["loops"][name]["alone"]
+        worst = during["worst"]
+        ok = during["count"] > 0 and worst <= WAIT_TARGET
+        verdicts.append(ok)
+        rows.append(
+            [
+                f"5. during the prune: worst {what} statement (p99)",
+                f"the loops alone, before it: {alone['worst'] * 1000:.1f} ms ({alone['what']}; p99 "
+                f"{alone['p99'] * 1000:.1f} ms, {alone['count']:,} statements)",
+                f"{worst * 1000:.1f} ms ({during['what']}; p99 {during['p99'] * 1000:.1f} ms, "
+                f"{during['count']:,} statements)",
+                "-",
+                f"<= {WAIT_TARGET * 1000:.0f} ms",
+                verdict(ok),
+            ]
+        )
+        heads.append(f"worst {name[:-1]} {worst * 1000:.0f} ms")
+    heads.append(f"{size['total'] / size['runs']:,.0f} bytes per run")
+    rows += [
+        [f"6. {part}, at {size['runs']:,} runs", "-", per_run(b, size["runs"]), "-", "written down", "-"]
+        for part, b in size_parts(size)
+    ]
+    met = all(verdicts)
+    return Result(
+        key="scale",
+        title="10. A ledger of ten million runs: rates, queries, prune and sizes",
+        setup=[
+            f"Two databases with the same catalogue: {s.workers:,} workers (bench.seed: a small engine catalogue), "
+            "a schedule each (10 cron templates x 60 minutes x 8 zones, their cron masks stored), the scheduler's "
+            "retention off (so that a pass ticks over the same history rather than delete from it: the prune is "
+            f"measured on its own). The large one also holds {s.history:,} finished runs (bench.seed.history, layout "
+            f"dense: one INSERT ... SELECT over generate_series per {HISTORY_PIECE:,} rows, each row written once, "
+            f"pages packed; {history['seeded']:.0f} s), then VACUUM ANALYZE ({history['vacuumed']:.0f} s) and "
+            f"the metrics' tallies counted afresh, as a migrate after a restore counts them (rebuild_tallies(): "
+            f"{history['tallied']:.0f} s; the seeding's deltas, one per run, are no backlog a running ledger "
+            "has), "
+            "their mix that of seed.HISTORY_SQL (retry chains, FAILED, INTERRUPTED, CANCELLED, manual and CLI "
+            "runs), their instants from 2020-01-01 on, a minute per block of ten runs.",
+            f"{s.rounds} rounds; in each, every measure on one ledger and at once on the other, the order swapped "
+            "every round, each from the same state (the runs after the history deleted, VACUUM ANALYZE); the ratio "
+            "is large / empty of the same round; medians and ranges.",
+            f"1. The real runner: 4 scrinalia-runner processes started and idle, {s.drain:,} runs made visible by "
+            "one enqueue_runs() call, timed until the database says all are SUCCEEDED (drain_bench.runner_drain).",
+            f"2. The scheduler's own pass (tick_bench.pass_once: reaping, retries, repair, chunks, every decision "
+            f"logged) over {s.due:,} due schedules, a QUEUED manual run on every other of their workers (half "
+            "skipped); the other schedules paused for these rounds (one not due would come due during them, or be "
+            "re-armed by the pass's repair); the metrics' tallies folded before each pass (else its alerts check "
+            "would fold the deltas of the runs the benchmark deleted since the last). Checked as benchmark 1 "
+            "checks it.",
+            f"3. enqueue_runs() of {s.bulk:,} runs in one call, and {s.calls:,} enqueue() calls, prepared, from "
+            "one connection, in one transaction and in autocommit (enqueue_bench.bulk and singles); every 4th "
+            "with a request; checked: N QUEUED runs on N workers.",
+            "4. On the large ledger, the catalogue at rest as benchmark 8 has it (1% of the schedules overdue, "
+            "1% paused, a QUEUED manual run on every third worker): each query "
+            f"of monitoring/queries.yaml, median and range of {s.query_reps} calls after an untimed one, every row "
+            "fetched (metrics_bench.measure), beside it the same query counted on the server.",
+            f"5. prune_runs(now() - cut-off, {PRUNE_BATCH:,}) called until it returns 0, the cut-off the finish of "
+            f"the first run after the oldest {s.pruned:,} (the only ones older). Meanwhile, each on its own "
+            f"connection: a loop claiming {CLAIM_BATCH} runs at a time and finishing them (the runner's claim_runs "
+            f"and finish_runs statements; when none is queued, {REFILL:,} more enqueued, untimed), and a loop ticking "
+            f"{TICK_WORKERS} schedules due again before each turn (due_schedules(), the cron, tick(), commit); "
+            f"every statement timed after a first, untimed turn; their worst during the prune, and over the "
+            f"{LOOPS_ALONE:.0f} s before it (the loops alone).",
+            "6. After VACUUM ANALYZE, before the prune: pg_relation_size (heap), the TOAST table with its index, "
+            "pg_indexes_size and each index, pg_total_relation_size (also the free space and visibility maps); "
+            "bytes per run: the total over the rows in the table.",
+        ],
+        headers=["figure", "empty ledger", f"{s.history:,} runs", "ratio (range)", "target", "verdict"],
+        rows=rows,
+        target=(
+            f"with {s.history:,} finished runs and {s.workers:,} workers: the drain, the pass and the enqueues >= "
+            f"{RATE_TARGET}x their rate on the empty ledger; every query of queries.yaml <= {QUERY_TARGET} s; "
+            f"prune_runs >= {PRUNE_TARGET:,} runs/s with no claim, finish or tick statement over "
+            f"{WAIT_TARGET * 1000:.0f} ms meanwhile; the sizes written down"
+        ),
+        met=met,
+        notes=[
+            f"During the prune the claiming loop finished {p['finished']:,} runs and the ticking loop decided "
+            f"{p['decided']:,} schedules.",
+        ],
+        headline="; ".join(heads),
+        data={"rates": rates, "queries": q, "sizes": size, "prune": p, "history": history, "sizes_used": s},
+    )
