@@ -158,7 +158,8 @@ def test_the_claimed_row_in_binary_is_the_row_in_text(db, db_dsn):
         ledger.close()
     assert set(claimed) == {scheduled, manual}
     for run_id, run in claimed.items():
-        text = run_row(db, run_id)
+        # the claim's row: the ledger's, but the columns it gained after worker_run_v1
+        text = {k: v for k, v in run_row(db, run_id).items() if k != "catch_up"}
         assert run == text
         assert {k: type(v) for k, v in run.items()} == {k: type(v) for k, v in text.items()}
     assert claimed[scheduled]["trigger"] == "SCHEDULE" and claimed[scheduled]["status"] == "RUNNING"
