@@ -16,19 +16,11 @@ time their own statements on their own connections.
 from __future__ import annotations
 
 import tempfile
-import threading
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from pathlib import Path
 
-import psycopg
-from psycopg.rows import dict_row
-
-from scrinalia_workers import cron
-from scrinalia_workers.gateway.statements import runner as runner_sql
-
-from . import drain_bench, enqueue_bench, metrics_bench, seed, tick_bench
-from .common import Result, check, conn, median, now, percentile, vacuum_analyze
+from . import drain_bench, enqueue_bench, metrics_bench, scale_prune, scale_sizes, seed, tick_bench
+from .common import Result, check, conn, median, now, vacuum_analyze
 
 RUNS = "scrinalia.archive_worker_runs"
 SCHEDULES = "scrinalia.archive_worker_schedules"
@@ -41,12 +33,6 @@ WAIT_TARGET = 0.1  # seconds, the worst claim, finish or tick statement during t
 # The history is written a million rows a statement: one statement of ten million
 # would queue as many foreign-key checks in memory before its end.
 HISTORY_PIECE = 1_000_000
-PRUNE_BATCH = 10_000  # prune_runs()'s own default batch
-CLAIM_BATCH = 10  # runs a claim in the claiming loop
-REFILL = 5_000  # runs the claiming loop queues when it finds none (a short call, not timed)
-TICK_WORKERS = 10  # due schedules each turn of the ticking loop
-LOOPS_ALONE = 3.0  # seconds the two loops run before the prune starts: their latency alone
-LEASE = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -112,37 +98,6 @@ ENQUEUED_SQL = (
     f"SELECT count(*) AS runs, count(DISTINCT worker_name) AS workers FROM {RUNS} "
     "WHERE run_id > %s AND status = 'QUEUED'"
 )
-# The instant the prune's cut-off is: the finish of the first run it must keep (a
-# block of ten shares its instants, so the cut falls between whole chains).
-CUTOFF_SQL = f"SELECT finished_at FROM {RUNS} WHERE run_id = %s"
-# prune_runs() takes an age: computed from the call's own now(), the cut-off is exact.
-PRUNE_SQL = "SELECT scrinalia.prune_runs(now() - %s::timestamptz, %s)"
-OLDER_LEFT_SQL = f"SELECT count(*) FROM {RUNS} WHERE finished_at < %s"
-RUN_COUNT_SQL = f"SELECT count(*) FROM {RUNS}"
-TABLE_SIZES_SQL = f"""
-SELECT pg_relation_size(t.oid) AS heap,
-       coalesce(pg_total_relation_size(nullif(t.reltoastrelid, 0)), 0) AS toast,
-       pg_indexes_size(t.oid) AS indexes,
-       pg_total_relation_size(t.oid) AS total
-  FROM pg_class t
- WHERE t.oid = '{RUNS}'::regclass
-"""
-INDEX_SIZES_SQL = f"""
-SELECT i.indexrelid::regclass::text AS index_name, pg_relation_size(i.indexrelid) AS bytes
-  FROM pg_index i
- WHERE i.indrelid = '{RUNS}'::regclass
- ORDER BY bytes DESC, index_name
-"""
-# The ticking loop's schedules, due again before each of its turns (their runs of the
-# last turn removed, so that each turn enqueues).
-REARM_FEW_SQL = f"""
-WITH gone AS (
-    DELETE FROM {RUNS} WHERE worker_name = ANY (%(workers)s) AND trigger = 'SCHEDULE' AND status = 'QUEUED'
-)
-UPDATE {SCHEDULES} SET enabled = true, next_run_at = now() - interval '1 minute'
- WHERE worker_name = ANY (%(workers)s)
-"""
-SUCCEEDED = "SUCCEEDED"
 
 
 # --- the two ledgers -----------------------------------------------------------------
@@ -300,171 +255,6 @@ def queries(dsn: str, s: Sizes) -> dict[str, dict]:
     return got
 
 
-def sizes(dsn: str) -> dict:
-    """The ledger's heap, TOAST, indexes and total, after VACUUM ANALYZE."""
-    vacuum_analyze(dsn, RUNS)
-    with conn(dsn) as c:
-        cur = c.cursor(row_factory=dict_row)
-        table = cur.execute(TABLE_SIZES_SQL).fetchone()
-        indexes = cur.execute(INDEX_SIZES_SQL).fetchall()
-        runs = c.execute(RUN_COUNT_SQL).fetchone()[0]
-    check(runs > 0, "sizes of an empty ledger")
-    return {**table, "indexes_each": [(i["index_name"], i["bytes"]) for i in indexes], "runs": runs}
-
-
-class Loop(threading.Thread):
-    """A loop on its own connection that times each of its statements: (start, seconds, what)."""
-
-    def __init__(self, dsn: str, name: str):
-        super().__init__(name=name, daemon=True)
-        self.dsn = dsn
-        self.stop = threading.Event()
-        self.times: list[tuple[float, float, str]] = []
-        self.error: BaseException | None = None
-        self.warm = threading.Event()
-
-    def timed(self, what: str, fn):
-        t0 = now()
-        out = fn()
-        self.times.append((t0, now() - t0, what))
-        return out
-
-    def run(self) -> None:
-        try:
-            with conn(self.dsn, name=f"scrinalia-bench-{self.name}") as c:
-                self.turn(c)  # its plans made and its caches warm before any figure
-                self.times.clear()
-                self.warm.set()
-                while not self.stop.is_set():
-                    self.turn(c)
-        except BaseException as e:  # reported by the prune, which checks the loops
-            self.error = e
-            self.warm.set()
-
-    def turn(self, c: psycopg.Connection) -> None:
-        raise NotImplementedError
-
-    def window(self, start: float, end: float) -> dict:
-        """Of the statements that overlapped [start, end]: the slowest (seconds, which),
-        the 99th percentile and how many."""
-        during = [(t, what) for t0, t, what in self.times if t0 < end and t0 + t > start]
-        if not during:
-            return {"worst": 0.0, "what": "-", "p99": 0.0, "count": 0}
-        t, what = max(during)
-        return {"worst": t, "what": what, "p99": percentile([x for x, _ in during], 99), "count": len(during)}
-
-
-class ClaimLoop(Loop):
-    """Claims and finishes runs with the runner's statements (claim_runs, finish_runs);
-    when the queue is empty, enqueues the next REFILL of its workers (not timed: their
-    slots are free again, every run it claimed being finished in the same turn)."""
-
-    def __init__(self, dsn: str, workers: list[str]):
-        super().__init__(dsn, "claims")
-        self.workers = workers
-        self.finished = 0
-        self.next = 0
-
-    def refill(self, c: psycopg.Connection) -> None:
-        batch = self.workers[self.next : self.next + REFILL]
-        self.next = (self.next + REFILL) % len(self.workers)
-        c.execute(drain_bench.ENQUEUE_RUNS, (batch,))
-
-    def turn(self, c: psycopg.Connection) -> None:
-        cur = c.cursor(row_factory=dict_row, binary=True)
-        claimed = self.timed(
-            "claim_runs",
-            lambda: cur.execute(runner_sql.CLAIM_RUNS, ("bench-scale", LEASE, None, CLAIM_BATCH)).fetchall(),
-        )
-        if not claimed:
-            self.refill(c)
-            return
-        ids = [r["run_id"] for r in claimed]
-        tokens = [r["lease_token"] for r in claimed]
-        done = self.timed(
-            "finish_runs",
-            lambda: c.execute(runner_sql.FINISH_RUNS, (ids, tokens, [SUCCEEDED] * len(ids), None, None)).fetchall(),
-        )
-        check(all(lost is None for _, _, lost in done), "the claiming loop lost a lease")
-        self.finished += len(done)
-
-
-class TickLoop(Loop):
-    """The scheduler's tick statements (tick_bench.tick_once's) over a few schedules due
-    again before each turn (not timed)."""
-
-    def __init__(self, dsn: str, workers: list[str]):
-        super().__init__(dsn, "ticks")
-        self.workers = workers
-        self.decided = 0
-
-    def turn(self, c: psycopg.Connection) -> None:
-        c.execute(REARM_FEW_SQL, {"workers": self.workers})
-        cur = c.cursor(binary=True)
-        with c.transaction():
-            due = self.timed("due_schedules", lambda: cur.execute(tick_bench.DUE_SQL).fetchall())
-            nexts = cron.next_occurrences([(r[1], r[2]) for r in due], after=due[0][4]) if due else []
-            decided = self.timed(
-                "tick", lambda: cur.execute(tick_bench.TICK_SQL, ([r[0] for r in due], nexts)).fetchall()
-            )
-            t0 = now()
-        self.times.append((t0, now() - t0, "commit"))
-        check(len(decided) == len(self.workers), f"the ticking loop decided {len(decided)} of {len(self.workers)}")
-        self.decided += len(decided)
-
-
-def cutoff(dsn: str, first: int, s: Sizes) -> datetime:
-    with conn(dsn) as c:
-        return c.execute(CUTOFF_SQL, (first + s.pruned,)).fetchone()[0]
-
-
-def prune(dsn: str, s: Sizes, history: dict) -> dict:
-    """prune_runs() in batches until it removes nothing, the oldest `pruned` runs
-    being the only ones older than its cut-off; the two loops running throughout."""
-    none_due(dsn, history["upto"])
-    cut = cutoff(dsn, history["first"], s)
-    claimers = [seed.worker_name(i) for i in range(TICK_WORKERS, s.workers)]
-    loops = [ClaimLoop(dsn, claimers), TickLoop(dsn, [seed.worker_name(i) for i in range(TICK_WORKERS)])]
-    for loop in loops:
-        loop.start()
-    calls = 0
-    try:
-        for loop in loops:
-            check(loop.warm.wait(60), f"the {loop.name} loop did not start")
-        alone = now()
-        threading.Event().wait(LOOPS_ALONE)
-        removed, t0 = 0, now()
-        with conn(dsn, name="scrinalia-bench-prune") as c:
-            while (n := c.execute(PRUNE_SQL, (cut, PRUNE_BATCH)).fetchone()[0]) > 0:
-                removed += n
-                calls += 1
-        t1 = now()
-    finally:
-        for loop in loops:
-            loop.stop.set()
-        for loop in loops:
-            loop.join(timeout=60)
-    for loop in loops:
-        check(loop.error is None, f"the {loop.name} loop failed: {loop.error!r}")
-    with conn(dsn) as c:
-        left = c.execute(OLDER_LEFT_SQL, (cut,)).fetchone()[0]
-    check(removed == s.pruned, f"prune_runs removed {removed:,} runs, expected {s.pruned:,}")
-    check(left == 0, f"{left} runs older than the cut-off are left")
-    return {
-        "removed": removed,
-        "seconds": t1 - t0,
-        "rate": removed / (t1 - t0),
-        "calls": calls,
-        "cutoff": cut,
-        "loops": {
-            loop.name: {"during": loop.window(t0, t1), "alone": loop.window(alone, t0), "all": loop.times}
-            for loop in loops
-        },
-        "finished": loops[0].finished,
-        "decided": loops[1].decided,
-    }
-
-
 # --- the report ----------------------------------------------------------------------
 
 
@@ -485,25 +275,6 @@ def ratio_row(label: str, unit: str, rates: dict[str, list[float]]) -> tuple[lis
         verdict(ok),
     ]
     return row, ok, median(ratios)
-
-
-def mib(n: int) -> str:
-    return f"{n / 2**20:,.1f} MiB"
-
-
-def per_run(n: int, runs: int) -> str:
-    return f"{mib(n)}, {n / runs:,.1f} bytes per run"
-
-
-def size_parts(size: dict) -> list[tuple[str, int]]:
-    """The ledger's parts as the sizes table lists them: heap, TOAST, each index, all."""
-    return [
-        ("heap", size["heap"]),
-        ("TOAST (table and index)", size["toast"]),
-        *((f"index {name}", b) for name, b in size["indexes_each"]),
-        ("all indexes", size["indexes"]),
-        ("total (with the free space and visibility maps)", size["total"]),
-    ]
 
 
 def run(dsn_for, quick: bool = False, sizes_: Sizes | None = None) -> Result:
@@ -530,9 +301,10 @@ def run(dsn_for, quick: bool = False, sizes_: Sizes | None = None) -> Result:
     t0 = now()
     q = queries(dsns["large"], s)
     queried = now() - t0
-    size = sizes(dsns["large"])
+    size = scale_sizes.sizes(dsns["large"])
     t0 = now()
-    p = prune(dsns["large"], s, history)
+    none_due(dsns["large"], history["upto"])
+    p = scale_prune.prune(dsns["large"], s.workers, s.pruned, history["first"])
     print(f"  rounds {rounded:.0f} s, queries {queried:.0f} s, prune {now() - t0:.0f} s", flush=True)
 
     rows: list[list[str]] = []
@@ -569,7 +341,7 @@ def run(dsn_for, quick: bool = False, sizes_: Sizes | None = None) -> Result:
     verdicts.append(ok)
     rows.append(
         [
-            f"5. prune_runs, {p['removed']:,} runs in batches of {PRUNE_BATCH:,}",
+            f"5. prune_runs, {p['removed']:,} runs in batches of {scale_prune.PRUNE_BATCH:,}",
             "-",
             f"{p['rate']:,.0f} runs/s ({p['seconds']:.1f} s, {p['calls']} calls)",
             "-",
@@ -598,8 +370,8 @@ def run(dsn_for, quick: bool = False, sizes_: Sizes | None = None) -> Result:
         heads.append(f"worst {name[:-1]} {worst * 1000:.0f} ms")
     heads.append(f"{size['total'] / size['runs']:,.0f} bytes per run")
     rows += [
-        [f"6. {part}, at {size['runs']:,} runs", "-", per_run(b, size["runs"]), "-", "written down", "-"]
-        for part, b in size_parts(size)
+        [f"6. {part}, at {size['runs']:,} runs", "-", scale_sizes.per_run(b, size["runs"]), "-", "written down", "-"]
+        for part, b in scale_sizes.size_parts(size)
     ]
     met = all(verdicts)
     return Result(
@@ -635,13 +407,14 @@ def run(dsn_for, quick: bool = False, sizes_: Sizes | None = None) -> Result:
             "1% paused, a QUEUED manual run on every third worker): each query "
             f"of monitoring/queries.yaml, median and range of {s.query_reps} calls after an untimed one, every row "
             "fetched (metrics_bench.measure), beside it the same query counted on the server.",
-            f"5. prune_runs(now() - cut-off, {PRUNE_BATCH:,}) called until it returns 0, the cut-off the finish of "
+            f"5. prune_runs(now() - cut-off, {scale_prune.PRUNE_BATCH:,}) called until it returns 0, the cut-off the finish of "
             f"the first run after the oldest {s.pruned:,} (the only ones older). Meanwhile, each on its own "
-            f"connection: a loop claiming {CLAIM_BATCH} runs at a time and finishing them (the runner's claim_runs "
-            f"and finish_runs statements; when none is queued, {REFILL:,} more enqueued, untimed), and a loop ticking "
-            f"{TICK_WORKERS} schedules due again before each turn (due_schedules(), the cron, tick(), commit); "
+            f"connection: a loop claiming {scale_prune.CLAIM_BATCH} runs at a time and finishing them (the runner's "
+            f"claim_runs and finish_runs statements; when none is queued, {scale_prune.REFILL:,} more enqueued, "
+            "untimed), and a loop ticking "
+            f"{scale_prune.TICK_WORKERS} schedules due again before each turn (due_schedules(), the cron, tick(), commit); "
             f"every statement timed after a first, untimed turn; their worst during the prune, and over the "
-            f"{LOOPS_ALONE:.0f} s before it (the loops alone).",
+            f"{scale_prune.LOOPS_ALONE:.0f} s before it (the loops alone).",
             "6. After VACUUM ANALYZE, before the prune: pg_relation_size (heap), the TOAST table with its index, "
             "pg_indexes_size and each index, pg_total_relation_size (also the free space and visibility maps); "
             "bytes per run: the total over the rows in the table.",

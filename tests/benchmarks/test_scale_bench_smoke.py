@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench import metrics_bench, scale_bench  # noqa: E402
+from bench import metrics_bench, scale_bench, scale_prune  # noqa: E402
 from bench.common import InvariantError  # noqa: E402
 
 
@@ -67,5 +67,6 @@ def test_a_prune_leaving_old_runs_fails_the_benchmark(fresh_dbs):
         c.execute(
             "UPDATE scrinalia.archive_worker_runs SET retry_pending = true WHERE run_id = %s", (history["first"] + 1,)
         )
+    scale_bench.none_due(dsn, history["upto"])
     with pytest.raises(InvariantError, match="prune_runs removed"):
-        scale_bench.prune(dsn, s, history)
+        scale_prune.prune(dsn, s.workers, s.pruned, history["first"])

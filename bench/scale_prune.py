@@ -1,0 +1,197 @@
+"""Benchmark 10's prune: prune_runs() removing the oldest history of a large ledger
+while two loops on their own connections time their statements, one claiming and
+finishing runs with the runner's statements, one ticking a few schedules."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta
+
+import psycopg
+from psycopg.rows import dict_row
+
+from scrinalia_workers import cron
+from scrinalia_workers.gateway.statements import runner as runner_sql
+
+from . import drain_bench, seed, tick_bench
+from .common import check, conn, now, percentile
+
+RUNS = "scrinalia.archive_worker_runs"
+SCHEDULES = "scrinalia.archive_worker_schedules"
+
+PRUNE_BATCH = 10_000  # prune_runs()'s own default batch
+CLAIM_BATCH = 10  # runs a claim in the claiming loop
+REFILL = 5_000  # runs the claiming loop queues when it finds none (a short call, not timed)
+TICK_WORKERS = 10  # due schedules each turn of the ticking loop
+LOOPS_ALONE = 3.0  # seconds the two loops run before the prune starts: their latency alone
+LEASE = timedelta(minutes=5)
+
+# The instant the prune's cut-off is: the finish of the first run it must keep (a
+# block of ten shares its instants, so the cut falls between whole chains).
+CUTOFF_SQL = f"SELECT finished_at FROM {RUNS} WHERE run_id = %s"
+# prune_runs() takes an age: computed from the call's own now(), the cut-off is exact.
+PRUNE_SQL = "SELECT scrinalia.prune_runs(now() - %s::timestamptz, %s)"
+OLDER_LEFT_SQL = f"SELECT count(*) FROM {RUNS} WHERE finished_at < %s"
+# The ticking loop's schedules, due again before each of its turns (their runs of the
+# last turn removed, so that each turn enqueues).
+REARM_FEW_SQL = f"""
+WITH gone AS (
+    DELETE FROM {RUNS} WHERE worker_name = ANY (%(workers)s) AND trigger = 'SCHEDULE' AND status = 'QUEUED'
+)
+UPDATE {SCHEDULES} SET enabled = true, next_run_at = now() - interval '1 minute'
+ WHERE worker_name = ANY (%(workers)s)
+"""
+SUCCEEDED = "SUCCEEDED"
+
+
+class Loop(threading.Thread):
+    """A loop on its own connection that times each of its statements: (start, seconds, what)."""
+
+    def __init__(self, dsn: str, name: str):
+        super().__init__(name=name, daemon=True)
+        self.dsn = dsn
+        self.stop = threading.Event()
+        self.times: list[tuple[float, float, str]] = []
+        self.error: BaseException | None = None
+        self.warm = threading.Event()
+
+    def timed(self, what: str, fn):
+        t0 = now()
+        out = fn()
+        self.times.append((t0, now() - t0, what))
+        return out
+
+    def run(self) -> None:
+        try:
+            with conn(self.dsn, name=f"scrinalia-bench-{self.name}") as c:
+                self.turn(c)  # its plans made and its caches warm before any figure
+                self.times.clear()
+                self.warm.set()
+                while not self.stop.is_set():
+                    self.turn(c)
+        except BaseException as e:  # reported by the prune, which checks the loops
+            self.error = e
+            self.warm.set()
+
+    def turn(self, c: psycopg.Connection) -> None:
+        raise NotImplementedError
+
+    def window(self, start: float, end: float) -> dict:
+        """Of the statements that overlapped [start, end]: the slowest (seconds, which),
+        the 99th percentile and how many."""
+        during = [(t, what) for t0, t, what in self.times if t0 < end and t0 + t > start]
+        if not during:
+            return {"worst": 0.0, "what": "-", "p99": 0.0, "count": 0}
+        t, what = max(during)
+        return {"worst": t, "what": what, "p99": percentile([x for x, _ in during], 99), "count": len(during)}
+
+
+class ClaimLoop(Loop):
+    """Claims and finishes runs with the runner's statements (claim_runs, finish_runs);
+    when the queue is empty, enqueues the next REFILL of its workers (not timed: their
+    slots are free again, every run it claimed being finished in the same turn)."""
+
+    def __init__(self, dsn: str, workers: list[str]):
+        super().__init__(dsn, "claims")
+        self.workers = workers
+        self.finished = 0
+        self.next = 0
+
+    def refill(self, c: psycopg.Connection) -> None:
+        batch = self.workers[self.next : self.next + REFILL]
+        self.next = (self.next + REFILL) % len(self.workers)
+        c.execute(drain_bench.ENQUEUE_RUNS, (batch,))
+
+    def turn(self, c: psycopg.Connection) -> None:
+        cur = c.cursor(row_factory=dict_row, binary=True)
+        claimed = self.timed(
+            "claim_runs",
+            lambda: cur.execute(runner_sql.CLAIM_RUNS, ("bench-scale", LEASE, None, CLAIM_BATCH)).fetchall(),
+        )
+        if not claimed:
+            self.refill(c)
+            return
+        ids = [r["run_id"] for r in claimed]
+        tokens = [r["lease_token"] for r in claimed]
+        done = self.timed(
+            "finish_runs",
+            lambda: c.execute(runner_sql.FINISH_RUNS, (ids, tokens, [SUCCEEDED] * len(ids), None, None)).fetchall(),
+        )
+        check(all(lost is None for _, _, lost in done), "the claiming loop lost a lease")
+        self.finished += len(done)
+
+
+class TickLoop(Loop):
+    """The scheduler's tick statements (tick_bench.tick_once's) over a few schedules due
+    again before each turn (not timed)."""
+
+    def __init__(self, dsn: str, workers: list[str]):
+        super().__init__(dsn, "ticks")
+        self.workers = workers
+        self.decided = 0
+
+    def turn(self, c: psycopg.Connection) -> None:
+        c.execute(REARM_FEW_SQL, {"workers": self.workers})
+        cur = c.cursor(binary=True)
+        with c.transaction():
+            due = self.timed("due_schedules", lambda: cur.execute(tick_bench.DUE_SQL).fetchall())
+            nexts = cron.next_occurrences([(r[1], r[2]) for r in due], after=due[0][4]) if due else []
+            decided = self.timed(
+                "tick", lambda: cur.execute(tick_bench.TICK_SQL, ([r[0] for r in due], nexts)).fetchall()
+            )
+            t0 = now()
+        self.times.append((t0, now() - t0, "commit"))
+        check(len(decided) == len(self.workers), f"the ticking loop decided {len(decided)} of {len(self.workers)}")
+        self.decided += len(decided)
+
+
+def cutoff(dsn: str, first: int, pruned: int) -> datetime:
+    with conn(dsn) as c:
+        return c.execute(CUTOFF_SQL, (first + pruned,)).fetchone()[0]
+
+
+def prune(dsn: str, workers: int, pruned: int, first: int) -> dict:
+    """prune_runs() in batches until it removes nothing, the oldest `pruned` runs (from
+    run `first`) being the only ones older than its cut-off; the two loops running
+    throughout, on `workers` workers whose schedules are none due."""
+    cut = cutoff(dsn, first, pruned)
+    claimers = [seed.worker_name(i) for i in range(TICK_WORKERS, workers)]
+    loops = [ClaimLoop(dsn, claimers), TickLoop(dsn, [seed.worker_name(i) for i in range(TICK_WORKERS)])]
+    for loop in loops:
+        loop.start()
+    calls = 0
+    try:
+        for loop in loops:
+            check(loop.warm.wait(60), f"the {loop.name} loop did not start")
+        alone = now()
+        threading.Event().wait(LOOPS_ALONE)
+        removed, t0 = 0, now()
+        with conn(dsn, name="scrinalia-bench-prune") as c:
+            while (n := c.execute(PRUNE_SQL, (cut, PRUNE_BATCH)).fetchone()[0]) > 0:
+                removed += n
+                calls += 1
+        t1 = now()
+    finally:
+        for loop in loops:
+            loop.stop.set()
+        for loop in loops:
+            loop.join(timeout=60)
+    for loop in loops:
+        check(loop.error is None, f"the {loop.name} loop failed: {loop.error!r}")
+    with conn(dsn) as c:
+        left = c.execute(OLDER_LEFT_SQL, (cut,)).fetchone()[0]
+    check(removed == pruned, f"prune_runs removed {removed:,} runs, expected {pruned:,}")
+    check(left == 0, f"{left} runs older than the cut-off are left")
+    return {
+        "removed": removed,
+        "seconds": t1 - t0,
+        "rate": removed / (t1 - t0),
+        "calls": calls,
+        "cutoff": cut,
+        "loops": {
+            loop.name: {"during": loop.window(t0, t1), "alone": loop.window(alone, t0), "all": loop.times}
+            for loop in loops
+        },
+        "finished": loops[0].finished,
+        "decided": loops[1].decided,
+    }
