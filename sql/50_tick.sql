@@ -245,7 +245,7 @@ DECLARE
         SELECT array_agg(d.worker_name) AS workers, array_agg(d.request) AS requests
           FROM checked d
          WHERE d.was IS NOT NULL AND d.active_run_id IS NULL AND d.owed_run_id IS NULL AND d.refused IS NULL
-    ), missed AS (
+    ), missed AS MATERIALIZED (
         -- whether periods were missed (the run a catch-up): once per (cron, zone,
         -- instant waited for) of those that may enqueue a minute or more late; on time
         -- (the usual tick, tick_due_at) none is, and nothing is evaluated. One object
@@ -270,12 +270,13 @@ DECLARE
           JOIN checked d ON d.worker_name = rc.worker_name  -- one schedule per worker
         %s
         RETURNING r.run_id, r.worker_name
-    ), made AS (
+    ), made AS MATERIALIZED (
         -- the new runs by worker: one object looked up by key below, never a join of
         -- the chunk's rows with the insert's, whose row count the planner cannot know
         -- (it guessed a few, and a nested loop cost the square of the chunk). Read
-        -- through a scalar subquery, computed once: a CTE scan joined to every row
-        -- would copy the whole object for each
+        -- through a scalar subquery, computed once (materialized: inlined, the
+        -- aggregate was computed again at each of its references); a CTE scan joined
+        -- to every row would copy the whole object for each
         SELECT coalesce(jsonb_object_agg(ins.worker_name, ins.run_id), '{}') AS runs FROM ins
     ), decided AS (
         SELECT d.worker_name, d.was, d.next_at, r.run_id,
