@@ -9,8 +9,11 @@
 
 -- The latest finished scheduled period of each scheduled worker that has one (see
 -- latest_finished_periods_of() in 86_tallies.sql for the definition): as the fold last
--- kept it, and computed afresh for the workers whose runs changed since.
-CREATE OR REPLACE FUNCTION scrinalia.latest_finished_periods()
+-- kept it, and computed afresh for the workers whose runs changed since. Only those
+-- that ended in one of p_statuses (NULL: every one): the tallies filtered before they
+-- are joined, so that the alerts' few failed periods are not found among every
+-- worker's.
+CREATE OR REPLACE FUNCTION scrinalia.latest_periods_ended(p_statuses scrinalia.run_status[])
 RETURNS TABLE (worker_name text, scheduled_for timestamptz, run_ids bigint[], attempts integer,
                last_status scrinalia.run_status, last_error text, finished_at timestamptz)
 LANGUAGE plpgsql STABLE
@@ -29,11 +32,26 @@ BEGIN
       FROM scrinalia.archive_worker_schedules s
       JOIN scrinalia.latest_period_tally t ON t.worker_name = s.worker_name
      WHERE NOT EXISTS (SELECT 1 FROM changed c WHERE c.worker_name = s.worker_name)
+       AND (p_statuses IS NULL OR t.last_status = ANY (p_statuses))
     UNION ALL
     SELECT f.worker_name, f.scheduled_for, f.run_ids, f.attempts, f.last_status, f.last_error, f.finished_at
       FROM scrinalia.latest_finished_periods_of(ARRAY(
             SELECT s.worker_name FROM scrinalia.archive_worker_schedules s
-              JOIN changed c ON c.worker_name = s.worker_name)) f;
+              JOIN changed c ON c.worker_name = s.worker_name)) f
+     WHERE p_statuses IS NULL OR f.last_status = ANY (p_statuses);
+END
+$$;
+
+-- Every scheduled worker's latest finished period (latest_periods_ended, any status).
+CREATE OR REPLACE FUNCTION scrinalia.latest_finished_periods()
+RETURNS TABLE (worker_name text, scheduled_for timestamptz, run_ids bigint[], attempts integer,
+               last_status scrinalia.run_status, last_error text, finished_at timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM scrinalia.latest_periods_ended(NULL);
 END
 $$;
 
@@ -138,8 +156,7 @@ AS $$
                   to_char(p.scheduled_for AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI"Z"'), p.worker_name,
                   p.last_status, p.attempts, array_to_string(p.run_ids, ', '),
                   coalesce(left(split_part(p.last_error, E'\n', 1), 200), 'no error text'))
-      FROM scrinalia.latest_finished_periods() p
-     WHERE p.last_status IN ('FAILED', 'INTERRUPTED')
+      FROM scrinalia.latest_periods_ended(ARRAY['FAILED', 'INTERRUPTED']::scrinalia.run_status[]) p
     UNION ALL
     SELECT 'SCHEDULE_OVERDUE', s.worker_name, coalesce(s.next_run_at, s.updated_at), NULL,
            format('the schedule of %s (%s, %s) was due at %s and has not been handled for %s: is a scheduler running?',

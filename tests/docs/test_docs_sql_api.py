@@ -89,6 +89,7 @@ INTERNAL = {
     "unclaimed_runs",
     "run_side_rows_delete_statement",
     "run_v1",
+    "latest_periods_ended",
     "run_catch_up_noted",
     "run_side_rows_truncate_statement",
     "prune_runs_before",
