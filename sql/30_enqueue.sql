@@ -63,6 +63,7 @@ DECLARE
     s jsonb;            -- the worker's presets
     presets jsonb;
     resolved record;    -- config_of(): the config and its sources
+    made record;        -- the new run, as the functions return it (run_v1), or none
     run scrinalia.worker_run_v1;
 BEGIN
     IF p_trigger IS NULL OR p_trigger NOT IN ('MANUAL', 'CLI') THEN
@@ -119,7 +120,8 @@ BEGIN
          WHERE NOT EXISTS (SELECT FROM scrinalia.archive_worker_runs o
                             WHERE o.worker_name = p_worker_name AND o.retry_pending)
         ON CONFLICT (worker_name) WHERE status IN ('QUEUED', 'RUNNING') DO NOTHING
-        RETURNING (scrinalia.run_v1(archive_worker_runs)).* INTO run;
+        RETURNING scrinalia.run_v1(archive_worker_runs) AS run INTO made;
+        run := made.run;
     ELSE
         BEGIN
             INSERT INTO scrinalia.archive_worker_runs
@@ -127,7 +129,8 @@ BEGIN
             SELECT p_worker_name, p_trigger, req, resolved.config, resolved.sources, p_requested_by
              WHERE NOT EXISTS (SELECT FROM scrinalia.archive_worker_runs o
                                 WHERE o.worker_name = p_worker_name AND o.retry_pending)
-            RETURNING (scrinalia.run_v1(archive_worker_runs)).* INTO run;
+            RETURNING scrinalia.run_v1(archive_worker_runs) AS run INTO made;
+            run := made.run;
         EXCEPTION WHEN unique_violation THEN
             run := NULL;
         END;
@@ -301,12 +304,14 @@ BEGIN
         ELSE
             BEGIN
                 RETURN QUERY EXECUTE
-                    'INSERT INTO scrinalia.archive_worker_runs AS n
-                            (worker_name, trigger, request, config, config_sources, requested_by)
-                     SELECT rc.worker_name, $3, rc.request, rc.config, rc.sources, $4
-                       FROM scrinalia.resolve_configs($1, $2) rc
-                      ORDER BY rc.worker_name
-                     RETURNING (scrinalia.run_v1(n)).*'
+                    'WITH i AS (
+                        INSERT INTO scrinalia.archive_worker_runs AS n
+                               (worker_name, trigger, request, config, config_sources, requested_by)
+                        SELECT rc.worker_name, $3, rc.request, rc.config, rc.sources, $4
+                          FROM scrinalia.resolve_configs($1, $2) rc
+                         ORDER BY rc.worker_name
+                        RETURNING scrinalia.run_v1(n) AS run)
+                     SELECT (i.run).* FROM i'
                     USING workers, requests, p_trigger, p_requested_by;
             EXCEPTION WHEN unique_violation THEN
                 -- Which slot: the run that took it committed after this snapshot, which

@@ -58,9 +58,9 @@ BEGIN
                    heartbeat_at = now(), started_at = now()
               FROM c
              WHERE r.run_id = c.run_id
-            RETURNING (scrinalia.run_v1(r)).*
+            RETURNING scrinalia.run_v1(r) AS run
         )
-        SELECT * FROM u ORDER BY u.created_at, u.run_id;
+        SELECT (u.run).* FROM u ORDER BY (u.run).created_at, (u.run).run_id;
     ELSE
         RETURN QUERY
         WITH c AS (
@@ -77,9 +77,9 @@ BEGIN
                    heartbeat_at = now(), started_at = now()
               FROM c
              WHERE r.run_id = c.run_id
-            RETURNING (scrinalia.run_v1(r)).*
+            RETURNING scrinalia.run_v1(r) AS run
         )
-        SELECT * FROM u ORDER BY u.created_at, u.run_id;
+        SELECT (u.run).* FROM u ORDER BY (u.run).created_at, (u.run).run_id;
     END IF;
 END $$;
 

@@ -115,7 +115,6 @@ SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 DECLARE
     lost text;
-    run scrinalia.worker_run_v1;
 BEGIN
     IF p_run_id IS NULL THEN  -- a bad status (SW021), else a lease nobody holds, not malformed arrays
         PERFORM scrinalia.check_outcome_status(p_status);
@@ -127,6 +126,5 @@ BEGIN
     IF lost IS NOT NULL THEN
         PERFORM scrinalia.raise_lease_lost(p_run_id, p_lease_token);
     END IF;
-    SELECT (scrinalia.run_v1(r)).* INTO run FROM scrinalia.archive_worker_runs r WHERE r.run_id = p_run_id;
-    RETURN run;
+    RETURN (SELECT scrinalia.run_v1(r) FROM scrinalia.archive_worker_runs r WHERE r.run_id = p_run_id);
 END $$;

@@ -13,7 +13,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 DECLARE
-    run scrinalia.worker_run_v1;
+    cancelled record;  -- the run, as the functions return it (run_v1)
     who text := coalesce(scrinalia.check_actor('cancelled_by', p_cancelled_by), 'an operator');
 BEGIN
     UPDATE scrinalia.archive_worker_runs r
@@ -24,7 +24,7 @@ BEGIN
                         ELSE format('cancelled by %s', who) END,
            lease_token = NULL, lease_expires_at = NULL
      WHERE r.run_id = p_run_id AND r.status IN ('QUEUED', 'RUNNING')
-    RETURNING (scrinalia.run_v1(r)).* INTO run;
+    RETURNING scrinalia.run_v1(r) AS run INTO cancelled;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'SW011',
             MESSAGE = format('run #%s cannot be cancelled: %s', p_run_id,
@@ -32,7 +32,7 @@ BEGIN
                            WHERE run_id = p_run_id), 'no such run')),
             HINT = 'only a QUEUED or RUNNING run can be cancelled; a finished one has ended already';
     END IF;
-    RETURN run;
+    RETURN cancelled.run;
 END $$;
 
 -- Ends the RUNNING runs nobody may keep running: those whose lease expired become
@@ -68,23 +68,25 @@ BEGIN
                                               FROM scrinalia.archive_worker_limits l)
                     AND r.started_at + scrinalia.max_run_time_of(r.worker_name) <= now()))
          FOR UPDATE OF r SKIP LOCKED
+    ), reaped AS (
+        UPDATE scrinalia.archive_worker_runs r
+           SET status = 'INTERRUPTED', finished_at = now(),
+               -- (see finish_runs: one infinite start must not stop every reap, so every pass)
+               duration = CASE WHEN isfinite(r.started_at) THEN now() - r.started_at END,
+               error = CASE WHEN ended.lease_ended
+                            THEN format('lease of runner %s expired at %s (last heartbeat %s)',
+                                        r.lease_owner, r.lease_expires_at, r.heartbeat_at)
+                            ELSE format('ran longer than its maximum run time of %s (started at %s by runner %s, last heartbeat %s)',
+                                        scrinalia.max_run_time_of(r.worker_name),
+                                        r.started_at, r.lease_owner, r.heartbeat_at) END,
+               error_fingerprint = CASE WHEN ended.lease_ended THEN 'lease-expired' ELSE 'max-run-time' END,
+               lease_token = NULL, lease_expires_at = NULL,
+               retry_pending = scrinalia.owes_retry(r.trigger, 'INTERRUPTED', r.attempt)
+          FROM ended
+         WHERE r.run_id = ended.run_id
+        RETURNING scrinalia.run_v1(r) AS run
     )
-    UPDATE scrinalia.archive_worker_runs r
-       SET status = 'INTERRUPTED', finished_at = now(),
-           -- (see finish_runs: one infinite start must not stop every reap, so every pass)
-           duration = CASE WHEN isfinite(r.started_at) THEN now() - r.started_at END,
-           error = CASE WHEN ended.lease_ended
-                        THEN format('lease of runner %s expired at %s (last heartbeat %s)',
-                                    r.lease_owner, r.lease_expires_at, r.heartbeat_at)
-                        ELSE format('ran longer than its maximum run time of %s (started at %s by runner %s, last heartbeat %s)',
-                                    scrinalia.max_run_time_of(r.worker_name),
-                                    r.started_at, r.lease_owner, r.heartbeat_at) END,
-           error_fingerprint = CASE WHEN ended.lease_ended THEN 'lease-expired' ELSE 'max-run-time' END,
-           lease_token = NULL, lease_expires_at = NULL,
-           retry_pending = scrinalia.owes_retry(r.trigger, 'INTERRUPTED', r.attempt)
-      FROM ended
-     WHERE r.run_id = ended.run_id
-    RETURNING (scrinalia.run_v1(r)).*;
+    SELECT (reaped.run).* FROM reaped;
     GET DIAGNOSTICS n = ROW_COUNT;
     IF n > 0 THEN
         PERFORM pg_notify('scrinalia_scheduler', 'reaped');
