@@ -3,7 +3,6 @@ do fail on a wrong answer)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -14,22 +13,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench import metrics_bench  # noqa: E402
 from bench.common import InvariantError  # noqa: E402
-
-
-@pytest.fixture
-def fresh_dbs(admin, admin_dsn, template_db):
-    made: list[str] = []
-
-    def dsn_for(name: str) -> str:
-        db = f"{name}_{os.getpid()}"
-        admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-        admin.execute(f'CREATE DATABASE "{db}" TEMPLATE "{template_db}"')
-        made.append(db)
-        return psycopg.conninfo.make_conninfo(admin_dsn, dbname=db)
-
-    yield dsn_for
-    for db in made:
-        admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
 
 def test_quick_metrics_measures_every_query_at_both_sizes(fresh_dbs):
