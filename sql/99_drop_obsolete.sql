@@ -24,6 +24,11 @@ BEGIN
                FROM pg_catalog.pg_proc p
                JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace
               WHERE n.nspname OPERATOR(pg_catalog.=) 'scrinalia' AND p.prokind OPERATOR(pg_catalog.=) ANY ('{f,p}')
+                -- (what 0015 renamed stays for this release: the functions it put in their
+                -- place call them by name, and a call under way in another session as
+                -- this transaction commits would meet a function gone. Nothing else
+                -- calls them; the next release's migrate drops them.)
+                AND p.proname NOT LIKE '%\_before\_0015'
                 AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
                                  WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
                                    AND d.objid OPERATOR(pg_catalog.=) p.oid

@@ -85,8 +85,10 @@ def test_prepared_statements_keep_their_result_through_the_migration_and_the_cod
         assert m.migrate(empty_db_dsn) == []  # the code
         columns, row = _period(c)
         assert columns == before and row[columns.index("status")] == "SUCCEEDED"
-        # the renamed functions went with the code that replaced them
-        assert c.execute("SELECT count(*) FROM pg_proc WHERE proname LIKE '%%before_0015'").fetchone() == (0,)
+        # the renamed ones stay for this release (a call of one under way elsewhere as the
+        # code commits must still find it); no public name is one of them
+        assert c.execute("SELECT count(*) FROM pg_proc WHERE proname LIKE '%%before_0015'").fetchone() == (8,)
+        assert m.migrate(empty_db_dsn) == [] and _period(c)[0] == before
 
 
 def test_the_catch_ups_move_onto_their_runs_and_back(empty_db_dsn):

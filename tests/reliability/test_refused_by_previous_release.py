@@ -44,7 +44,7 @@ def test_the_previous_scheduler_reads_a_refusal_and_goes_on(previous, empty_db_d
     with psycopg.connect(dsn, autocommit=True) as db:
         db.execute("INSERT INTO scrinalia.archive_workers (worker_name) VALUES ('p'), ('g1'), ('g2')")
         argv = [sys.executable, "-m", "scrinalia_workers.scheduler", "--dsn", dsn, "--json"]
-        sched = procs.start([*argv, "--max-sleep", "0.3", "--name", f"old-{PREVIOUS}"], env=old)
+        sched = procs.start([*argv, "--max-sleep", "0.3", "--name", f"old-{previous.name}"], env=old)
         sched.wait_event("lock acquired", timeout=30)
         assert m.migrate(dsn)  # this release's code under the old scheduler
         db.execute(DISAGREE)
