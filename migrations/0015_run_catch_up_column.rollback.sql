@@ -1,5 +1,5 @@
 -- The catch-ups go back to 0010's table, which the release below reads; the column,
--- and the code that reads it or returns worker_run_v1, go (the code goes whole after
+-- and the code that reads it or returns worker_run_v1 (or an array of it), go (the code goes whole after
 -- a rollback: the release below re-creates its own with its migrate).
 DROP TRIGGER run_catch_up_noted ON scrinalia.archive_run_catch_ups;
 DROP FUNCTION scrinalia.run_catch_up_noted();
@@ -13,7 +13,8 @@ DO $$
 DECLARE f record;
 BEGIN
     FOR f IN SELECT p.oid::pg_catalog.regprocedure AS fn FROM pg_catalog.pg_proc p
-              WHERE p.prorettype OPERATOR(pg_catalog.=) 'scrinalia.worker_run_v1'::pg_catalog.regtype
+              WHERE p.prorettype OPERATOR(pg_catalog.=) ANY (ARRAY['scrinalia.worker_run_v1'::pg_catalog.regtype,
+                                                                  'scrinalia.worker_run_v1[]'::pg_catalog.regtype])
     LOOP
         EXECUTE pg_catalog.format('DROP FUNCTION %s', f.fn);
     END LOOP;

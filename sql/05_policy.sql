@@ -76,11 +76,12 @@ BEGIN
     END IF;
 END $$;
 
--- The batch calls that check element by element (put_schedules, enqueue_runs): raises
--- an element's error again, its SQLSTATE and hint kept, its message prefixed with which
--- element and worker it was ('schedule #3 (worker 'ocr'): ...').
-CREATE OR REPLACE FUNCTION scrinalia.raise_element_error(p_element text, p_i integer, p_worker text,
-                                                          p_sqlstate text, p_message text, p_hint text)
+-- The one way a problem returned by a check (unknown_worker, request_problem,
+-- slot_busy, ...) is raised: its SQLSTATE, message, hint and detail; a batch call that
+-- checks element by element (put_schedules, enqueue_runs) names the element and its
+-- worker first ('schedule #3 (worker 'ocr'): ...'); p_i NULL names none.
+CREATE OR REPLACE FUNCTION scrinalia.raise_problem(p_element text, p_i integer, p_worker text, p_sqlstate text,
+                                                   p_message text, p_hint text, p_detail text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -94,10 +95,26 @@ BEGIN
                            THEN format(' (worker %s)', quote_literal(left(p_worker, 100))) ELSE '' END,
                       msg);
     END IF;
-    IF coalesce(p_hint, '') = '' THEN
+    -- (an empty HINT or DETAIL would still reach the client, as an empty field)
+    IF coalesce(p_hint, '') = '' AND coalesce(p_detail, '') = '' THEN
         RAISE EXCEPTION USING ERRCODE = p_sqlstate, MESSAGE = msg;
+    ELSIF coalesce(p_detail, '') = '' THEN
+        RAISE EXCEPTION USING ERRCODE = p_sqlstate, MESSAGE = msg, HINT = p_hint;
+    ELSIF coalesce(p_hint, '') = '' THEN
+        RAISE EXCEPTION USING ERRCODE = p_sqlstate, MESSAGE = msg, DETAIL = p_detail;
     END IF;
-    RAISE EXCEPTION USING ERRCODE = p_sqlstate, MESSAGE = msg, HINT = p_hint;
+    RAISE EXCEPTION USING ERRCODE = p_sqlstate, MESSAGE = msg, HINT = p_hint, DETAIL = p_detail;
+END $$;
+
+-- raise_problem() with no detail: put_schedules' element errors, caught and raised again.
+CREATE OR REPLACE FUNCTION scrinalia.raise_element_error(p_element text, p_i integer, p_worker text,
+                                                          p_sqlstate text, p_message text, p_hint text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM scrinalia.raise_problem(p_element, p_i, p_worker, p_sqlstate, p_message, p_hint, NULL);
 END $$;
 
 -- A runner's lease (claim_next, claim_runs): at least this long...

@@ -1,18 +1,33 @@
 -- The worker catalogue, persisted settings, request validation and config resolution.
 -- Errors: SW001 unknown worker, SW002 invalid request or settings.
 
+-- What is wrong with a worker name missing from the catalogue (SW001): the one home of
+-- the message, which require_worker raises and the set-based calls raise naming the
+-- element, with no exception block to catch it in.
+CREATE OR REPLACE FUNCTION scrinalia.unknown_worker(p_worker_name text,
+                                                   OUT code text, OUT message text, OUT hint text)
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    code := 'SW001';
+    message := format('unknown worker %s', coalesce(quote_literal(left(p_worker_name, 100)), 'NULL'));
+    hint := 'SELECT worker_name FROM scrinalia.worker_agenda lists the catalogue';
+END $$;
+
 CREATE OR REPLACE FUNCTION scrinalia.require_worker(p_worker_name text)
 RETURNS scrinalia.archive_workers
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
-DECLARE w scrinalia.archive_workers;
+DECLARE
+    w scrinalia.archive_workers;
+    p record;
 BEGIN
     SELECT * INTO w FROM scrinalia.archive_workers WHERE worker_name = p_worker_name;
     IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'SW001',
-            MESSAGE = format('unknown worker %s', coalesce(quote_literal(left(p_worker_name, 100)), 'NULL')),
-            HINT = 'SELECT worker_name FROM scrinalia.worker_agenda lists the catalogue';
+        p := scrinalia.unknown_worker(p_worker_name);
+        PERFORM scrinalia.raise_problem(NULL, NULL, NULL, p.code, p.message, p.hint, NULL);
     END IF;
     RETURN w;
 END $$;
@@ -61,9 +76,10 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- Validates a set of {name: value} against {name: spec}; raises SW002 naming the part.
-CREATE OR REPLACE FUNCTION scrinalia.check_options(p_worker_name text, p_part text, p_specs jsonb, p_values jsonb)
-RETURNS void
+-- What is wrong with a set of {name: value} against {name: spec} (SW002, naming the
+-- part), or NULLs when nothing is.
+CREATE OR REPLACE FUNCTION scrinalia.options_problem(p_worker_name text, p_part text, p_specs jsonb, p_values jsonb,
+                                                    OUT message text, OUT hint text)
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -73,79 +89,108 @@ DECLARE
     problem text;
 BEGIN
     IF jsonb_typeof(p_values) <> 'object' THEN
-        RAISE EXCEPTION USING ERRCODE = 'SW002',
-            MESSAGE = format('invalid request for worker %L: %s must be an object, got %s',
-                             p_worker_name, p_part, jsonb_typeof(p_values));
+        message := format('invalid request for worker %L: %s must be an object, got %s',
+                          p_worker_name, p_part, jsonb_typeof(p_values));
+        RETURN;
     END IF;
     FOR k, v IN SELECT * FROM jsonb_each(p_values) LOOP
         IF NOT coalesce(p_specs, '{}') ? k THEN
-            RAISE EXCEPTION USING ERRCODE = 'SW002',
-                MESSAGE = format('invalid request for worker %L: unknown %s key %L',
-                                 p_worker_name, p_part, left(k, 100)),
-                HINT = format('allowed: %s', coalesce((SELECT string_agg(x, ', ' ORDER BY x)
-                                                         FROM jsonb_object_keys(coalesce(p_specs, '{}')) x), 'none'));
+            message := format('invalid request for worker %L: unknown %s key %L', p_worker_name, p_part, left(k, 100));
+            hint := format('allowed: %s', coalesce((SELECT string_agg(x, ', ' ORDER BY x)
+                                                      FROM jsonb_object_keys(coalesce(p_specs, '{}')) x), 'none'));
+            RETURN;
         END IF;
         problem := scrinalia.option_value_problem(p_specs -> k, v);
         IF problem IS NOT NULL THEN
-            RAISE EXCEPTION USING ERRCODE = 'SW002',
-                MESSAGE = format('invalid request for worker %L: %s.%s %s', p_worker_name, p_part, k, problem);
+            message := format('invalid request for worker %L: %s.%s %s', p_worker_name, p_part, k, problem);
+            RETURN;
         END IF;
     END LOOP;
 END $$;
 
--- The WorkerRunRequest {engine?, preset?, options?, engine_options?}, checked against
--- the catalogue; returns it unchanged when valid. engine_options are checked against
--- the engine the config will resolve to when the request names none. Reads nothing of
--- the worker but its engines, presets, options and the engine of its settings and of
--- its default config: enqueue_runs validates once per distinct combination of those
--- and the request, and must group by anything else a check here comes to read.
-CREATE OR REPLACE FUNCTION scrinalia.validate_request(p_worker_name text, p_request jsonb)
-RETURNS jsonb
+-- options_problem() raised. Nothing of this release calls it: the previous release's
+-- validate_request does, and may be running in another session as a migrate commits
+-- (a function dropped under it fails that call). The next release drops it.
+CREATE OR REPLACE FUNCTION scrinalia.check_options(p_worker_name text, p_part text, p_specs jsonb, p_values jsonb)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE p record := scrinalia.options_problem(p_worker_name, p_part, p_specs, p_values);
+BEGIN
+    IF p.message IS NOT NULL THEN
+        PERFORM scrinalia.raise_problem(NULL, NULL, NULL, 'SW002', p.message, p.hint, NULL);
+    END IF;
+END $$;
+
+-- What is wrong with a WorkerRunRequest {engine?, preset?, options?, engine_options?}
+-- checked against the catalogue: the SQLSTATE (SW001 unknown worker, SW002 invalid
+-- request), message and hint of the first problem, or NULLs when it is valid. A NULL
+-- request is '{}'. engine_options are checked against the engine the config will
+-- resolve to when the request names none. Reads nothing of the worker but its engines,
+-- presets, options and the engine of its settings and of its default config:
+-- enqueue_runs checks once per distinct combination of those and the request, and must
+-- group by anything else a check here comes to read. Returned, not raised: a batch
+-- names its element in the error with no exception block (a subtransaction) per call.
+CREATE OR REPLACE FUNCTION scrinalia.request_problem(p_worker_name text, p_request jsonb,
+                                                    OUT code text, OUT message text, OUT hint text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 DECLARE
-    w scrinalia.archive_workers := scrinalia.require_worker(p_worker_name);
+    w scrinalia.archive_workers;
     req jsonb := coalesce(p_request, '{}');
     k text;
     engine text;
+    o record;
 BEGIN
+    SELECT * INTO w FROM scrinalia.archive_workers wk WHERE wk.worker_name = p_worker_name;
+    IF NOT FOUND THEN
+        SELECT u.code, u.message, u.hint INTO code, message, hint FROM scrinalia.unknown_worker(p_worker_name) u;
+        RETURN;
+    END IF;
+    code := 'SW002';
     IF jsonb_typeof(req) <> 'object' THEN
-        RAISE EXCEPTION USING ERRCODE = 'SW002',
-            MESSAGE = format('invalid request for worker %L: the request must be a JSON object, got %s',
-                             p_worker_name, jsonb_typeof(req));
+        message := format('invalid request for worker %L: the request must be a JSON object, got %s',
+                          p_worker_name, jsonb_typeof(req));
+        RETURN;
     END IF;
     IF octet_length(req::text) > scrinalia.max_request_bytes() THEN
-        RAISE EXCEPTION USING ERRCODE = 'SW002',
-            MESSAGE = format('invalid request for worker %L: the request is %s bytes, the limit is %s',
-                             p_worker_name, octet_length(req::text), scrinalia.max_request_bytes());
+        message := format('invalid request for worker %L: the request is %s bytes, the limit is %s',
+                          p_worker_name, octet_length(req::text), scrinalia.max_request_bytes());
+        RETURN;
     END IF;
     FOR k IN SELECT jsonb_object_keys(req) LOOP
         IF k NOT IN ('engine', 'preset', 'options', 'engine_options') THEN
-            RAISE EXCEPTION USING ERRCODE = 'SW002',
-                MESSAGE = format('invalid request for worker %L: unknown key %L', p_worker_name, left(k, 100)),
-                HINT = 'a request has only engine, preset, options and engine_options';
+            message := format('invalid request for worker %L: unknown key %L', p_worker_name, left(k, 100));
+            hint := 'a request has only engine, preset, options and engine_options';
+            RETURN;
         END IF;
     END LOOP;
     FOREACH k IN ARRAY ARRAY['engine', 'preset'] LOOP
         IF req ? k AND jsonb_typeof(req -> k) <> 'string' THEN
-            RAISE EXCEPTION USING ERRCODE = 'SW002',
-                MESSAGE = format('invalid request for worker %L: %s must be a string, got %s',
-                                 p_worker_name, k, jsonb_typeof(req -> k));
+            message := format('invalid request for worker %L: %s must be a string, got %s',
+                              p_worker_name, k, jsonb_typeof(req -> k));
+            RETURN;
         END IF;
     END LOOP;
     IF req ? 'engine' AND NOT w.engines ? (req ->> 'engine') THEN
-        RAISE EXCEPTION USING ERRCODE = 'SW002',
-            MESSAGE = format('invalid request for worker %L: unknown engine %L', p_worker_name, left(req ->> 'engine', 100)),
-            HINT = format('engines: %s', coalesce((SELECT string_agg(x, ', ' ORDER BY x) FROM jsonb_object_keys(w.engines) x), 'none'));
+        message := format('invalid request for worker %L: unknown engine %L', p_worker_name, left(req ->> 'engine', 100));
+        hint := format('engines: %s', coalesce((SELECT string_agg(x, ', ' ORDER BY x) FROM jsonb_object_keys(w.engines) x), 'none'));
+        RETURN;
     END IF;
     IF req ? 'preset' AND NOT w.presets ? (req ->> 'preset') THEN
-        RAISE EXCEPTION USING ERRCODE = 'SW002',
-            MESSAGE = format('invalid request for worker %L: unknown preset %L', p_worker_name, left(req ->> 'preset', 100)),
-            HINT = format('presets: %s', coalesce((SELECT string_agg(x, ', ' ORDER BY x) FROM jsonb_object_keys(w.presets) x), 'none'));
+        message := format('invalid request for worker %L: unknown preset %L', p_worker_name, left(req ->> 'preset', 100));
+        hint := format('presets: %s', coalesce((SELECT string_agg(x, ', ' ORDER BY x) FROM jsonb_object_keys(w.presets) x), 'none'));
+        RETURN;
     END IF;
     IF req ? 'options' THEN
-        PERFORM scrinalia.check_options(p_worker_name, 'options', w.options, req -> 'options');
+        o := scrinalia.options_problem(p_worker_name, 'options', w.options, req -> 'options');
+        IF o.message IS NOT NULL THEN
+            message := o.message;
+            hint := o.hint;
+            RETURN;
+        END IF;
     END IF;
     IF req ? 'engine_options' THEN
         engine := coalesce(req ->> 'engine',
@@ -153,14 +198,33 @@ BEGIN
                              WHERE s.worker_name = p_worker_name),
                            w.default_config ->> 'engine');
         IF engine IS NULL THEN
-            RAISE EXCEPTION USING ERRCODE = 'SW002',
-                MESSAGE = format('invalid request for worker %L: engine_options given but no engine is named or configured',
-                                 p_worker_name);
+            message := format('invalid request for worker %L: engine_options given but no engine is named or configured',
+                              p_worker_name);
+            RETURN;
         END IF;
-        PERFORM scrinalia.check_options(p_worker_name, format('engine_options (engine %s)', engine),
-                                        w.engines -> engine -> 'engine_options', req -> 'engine_options');
+        o := scrinalia.options_problem(p_worker_name, format('engine_options (engine %s)', engine),
+                                       w.engines -> engine -> 'engine_options', req -> 'engine_options');
+        IF o.message IS NOT NULL THEN
+            message := o.message;
+            hint := o.hint;
+            RETURN;
+        END IF;
     END IF;
-    RETURN req;
+    code := NULL;
+END $$;
+
+-- request_problem() raised; returns the request ('{}' for NULL) when valid.
+CREATE OR REPLACE FUNCTION scrinalia.validate_request(p_worker_name text, p_request jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+DECLARE p record := scrinalia.request_problem(p_worker_name, p_request);
+BEGIN
+    IF p.code IS NOT NULL THEN
+        PERFORM scrinalia.raise_problem(NULL, NULL, NULL, p.code, p.message, p.hint, NULL);
+    END IF;
+    RETURN coalesce(p_request, '{}');
 END $$;
 
 -- explicit request > persisted settings > signature default, part by part; a preset

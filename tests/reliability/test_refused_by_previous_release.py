@@ -14,6 +14,7 @@ import sys
 import psycopg
 import pytest
 
+from scrinalia_workers import __version__
 from scrinalia_workers.admin import migrate as m
 from scrinalia_workers.testkit.waiting import wait_for
 from test_rolling_upgrade import PREVIOUS, _env, _migrate_cli, previous  # noqa: F401 (a fixture)
@@ -46,7 +47,8 @@ def test_the_previous_scheduler_reads_a_refusal_and_goes_on(previous, empty_db_d
         argv = [sys.executable, "-m", "scrinalia_workers.scheduler", "--dsn", dsn, "--json"]
         sched = procs.start([*argv, "--max-sleep", "0.3", "--name", f"old-{previous.name}"], env=old)
         sched.wait_event("lock acquired", timeout=30)
-        assert m.migrate(dsn)  # this release's code under the old scheduler
+        m.migrate(dsn)  # this release's code under the old scheduler (a release at the same head: the code alone)
+        assert db.execute("SELECT scrinalia.installed_release()").fetchone()[0] == __version__
         db.execute(DISAGREE)
         db.execute(
             "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"

@@ -262,3 +262,70 @@ def test_a_slot_taken_after_the_check_names_its_worker(db, db_dsn, isolation):
     assert db.execute(
         "SELECT array_agg(worker_name ORDER BY worker_name) FROM scrinalia.archive_worker_runs"
     ).fetchone()[0] == [names[1]]
+
+
+# enqueue() is enqueue_runs() of one element: each refusal is the same error, SQLSTATE,
+# message, hint and detail, but for the element's number enqueue_runs puts first.
+ONE_ELEMENT_REFUSALS = [
+    ("nope", {}, "MANUAL", None),
+    (None, {}, "MANUAL", None),
+    ("ocr", {"options": {"dpi": "300"}}, "MANUAL", None),
+    ("ocr", {"colour": 1}, "MANUAL", None),
+    ("ocr", {"engine": "nope"}, "MANUAL", None),
+    ("ocr", {"engine_options": {"nope": 1}}, "MANUAL", None),
+    ("ocr", [], "MANUAL", None),
+    ("ocr", {}, "SCHEDULE", None),
+    ("ocr", {}, "MANUAL", "x" * 201),
+    ("busy", {}, "MANUAL", None),
+    ("owed", {"preset": "fast"}, "CLI", None),
+]
+
+
+def _refusal(conn, sql, args):
+    with pytest.raises(psycopg.Error) as e, conn.transaction():
+        conn.execute(sql, args)
+    d = e.value.diag
+    return e.value.sqlstate, d.message_primary, d.message_hint, d.message_detail
+
+
+@pytest.mark.parametrize("worker, request_, trigger, by", ONE_ELEMENT_REFUSALS)
+def test_enqueue_refuses_exactly_as_enqueue_runs_of_its_one_element(db, worker, request_, trigger, by):
+    for w in ("ocr", "busy", "owed"):
+        make_worker(db, w)
+    db.execute("SELECT scrinalia.enqueue('busy')")
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, scheduled_for, status, finished_at,"
+        " retry_pending) VALUES ('owed', 'SCHEDULE', now(), 'FAILED', now(), true)"
+    )
+    before = count(db)
+    one = _refusal(db, "SELECT run_id FROM scrinalia.enqueue(%s, %s, %s, %s)", (worker, Jsonb(request_), trigger, by))
+    batch = _refusal(
+        db,
+        "SELECT run_id FROM scrinalia.enqueue_runs(%s::text[], %s::jsonb[], %s, %s)",
+        ([worker], [Jsonb(request_)], trigger, by),
+    )
+    assert count(db) == before
+    assert one[0] == batch[0] and one[0] is not None
+    assert one[2] == batch[2]
+    message = batch[1]
+    if message.startswith("enqueue #1"):
+        prefix = "enqueue #1: " if worker is None else f"enqueue #1 (worker '{worker}'): "
+        assert message.startswith(prefix), message
+        message = message[len(prefix) :]
+    assert one[1] == message.replace("enqueue_runs takes", "enqueue takes")
+    if one[0] == "SW010":  # the batch's detail counts its busy workers; the one call has none
+        assert one[3] is None and batch[3] == f"busy: 1 of the 1 workers ('{worker}')"
+    else:
+        assert one[3] == batch[3] is None
+
+
+def test_arrays_of_any_shape_are_taken_element_by_element(db):
+    for w in ("ocr", "thumbs"):
+        make_worker(db, w)
+    got = db.execute(
+        "SELECT worker_name, request FROM scrinalia.enqueue_runs('[0:1]={ocr,thumbs}'::text[],"
+        ' ARRAY[ARRAY[\'{"preset": "fast"}\'::jsonb], ARRAY[NULL::jsonb]])'
+    ).fetchall()
+    assert got == [("ocr", {"preset": "fast"}), ("thumbs", {})]
+    with raises_sqlstate("SW001", "enqueue #2 (worker 'nope'): unknown worker 'nope'"):
+        db.execute("SELECT scrinalia.enqueue_runs('{{ocr},{nope}}'::text[])")
