@@ -23,34 +23,47 @@ DECLARE
     roots bigint[];
     ids bigint[];
     n bigint;
+    from_id bigint := p_from;
+    last_root bigint;
+    n_roots bigint;
 BEGIN
-    WITH chains AS (
-        -- Oldest roots first; each chain walked down through the unique retry_of
-        -- index, however many attempts max_attempts() allows, and taken only when
-        -- every row of it may go.
-        SELECT r1.run_id AS root, c.ids, cardinality(c.ids) AS size
-          FROM scrinalia.archive_worker_runs r1
-         CROSS JOIN LATERAL (
-                WITH RECURSIVE chain AS (
-                    SELECT r1.run_id, true AS ok
-                    UNION ALL
-                    SELECT n.run_id, n.status = ANY (scrinalia.terminal_statuses())
+    -- The oldest p_batch roots of the stretch, and their chains walked down through the
+    -- unique retry_of index all at once, level by level, however many attempts
+    -- max_attempts() allows; a chain is taken only when every row of it may go. When
+    -- none of those roots' chains may go yet, the next p_batch roots are tried, so
+    -- that a call deletes nothing only when nothing in its stretch may go.
+    LOOP
+        WITH RECURSIVE candidates AS MATERIALIZED (
+            SELECT r1.run_id
+              FROM scrinalia.archive_worker_runs r1
+             WHERE r1.retry_of IS NULL
+               AND (from_id IS NULL OR r1.run_id >= from_id) AND (p_to IS NULL OR r1.run_id < p_to)
+               AND r1.status = ANY (scrinalia.terminal_statuses())
+               AND r1.finished_at < p_cutoff AND NOT r1.retry_pending
+             ORDER BY r1.run_id
+             LIMIT p_batch
+        ), chain AS (
+            SELECT c.run_id AS root, c.run_id, true AS ok FROM candidates c
+            UNION ALL
+            SELECT p.root, n.run_id, n.status = ANY (scrinalia.terminal_statuses())
                                      AND n.finished_at < p_cutoff AND NOT n.retry_pending
-                      FROM chain p JOIN scrinalia.archive_worker_runs n ON n.retry_of = p.run_id
-                )
-                SELECT array_agg(chain.run_id) AS ids FROM chain HAVING bool_and(chain.ok)) c
-         WHERE r1.retry_of IS NULL
-           AND (p_from IS NULL OR r1.run_id >= p_from) AND (p_to IS NULL OR r1.run_id < p_to)
-           AND r1.status = ANY (scrinalia.terminal_statuses())
-           AND r1.finished_at < p_cutoff AND NOT r1.retry_pending
-         ORDER BY r1.run_id
-         LIMIT p_batch
-    ), counted AS (
-        SELECT c.root, c.ids, sum(c.size) OVER (ORDER BY c.root) AS upto FROM chains c
-    )
-    SELECT array_agg(c.root), array_agg(x.run_id) INTO roots, ids
-      FROM counted c CROSS JOIN LATERAL unnest(c.ids) AS x(run_id)
-     WHERE c.upto <= p_batch;
+              FROM chain p JOIN scrinalia.archive_worker_runs n ON n.retry_of = p.run_id
+        ), chains AS (
+            SELECT ch.root, array_agg(ch.run_id) AS ids, count(*) AS size
+              FROM chain ch GROUP BY ch.root HAVING bool_and(ch.ok)
+        ), counted AS (
+            SELECT c.root, c.ids, sum(c.size) OVER (ORDER BY c.root) AS upto FROM chains c
+        )
+        -- (both arrays in one order, run_id's: they are read as pairs)
+        SELECT s.roots, s.ids, k.last_root, k.n_roots
+          FROM (SELECT array_agg(c.root ORDER BY x.run_id) AS roots, array_agg(x.run_id ORDER BY x.run_id) AS ids
+                  FROM counted c CROSS JOIN LATERAL unnest(c.ids) AS x(run_id)
+                 WHERE c.upto <= p_batch) s,
+               (SELECT max(c.run_id) AS last_root, count(*) AS n_roots FROM candidates c) k
+          INTO roots, ids, last_root, n_roots;
+        EXIT WHEN ids IS NOT NULL OR n_roots < p_batch;
+        from_id := last_root + 1;
+    END LOOP;
     IF ids IS NULL THEN
         RETURN 0;
     END IF;

@@ -211,3 +211,21 @@ def test_is_security_definer_with_a_pinned_search_path(db):
     ).fetchone()
     assert secdef
     assert config == ["search_path=pg_catalog, scrinalia, pg_temp"]
+
+
+def test_chains_that_must_stay_never_hide_the_ones_after_them_from_a_batch(db):
+    # the oldest roots of the ledger are a whole batch of chains that must stay (each
+    # an old failed attempt whose retry is live); the old runs after them still go
+    kept = []
+    for w in ("k1", "k2", "k3", "k4"):
+        make_worker(db, w)
+        chain = scheduled_chain(db, w, attempts=1)
+        kept += chain + [db.execute("SELECT run_id FROM scrinalia.create_retries()").fetchone()[0]]
+    make_worker(db, "solo")
+    singles = [manual_run(db, "solo") for _ in range(5)]
+    age(db, kept + singles)
+    removed = [prune(db, batch=3)]  # past the first 3 roots, to the next 3: k4's and two singles
+    while removed[-1]:
+        removed.append(prune(db, batch=3))
+    assert removed == [2, 2, 1, 0]
+    assert existing(db, kept + singles) == set(kept)
