@@ -18,6 +18,7 @@ CREATE OR REPLACE FUNCTION scrinalia.prune_runs_before(p_cutoff timestamptz, p_b
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
 AS $$
 DECLARE
     roots bigint[];
@@ -45,9 +46,14 @@ BEGIN
         ), chain AS (
             SELECT c.run_id AS root, c.run_id, true AS ok FROM candidates c
             UNION ALL
-            SELECT p.root, n.run_id, n.status = ANY (scrinalia.terminal_statuses())
-                                     AND n.finished_at < p_cutoff AND NOT n.retry_pending
-              FROM chain p JOIN scrinalia.archive_worker_runs n ON n.retry_of = p.run_id
+            -- (each retry looked up by key, OFFSET 0: not a join planned without
+            -- knowing how few rows a level has, which may scan the whole ledger)
+            SELECT p.root, n.run_id, n.ok
+              FROM chain p
+             CROSS JOIN LATERAL (SELECT r.run_id, r.status = ANY (scrinalia.terminal_statuses())
+                                                  AND r.finished_at < p_cutoff AND NOT r.retry_pending AS ok
+                                   FROM scrinalia.archive_worker_runs r
+                                  WHERE r.retry_of = p.run_id OFFSET 0) n
         ), chains AS (
             SELECT ch.root, array_agg(ch.run_id) AS ids, count(*) AS size
               FROM chain ch GROUP BY ch.root HAVING bool_and(ch.ok)
