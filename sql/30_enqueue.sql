@@ -148,10 +148,6 @@ BEGIN
           INTO workers, requests
           FROM unnest(p_worker_names, p_requests) WITH ORDINALITY AS u(w, q, i);
     END IF;
-    IF n_workers = 0 THEN
-        PERFORM scrinalia.check_actor('requested_by', p_requested_by);
-        RETURN '{}';
-    END IF;
 
     IF n_workers > 1 THEN
         SELECT d.i::integer AS i, format('worker %s is named twice (enqueues #%s and #%s)',
@@ -167,9 +163,11 @@ BEGIN
         END IF;
     END IF;
     -- The catalogue rows, locked (the workers are distinct: one row each, or the worker
-    -- is unknown); the one worker's config layers read with its row.
-    SELECT count(*) AS locked, (array_agg(l.d))[1] AS d, (array_agg(l.s))[1] AS s,
-           (array_agg(l.presets))[1] AS presets
+    -- is unknown); a lone worker's config layers read with its row (a batch's are read
+    -- by resolve_configs below, not gathered here).
+    SELECT count(*) AS locked, (array_agg(l.d) FILTER (WHERE n_workers = 1))[1] AS d,
+           (array_agg(l.s) FILTER (WHERE n_workers = 1))[1] AS s,
+           (array_agg(l.presets) FILTER (WHERE n_workers = 1))[1] AS presets
       INTO layers
       FROM (SELECT wk.default_config AS d, st.settings AS s, wk.presets
               FROM scrinalia.archive_workers wk
@@ -225,6 +223,9 @@ BEGIN
     END IF;
     IF length(p_requested_by) > scrinalia.max_actor_length() THEN  -- (a call costs more than the test)
         PERFORM scrinalia.check_actor('requested_by', p_requested_by);  -- raises its SW002
+    END IF;
+    IF n_workers = 0 THEN
+        RETURN '{}';
     END IF;
 
     PERFORM FROM scrinalia.archive_worker_schedules s
