@@ -66,6 +66,13 @@ def _period(c: psycopg.Connection) -> tuple[list[str], tuple]:
     return names[0], cur.fetchone()
 
 
+RENAMED_GRANTS = (
+    "SELECT p.proname::text, g.rolname::text FROM pg_proc p, pg_roles g"
+    " WHERE p.proname LIKE '%%before_0015' AND g.rolname LIKE 'scrinalia\\_%%'"
+    " AND has_function_privilege(g.oid, p.oid, 'EXECUTE') ORDER BY 1, 2"
+)
+
+
 def test_prepared_statements_keep_their_result_through_the_migration_and_the_code(empty_db_dsn, previous_release):
     _previous_migrate(previous_release, empty_db_dsn)
     with psycopg.connect(empty_db_dsn, autocommit=True, prepare_threshold=0) as c:
@@ -81,8 +88,13 @@ def test_prepared_statements_keep_their_result_through_the_migration_and_the_cod
             assert [x.id for x in backend.to_apply(migrations)] == ["0015_run_catch_up_column"]
             backend.apply_migrations(backend.to_apply(migrations))
         assert _period(c)[0] == before
+        granted = c.execute(RENAMED_GRANTS).fetchall()
+        assert ("reap_expired_leases_before_0015", "scrinalia_scheduler") in granted
 
         assert m.migrate(empty_db_dsn) == []  # the code
+        # and who may call them: a call of the migration's wrapper under way as the code
+        # commits runs the renamed function with its caller's rights
+        assert c.execute(RENAMED_GRANTS).fetchall() == granted
         columns, row = _period(c)
         assert columns == before and row[columns.index("status")] == "SUCCEEDED"
         # the renamed ones stay for this release (a call of one under way elsewhere as the
