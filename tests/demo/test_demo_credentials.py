@@ -32,6 +32,13 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _started(pid: int) -> list[int] | None:
+    """The children once there are 3 and each has exec'd its module: one between its fork
+    and its exec still shows the demo's command line and, during the exec, no environment."""
+    kids = _children(pid)
+    return kids if len(kids) >= 3 and all("scrinalia_workers." in _cmdline(k) for k in kids) else None
+
+
 @pytest.mark.slow
 def test_the_demo_children_get_the_password_through_the_environment_only(empty_db_dsn):
     # trust authentication ignores the password, so the demo runs; the password still travels
@@ -47,9 +54,7 @@ def test_the_demo_children_get_the_password_through_the_environment_only(empty_d
         start_new_session=True,
     )
     try:
-        children = wait_for(
-            lambda: len(_children(demo.pid)) >= 3 and _children(demo.pid), 60, what="the demo's 3 children"
-        )
+        children = wait_for(lambda: _started(demo.pid), 60, what="the demo's 3 children, each in its module")
         lines = [_cmdline(c) for c in children]
         assert any("scrinalia_workers.scheduler" in c for c in lines), lines
         assert any("scrinalia_workers.runner" in c for c in lines), lines
