@@ -14,6 +14,9 @@ from scrinalia_workers.gateway.connection import connect
 
 now = time.perf_counter
 ROOT = Path(__file__).resolve().parent.parent
+# The metrics' tallies brought up to date (86_tallies.sql): the deltas a seeding or the
+# benchmark's own deletions left, which a running scheduler folds as they come.
+FOLD_SQL = "SELECT scrinalia.fold_tallies()"
 
 
 def child_env() -> dict[str, str]:

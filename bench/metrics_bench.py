@@ -26,7 +26,7 @@ from scrinalia_workers.testkit.cluster import free_port
 from scrinalia_workers.testkit.waiting import wait_for
 
 from . import seed
-from .common import Result, check, conn, median, now, vacuum_analyze
+from .common import FOLD_SQL, Result, check, conn, median, now, vacuum_analyze
 
 QUERIES_YAML = Path(__file__).resolve().parent.parent / "monitoring" / "queries.yaml"
 
@@ -92,7 +92,7 @@ def prepare(dsn: str, n_workers: int, history_rows: int) -> dict:
         ).rowcount
         # the seeding's deltas folded before the vacuum, as a running ledger has folded them
         # long since: folded after it, their dead pages would be read whole by every fold
-        c.execute("SELECT scrinalia.fold_tallies()")
+        c.execute(FOLD_SQL)
     vacuum_analyze(dsn)
     return {"owed": owed}
 

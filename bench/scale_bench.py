@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import drain_bench, enqueue_bench, metrics_bench, scale_prune, scale_sizes, seed, tick_bench
-from .common import Result, check, conn, median, now, vacuum_analyze
+from .common import FOLD_SQL, Result, check, conn, median, now, vacuum_analyze
 
 RUNS = "scrinalia.archive_worker_runs"
 SCHEDULES = "scrinalia.archive_worker_schedules"
@@ -88,9 +88,6 @@ UPDATE {SCHEDULES}
 NONE_DUE_SQL = f"UPDATE {SCHEDULES} SET enabled = true, next_run_at = now() + interval '1 hour'"
 STORE_MASKS_SQL = f"SELECT scrinalia.store_cron_masks(array_agg(DISTINCT cron), true) FROM {SCHEDULES}"
 RETENTION_OFF_SQL = "SELECT scrinalia.set_run_retention(NULL)"
-# The metrics' tallies brought up to date (86_tallies.sql): the deltas that the
-# benchmark's own deletions left, which a running scheduler folds as they come.
-FOLD_SQL = "SELECT scrinalia.fold_tallies()"
 # The tallies counted afresh after the seeding, as the migrate after a restore counts
 # them: the seeding's deltas, one per run, are no backlog a running ledger would have.
 REBUILD_TALLIES_SQL = "SELECT scrinalia.rebuild_tallies()"
