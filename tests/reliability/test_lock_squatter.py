@@ -92,5 +92,11 @@ def test_a_reconnecting_squatter_leaves_the_scheduler_holding_the_lock(db, db_ds
     )
     assert held >= 0.95, (held, squatter.grabs, a.tail())
     assert named == squatted  # health named the squatter whenever it held the key
-    assert a.count("lock acquired") == 1  # it took the lock once and kept it
+    # It took the lock once and kept it. A stall of the machine longer than the holder's
+    # idle limit ends its sessions whatever the squatter does: such a loss is logged with
+    # its reason, and the lock comes back; the squatter never makes it lose the lock, so
+    # that happens at most once in the window, and it is the squatter's only other grab.
+    lost = a.count("lock lost")
+    assert a.count("lock acquired") == 1 + lost, a.tail(80)  # never re-acquired silently
+    assert lost <= 1 and squatter.grabs <= 1 + lost, a.tail(80)
     squatter.join(timeout=SQUAT_FOR)
