@@ -308,6 +308,10 @@ BEGIN
               USING ERRCODE = 'lock_not_available';
     END IF;
     PERFORM scrinalia.clear_tallies();
+    -- the counts below plan a probe per worker from the ledger's statistics: a ledger
+    -- restored or bulk-loaded has none, or an empty table's, and then each probe may
+    -- read a whole index (hours at a few million runs); a sample costs a second at most
+    ANALYZE scrinalia.archive_worker_runs;
     INSERT INTO scrinalia.run_tally (worker_name, status, trigger, runs)
     SELECT r.worker_name, r.status, r.trigger, count(*) FROM scrinalia.archive_worker_runs r
      WHERE r.status NOT IN ('QUEUED', 'RUNNING') GROUP BY 1, 2, 3;

@@ -255,3 +255,22 @@ def test_the_exporters_view_is_planned_without_the_deltas_size(db):
     assert after["inline"] > before["inline"] + 10_000, (before, after)  # the stale statistics, as set up
     assert after["view"] < before["view"] + 100, (before, after)
     assert db.execute(LEDGER_COUNTS).fetchall() == db.execute(OLD_COUNTS).fetchall() == []
+
+
+def test_a_rebuild_on_a_ledger_without_statistics_samples_it_first(db):
+    """A ledger restored or bulk-loaded has no statistics until autovacuum comes to it,
+    and the rebuild holds autovacuum's ANALYZE back with its lock: planned blind, the
+    latest period of each worker was a read of a whole index per worker (hours at a few
+    million runs). The rebuild samples the ledger before it counts."""
+    db.execute("ALTER TABLE scrinalia.archive_worker_runs SET (autovacuum_enabled = false)")
+    for i in range(3):
+        make_worker(db, f"w{i}")
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_runs (worker_name, status, trigger, finished_at)"
+        " SELECT 'w' || (g % 3), 'SUCCEEDED', 'MANUAL', now() FROM generate_series(1, 300) AS g"
+    )
+    stats = "SELECT count(*) FROM pg_stats WHERE schemaname = 'scrinalia' AND tablename = 'archive_worker_runs'"
+    assert db.execute(stats).fetchone()[0] == 0  # as set up: no statistics yet
+    db.execute("SELECT scrinalia.rebuild_tallies()")
+    assert db.execute(stats).fetchone()[0] > 0
+    assert db.execute(LEDGER_COUNTS).fetchall() == db.execute(OLD_COUNTS).fetchall()
