@@ -372,6 +372,16 @@ LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT interval '1 hour' $$;
 
+-- A fold of the metrics' deltas that covers more runs than this (the ledger's size as
+-- last sampled, p_ledger_rows, NULL or -1 when never) samples the ledger before it
+-- recomputes the periods (fold_tallies()): a bulk change outgrew the statistics that
+-- plan those probes. Autovacuum's own threshold: 10% of the rows, and a floor.
+CREATE OR REPLACE FUNCTION scrinalia.fold_sample_threshold(p_ledger_rows double precision)
+RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 1000 + 0.1 * greatest(coalesce(p_ledger_rows, 0), 0) $$;
+
 -- How long a rebuild of the metrics' tallies waits for the ledger's writers under way:
 -- writers queue behind its lock, so a session idle in a transaction that wrote the
 -- ledger must not stall them all for longer.

@@ -242,6 +242,7 @@ SET jit = off
 AS $$
 DECLARE
     marked text[];
+    entries bigint;
 BEGIN
     IF current_setting('transaction_read_only')::boolean THEN
         RETURN;
@@ -266,8 +267,18 @@ BEGIN
          GROUP BY 1 HAVING sum(d.runs) <> 0
         ON CONFLICT (worker_name) DO UPDATE SET retries = t.retries + excluded.retries
     )
-    SELECT array_agg(DISTINCT d.worker_name) FILTER (WHERE d.period) INTO marked FROM d;
+    SELECT array_agg(DISTINCT d.worker_name) FILTER (WHERE d.period), count(*) INTO marked, entries FROM d;
     IF marked IS NOT NULL THEN
+        -- A bulk change (a load of history, a first import) outgrows the ledger's
+        -- statistics until autovacuum samples it, and the periods' probes below are
+        -- planned from them: planned on an empty ledger's, one probe may read a whole
+        -- index, a hundred thousand times. Sampled first then, never waiting for a
+        -- vacuum or another sample under way (SKIP_LOCKED).
+        IF entries > scrinalia.fold_sample_threshold(
+                         (SELECT c.reltuples FROM pg_catalog.pg_class c
+                           WHERE c.oid = 'scrinalia.archive_worker_runs'::pg_catalog.regclass)) THEN
+            ANALYZE (SKIP_LOCKED) scrinalia.archive_worker_runs;
+        END IF;
         -- (a new statement, a newer snapshot than the delete's: see the top of this file)
         DELETE FROM scrinalia.latest_period_tally t WHERE t.worker_name = ANY (marked);
         INSERT INTO scrinalia.latest_period_tally

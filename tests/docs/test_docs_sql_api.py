@@ -89,6 +89,7 @@ INTERNAL = {
     "tally_delete_statement",
     "tally_truncate_statement",
     "tally_rebuild_lock_wait",
+    "fold_sample_threshold",
     "max_run_time_of",
     "overrunning_runs",
     "starved_schedules",

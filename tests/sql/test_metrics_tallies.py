@@ -274,3 +274,32 @@ def test_a_rebuild_on_a_ledger_without_statistics_samples_it_first(db):
     db.execute("SELECT scrinalia.rebuild_tallies()")
     assert db.execute(stats).fetchone()[0] > 0
     assert db.execute(LEDGER_COUNTS).fetchall() == db.execute(OLD_COUNTS).fetchall()
+
+
+def test_a_fold_after_a_bulk_load_samples_the_ledger_first(db):
+    """The fold recomputes the latest period of every worker a load touched, with probes
+    planned from the ledger's statistics: sampled on an empty ledger, a probe may read a
+    whole index per worker. A fold covering more runs than fold_sample_threshold() of
+    the sampled size samples the ledger first; a small one does not."""
+    db.execute("ALTER TABLE scrinalia.archive_worker_runs SET (autovacuum_enabled = false)")
+    for i in range(4):
+        make_worker(db, f"w{i}")
+    db.execute("ANALYZE scrinalia.archive_worker_runs")  # sampled empty, as on the day it was installed
+    reltuples = "SELECT reltuples FROM pg_class WHERE oid = 'scrinalia.archive_worker_runs'::regclass"
+    load = (
+        "INSERT INTO scrinalia.archive_worker_runs (worker_name, status, trigger, scheduled_for, finished_at)"
+        " SELECT 'w' || (g %% 4), 'SUCCEEDED', 'SCHEDULE', now() - (%s + g) * interval '1 minute', now()"
+        " FROM generate_series(1, %s) AS g"
+    )
+    threshold = db.execute("SELECT scrinalia.fold_sample_threshold((" + reltuples + "))").fetchone()[0]
+    bulk = int(threshold) + 1000
+    db.execute(load, (0, bulk))
+    assert db.execute(reltuples).fetchone()[0] <= 0  # as set up: the statistics of an empty ledger
+    db.execute("SELECT scrinalia.fold_tallies()")
+    assert db.execute(reltuples).fetchone()[0] == bulk
+    db.execute(load, (bulk, 10))  # a few more: far below the threshold of the sampled size
+    db.execute("SELECT scrinalia.fold_tallies()")
+    assert db.execute(reltuples).fetchone()[0] == bulk  # not sampled again
+    assert db.execute("SELECT count(*) FROM scrinalia.run_tally_delta").fetchone()[0] == 0
+    assert db.execute(LEDGER_COUNTS).fetchall() == db.execute(OLD_COUNTS).fetchall()
+    same_as_before(db)
