@@ -271,9 +271,9 @@ BEGIN
     IF marked IS NOT NULL THEN
         -- A bulk change (a load of history, a first import) outgrows the ledger's
         -- statistics until autovacuum samples it, and the periods' probes below are
-        -- planned from them: planned on an empty ledger's, one probe may read a whole
-        -- index, a hundred thousand times. Sampled first then, never waiting for a
-        -- vacuum or another sample under way (SKIP_LOCKED).
+        -- planned from them: planned on an empty ledger's, each worker's probe may read
+        -- a whole index. Sampled first then, never waiting for a vacuum or another
+        -- sample under way (SKIP_LOCKED).
         IF entries > scrinalia.fold_sample_threshold(
                          (SELECT c.reltuples FROM pg_catalog.pg_class c
                            WHERE c.oid = 'scrinalia.archive_worker_runs'::pg_catalog.regclass)) THEN
@@ -321,7 +321,7 @@ BEGIN
     PERFORM scrinalia.clear_tallies();
     -- the counts below plan a probe per worker from the ledger's statistics: a ledger
     -- restored or bulk-loaded has none, or an empty table's, and then each probe may
-    -- read a whole index (hours at a few million runs); a sample costs a second at most
+    -- read a whole index; our lock holds autovacuum's sample back, so take one here
     ANALYZE scrinalia.archive_worker_runs;
     INSERT INTO scrinalia.run_tally (worker_name, status, trigger, runs)
     SELECT r.worker_name, r.status, r.trigger, count(*) FROM scrinalia.archive_worker_runs r
