@@ -1,79 +1,98 @@
 -- Whether a SCHEDULE attempt 1 is a catch-up (the tick created it after periods were
 -- missed: one run for them all) is a column of the run, written by the tick with the
 -- run. 0010 kept it in a table beside the ledger (archive_run_catch_ups): a column more
--- changed the result of every function returning the ledger's row, and an earlier
--- release's daemon whose statement was prepared against the old one failed ("cached
--- plan must not change result type"). So first, in this transaction, those functions
--- stop returning the ledger's row type: they return scrinalia.worker_run_v1, the
--- ledger's row as it was before this column, and go on returning it whatever columns
--- the ledger gains. A function's result type cannot change in place, so each one is
--- renamed (its OID, body and grants kept: a caller that resolved it meanwhile still
--- runs it; the calls between them go to each other's renamed form) and a function of
--- its name, arguments and defaults returning worker_run_v1 takes its place, granted
--- as it was; the code installed next replaces these in place and drops the renamed
--- ones (99_drop_obsolete.sql). A fresh install has none of them yet.
--- NOT NULL DEFAULT false: a default PostgreSQL keeps in the catalog, no rewrite of the
--- ledger. The catch-ups 0010 recorded are moved in; the table stays, written only by
--- a tick of the code this migrate replaces (between this transaction and the code's):
--- what it inserts there is moved onto its run by the trigger below (its function,
--- sql/37_run_side_rows.sql, is created here first, then replaced in place by the code).
+-- changes the result of every function returning the ledger's row, and an earlier
+-- release's daemon calling one meanwhile fails ("cached plan must not change result
+-- type", "structure of query does not match function result type") or gets a column
+-- it never asked for. So the migration is two transactions (not one: yoyo commits each
+-- statement of this file on its own), each one statement:
+-- 1. Those functions stop returning the ledger's row type: they return
+--    scrinalia.worker_run_v1, the ledger's row as it was before this column, and go on
+--    returning it whatever columns the ledger gains. A function's result type cannot
+--    change in place, so each one is renamed (its OID, body and grants kept: a caller
+--    that resolved it meanwhile still runs it; the calls between them go to each
+--    other's renamed form) and a function of its name, arguments and defaults
+--    returning worker_run_v1 takes its place, granted as it was. That one first takes
+--    its lock on the ledger, and only then starts the call of the renamed one: a call
+--    that waited for step 2 is planned against the ledger step 2 left, and its row is
+--    cut to worker_run_v1's columns. (Committed before step 2 takes the ledger, so
+--    that no call of the release below still resolves the renamed one then.) The code
+--    installed next replaces these in place; the renamed ones stay (see
+--    99_drop_obsolete.sql). A fresh install has none of them yet. Run again after a
+--    failed step 2, it finds nothing left to rename.
+-- 2. The column. NOT NULL DEFAULT false: a default PostgreSQL keeps in the catalog, no
+--    rewrite of the ledger. The catch-ups 0010 recorded are moved in; the table stays,
+--    written only by a tick of the code this migrate replaces (between this migration
+--    and the code): what it inserts there is moved onto its run by the trigger below
+--    (its function, sql/37_run_side_rows.sql, is created here first, then replaced in
+--    place by the code).
 -- depends: 0014_runner_stalls
+-- transactional: false
 
-CREATE TYPE scrinalia.worker_run_v1 AS (
-    run_id            bigint,
-    worker_name       text,
-    status            scrinalia.run_status,
-    trigger           scrinalia.run_trigger,
-    request           jsonb,
-    config            jsonb,
-    config_sources    jsonb,
-    requested_by      text,
-    lease_owner       text,
-    lease_token       uuid,
-    lease_expires_at  timestamptz,
-    lease_duration    interval,
-    heartbeat_at      timestamptz,
-    created_at        timestamptz,
-    started_at        timestamptz,
-    finished_at       timestamptz,
-    error             text,
-    error_fingerprint text,
-    duration          interval,
-    attempt           integer,
-    retry_of          bigint,
-    not_before        timestamptz,
-    scheduled_for     timestamptz,
-    retry_pending     boolean
-);
-
-DO $$
+DO $step1$
 DECLARE
     f record;
     g record;
     renamed text;
     body text;
+    cols constant text := 'r.run_id, r.worker_name, r.status, r.trigger, r.request, r.config, r.config_sources,'
+        ' r.requested_by, r.lease_owner, r.lease_token, r.lease_expires_at, r.lease_duration,'
+        ' r.heartbeat_at, r.created_at, r.started_at, r.finished_at, r.error, r.error_fingerprint,'
+        ' r.duration, r.attempt, r.retry_of, r.not_before, r.scheduled_for, r.retry_pending';
+    call text;
 BEGIN
+    IF pg_catalog.to_regtype('scrinalia.worker_run_v1') IS NULL THEN
+        CREATE TYPE scrinalia.worker_run_v1 AS (
+            run_id            bigint,
+            worker_name       text,
+            status            scrinalia.run_status,
+            trigger           scrinalia.run_trigger,
+            request           jsonb,
+            config            jsonb,
+            config_sources    jsonb,
+            requested_by      text,
+            lease_owner       text,
+            lease_token       uuid,
+            lease_expires_at  timestamptz,
+            lease_duration    interval,
+            heartbeat_at      timestamptz,
+            created_at        timestamptz,
+            started_at        timestamptz,
+            finished_at       timestamptz,
+            error             text,
+            error_fingerprint text,
+            duration          interval,
+            attempt           integer,
+            retry_of          bigint,
+            not_before        timestamptz,
+            scheduled_for     timestamptz,
+            retry_pending     boolean
+        );
+    END IF;
     FOR f IN SELECT p.oid, p.proname, p.proretset, p.pronargs, p.proacl,
                     pg_catalog.pg_get_function_arguments(p.oid) AS args,
                     pg_catalog.pg_get_function_identity_arguments(p.oid) AS ident
                FROM pg_catalog.pg_proc p
               WHERE p.prorettype OPERATOR(pg_catalog.=) 'scrinalia.archive_worker_runs'::pg_catalog.regtype
+                AND p.proname NOT LIKE '%\_before\_0015'
     LOOP
         renamed := f.proname OPERATOR(pg_catalog.||) '_before_0015';
         EXECUTE pg_catalog.format('ALTER FUNCTION scrinalia.%I(%s) RENAME TO %I', f.proname, f.ident, renamed);
+        -- (as its definer: the lock needs a right on the ledger its callers lack)
+        call := pg_catalog.format('scrinalia.%I(%s) r', renamed,
+                    (SELECT pg_catalog.string_agg('$' OPERATOR(pg_catalog.||) i, ', ')
+                       FROM pg_catalog.generate_series(1, f.pronargs) i));
         EXECUTE pg_catalog.format(
-            'CREATE FUNCTION scrinalia.%I(%s) RETURNS %s scrinalia.worker_run_v1 LANGUAGE sql VOLATILE'
-            ' SET search_path = pg_catalog, scrinalia, pg_temp AS %L',
+            'CREATE FUNCTION scrinalia.%I(%s) RETURNS %s scrinalia.worker_run_v1 LANGUAGE plpgsql VOLATILE'
+            ' SECURITY DEFINER SET search_path = pg_catalog, scrinalia, pg_temp AS %L',
             f.proname, f.args, CASE WHEN f.proretset THEN 'SETOF' ELSE '' END,
-            pg_catalog.format(
-                'SELECT r.run_id, r.worker_name, r.status, r.trigger, r.request, r.config, r.config_sources,'
-                ' r.requested_by, r.lease_owner, r.lease_token, r.lease_expires_at, r.lease_duration,'
-                ' r.heartbeat_at, r.created_at, r.started_at, r.finished_at, r.error, r.error_fingerprint,'
-                ' r.duration, r.attempt, r.retry_of, r.not_before, r.scheduled_for, r.retry_pending'
-                ' FROM scrinalia.%I(%s) r',
-                renamed,
-                (SELECT pg_catalog.string_agg('$' OPERATOR(pg_catalog.||) i, ', ')
-                   FROM pg_catalog.generate_series(1, f.pronargs) i)));
+            CASE WHEN f.proretset
+                 THEN pg_catalog.format('BEGIN LOCK TABLE scrinalia.archive_worker_runs IN ROW EXCLUSIVE MODE;'
+                                        ' RETURN QUERY SELECT %s FROM %s; END', cols, call)
+                 ELSE pg_catalog.format('DECLARE v scrinalia.worker_run_v1; BEGIN'
+                                        ' LOCK TABLE scrinalia.archive_worker_runs IN ROW EXCLUSIVE MODE;'
+                                        ' SELECT %s INTO v FROM %s; RETURN v; END', cols, call)
+            END);
         IF f.proacl IS NOT NULL THEN  -- (NULL: the default, as the new function's)
             EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION scrinalia.%I(%s) FROM PUBLIC', f.proname, f.ident);
             FOR g IN SELECT a.grantee FROM pg_catalog.aclexplode(f.proacl) a
@@ -102,25 +121,30 @@ BEGIN
         END LOOP;
         EXECUTE body;
     END LOOP;
-END $$;
+END $step1$;
 
-ALTER TABLE scrinalia.archive_worker_runs ADD COLUMN catch_up boolean NOT NULL DEFAULT false;
-
-UPDATE scrinalia.archive_worker_runs r SET catch_up = true
-  FROM scrinalia.archive_run_catch_ups c WHERE c.run_id = r.run_id;
-DELETE FROM scrinalia.archive_run_catch_ups;
-
-CREATE OR REPLACE FUNCTION scrinalia.run_catch_up_noted()
-RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, scrinalia, pg_temp
-AS $$
+DO $step2$
 BEGIN
-    UPDATE scrinalia.archive_worker_runs r SET catch_up = true
-      FROM new_rows n WHERE n.run_id = r.run_id AND NOT r.catch_up;
-    DELETE FROM scrinalia.archive_run_catch_ups c USING new_rows n WHERE c.run_id = n.run_id;
-    RETURN NULL;
-END $$;
+    LOCK TABLE scrinalia.archive_worker_runs IN ACCESS EXCLUSIVE MODE;
+    ALTER TABLE scrinalia.archive_worker_runs ADD COLUMN IF NOT EXISTS catch_up boolean NOT NULL DEFAULT false;
 
-CREATE TRIGGER run_catch_up_noted AFTER INSERT ON scrinalia.archive_run_catch_ups
-    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION scrinalia.run_catch_up_noted();
+    UPDATE scrinalia.archive_worker_runs r SET catch_up = true
+      FROM scrinalia.archive_run_catch_ups c WHERE c.run_id = r.run_id;
+    DELETE FROM scrinalia.archive_run_catch_ups;
+
+    CREATE OR REPLACE FUNCTION scrinalia.run_catch_up_noted()
+    RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, scrinalia, pg_temp
+    AS $$
+    BEGIN
+        UPDATE scrinalia.archive_worker_runs r SET catch_up = true
+          FROM new_rows n WHERE n.run_id = r.run_id AND NOT r.catch_up;
+        DELETE FROM scrinalia.archive_run_catch_ups c USING new_rows n WHERE c.run_id = n.run_id;
+        RETURN NULL;
+    END $$;
+
+    DROP TRIGGER IF EXISTS run_catch_up_noted ON scrinalia.archive_run_catch_ups;
+    CREATE TRIGGER run_catch_up_noted AFTER INSERT ON scrinalia.archive_run_catch_ups
+        REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION scrinalia.run_catch_up_noted();
+END $step2$;

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import psycopg
@@ -134,3 +136,88 @@ def test_the_catch_ups_move_onto_their_runs_and_back(empty_db_dsn):
     with psycopg.connect(empty_db_dsn, autocommit=True) as c:
         assert c.execute(CATCH_UPS).fetchall() == marked
         assert c.execute("SELECT count(*) FROM scrinalia.archive_run_catch_ups").fetchone() == (0,)
+
+
+def _waiting_on_a_lock(c: psycopg.Connection, pid: int) -> bool:
+    return c.execute(
+        "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)
+    ).fetchone() == (True,)
+
+
+def _await(predicate, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("prepared", [False, True], ids=["parsed", "prepared"])
+def test_a_call_waiting_while_the_ledger_widens_returns_the_row_it_was_planned_for(
+    empty_db_dsn, previous_release, prepared
+):
+    """A daemon of the release below calls a function returning the ledger's row just as
+    the migration holds the ledger to add its column: the call waits for the migration
+    and then returns the row of the release below, not an error ("structure of query
+    does not match function result type") nor a row with the new column. Its statement
+    parsed anew, or prepared on the server before the migration began, as that release's
+    daemons do after a few calls."""
+    _previous_migrate(previous_release, empty_db_dsn)
+    with psycopg.connect(empty_db_dsn, autocommit=True) as c:
+        for w in ("ocr", "pdf", "txt"):
+            make_worker(c, w)
+        before = [d.name for d in c.execute("SELECT * FROM scrinalia.enqueue('pdf')").description]
+    # each call's statement, its arguments before the migration (when prepared) and during it
+    calls = {
+        "enqueue": ("SELECT * FROM scrinalia.enqueue(%s)", ("txt",), ("ocr",)),
+        "claim_next": (
+            "SELECT * FROM scrinalia.claim_next(%s, %s, %s)",
+            ("r1", "1 minute", ["none"]),
+            ("r1", "1 minute", ["pdf"]),
+        ),
+    }
+    outcome: dict[str, object] = {}
+    callers: list[tuple[psycopg.Connection, threading.Thread]] = []
+    with psycopg.connect(empty_db_dsn, autocommit=True) as watch, psycopg.connect(empty_db_dsn) as blocker:
+        for name, (statement, warm, args) in calls.items():
+            conn = psycopg.connect(empty_db_dsn, autocommit=True, prepare_threshold=0 if prepared else None)
+            if prepared:
+                conn.execute(statement, warm)
+            callers.append((conn, threading.Thread(target=_call, args=(conn, statement, args, outcome, name))))
+        # the migration's last step waits behind this lock, holding the ledger meanwhile
+        blocker.execute("LOCK TABLE scrinalia.archive_run_catch_ups IN ROW EXCLUSIVE MODE")
+        migrating = threading.Thread(target=lambda: outcome.setdefault("migrate", _outcome(m.migrate, empty_db_dsn)))
+        migrating.start()
+        _await(
+            lambda: watch.execute(
+                "SELECT count(*) FROM pg_locks WHERE NOT granted"
+                " AND relation = 'scrinalia.archive_run_catch_ups'::regclass"
+            ).fetchone()[0] > 0,
+            "the migration to wait behind the blocker",
+        )
+        for (conn, t), name in zip(callers, calls):
+            t.start()
+            _await(lambda: _waiting_on_a_lock(watch, conn.info.backend_pid), f"{name} to wait for the migration")
+        blocker.rollback()
+        migrating.join(120)
+        for conn, t in callers:
+            t.join(60)
+            conn.close()
+    assert outcome["migrate"] == ("ok", ["0015_run_catch_up_column"])
+    failures = {n: o for n, o in outcome.items() if n in calls and (o[0] != "ok" or o[1][0] != before or o[1][1] is None)}
+    assert not failures, failures
+
+
+def _outcome(fn, *args):
+    try:
+        return ("ok", fn(*args))
+    except Exception as e:  # the assertion names it
+        return ("error", repr(e))
+
+
+def _call(conn: psycopg.Connection, statement: str, args: tuple, outcome: dict, name: str) -> None:
+    def run():
+        cur = conn.execute(statement, args)
+        return [d.name for d in cur.description], cur.fetchone()
+
+    outcome[name] = _outcome(run)
