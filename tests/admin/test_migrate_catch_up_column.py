@@ -139,9 +139,9 @@ def test_the_catch_ups_move_onto_their_runs_and_back(empty_db_dsn):
 
 
 def _waiting_on_a_lock(c: psycopg.Connection, pid: int) -> bool:
-    return c.execute(
-        "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)
-    ).fetchone() == (True,)
+    return c.execute("SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone() == (
+        True,
+    )
 
 
 def _await(predicate, what: str, timeout: float = 30.0) -> None:
@@ -189,10 +189,13 @@ def test_a_call_waiting_while_the_ledger_widens_returns_the_row_it_was_planned_f
         migrating = threading.Thread(target=lambda: outcome.setdefault("migrate", _outcome(m.migrate, empty_db_dsn)))
         migrating.start()
         _await(
-            lambda: watch.execute(
-                "SELECT count(*) FROM pg_locks WHERE NOT granted"
-                " AND relation = 'scrinalia.archive_run_catch_ups'::regclass"
-            ).fetchone()[0] > 0,
+            lambda: (
+                watch.execute(
+                    "SELECT count(*) FROM pg_locks WHERE NOT granted"
+                    " AND relation = 'scrinalia.archive_run_catch_ups'::regclass"
+                ).fetchone()[0]
+                > 0
+            ),
             "the migration to wait behind the blocker",
         )
         for (conn, t), name in zip(callers, calls):
@@ -204,7 +207,9 @@ def test_a_call_waiting_while_the_ledger_widens_returns_the_row_it_was_planned_f
             t.join(60)
             conn.close()
     assert outcome["migrate"] == ("ok", ["0015_run_catch_up_column"])
-    failures = {n: o for n, o in outcome.items() if n in calls and (o[0] != "ok" or o[1][0] != before or o[1][1] is None)}
+    failures = {
+        n: o for n, o in outcome.items() if n in calls and (o[0] != "ok" or o[1][0] != before or o[1][1] is None)
+    }
     assert not failures, failures
 
 
@@ -221,3 +226,34 @@ def _call(conn: psycopg.Connection, statement: str, args: tuple, outcome: dict, 
         return [d.name for d in cur.description], cur.fetchone()
 
     outcome[name] = _outcome(run)
+
+
+def test_a_failed_second_step_leaves_the_first_for_the_daemons_and_the_next_migrate(empty_db_dsn, previous_release):
+    """The column's transaction fails (here a lock it may not wait for): the functions of
+    the release below stay switched to worker_run_v1 and go on answering its daemons,
+    the ledger is as it was, and the next migrate completes the migration."""
+    _previous_migrate(previous_release, empty_db_dsn)
+    impatient = psycopg.conninfo.make_conninfo(empty_db_dsn, options="-c lock_timeout=300")
+    with psycopg.connect(empty_db_dsn, autocommit=True) as c, psycopg.connect(empty_db_dsn) as blocker:
+        make_worker(c, "ocr")
+        before = [d.name for d in c.execute("SELECT * FROM scrinalia.enqueue('ocr')").description]
+        blocker.execute("LOCK TABLE scrinalia.archive_run_catch_ups IN ROW EXCLUSIVE MODE")
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            m.migrate(impatient)
+        blocker.rollback()
+        assert "0015_run_catch_up_column" not in m.applied_migrations(empty_db_dsn)
+        assert c.execute(
+            "SELECT count(*) FROM pg_attribute WHERE attrelid = 'scrinalia.archive_worker_runs'::regclass"
+            " AND attname = 'catch_up' AND NOT attisdropped"
+        ).fetchone() == (0,)
+        assert c.execute(
+            "SELECT pg_get_function_result(p.oid) FROM pg_proc p WHERE p.proname = 'claim_next'"
+        ).fetchall() == [("SETOF scrinalia.worker_run_v1",)]
+        c.execute("SELECT scrinalia.cancel_run(max(run_id)) FROM scrinalia.archive_worker_runs")
+        cur = c.execute("SELECT * FROM scrinalia.enqueue('ocr')")
+        assert [d.name for d in cur.description] == before and cur.fetchone() is not None
+
+        assert m.migrate(empty_db_dsn) == ["0015_run_catch_up_column"]
+        assert c.execute("SELECT count(*) FROM pg_proc WHERE proname LIKE '%%before_0015'").fetchone() == (8,)
+        cur = c.execute("SELECT * FROM scrinalia.claim_next('r1', '1 minute')")
+        assert [d.name for d in cur.description] == before and cur.fetchone() is not None
