@@ -144,6 +144,13 @@ def finish(conn, run_id: int, token, status: str = "SUCCEEDED", error: str | Non
     ).fetchone()
 
 
+def waiting_on_a_lock(conn: psycopg.Connection, pid: int) -> bool:
+    """Whether backend `pid` is waiting for a lock (pg_stat_activity)."""
+    return bool(
+        conn.execute("SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0]
+    )
+
+
 def run_row(conn, run_id: int) -> dict:
     cur = conn.cursor(row_factory=psycopg.rows.dict_row)
     return cur.execute("SELECT * FROM scrinalia.archive_worker_runs WHERE run_id = %s", (run_id,)).fetchone()

@@ -11,14 +11,14 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from helpers import make_worker, put_schedule, set_next_run, tick
+from helpers import make_worker, put_schedule, set_next_run, tick, waiting_on_a_lock
 from scrinalia_workers.admin import migrate as m
+from scrinalia_workers.testkit.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PREVIOUS = "9c5564c"  # 0.6.0, head 0014_runner_stalls
@@ -138,20 +138,6 @@ def test_the_catch_ups_move_onto_their_runs_and_back(empty_db_dsn):
         assert c.execute("SELECT count(*) FROM scrinalia.archive_run_catch_ups").fetchone() == (0,)
 
 
-def _waiting_on_a_lock(c: psycopg.Connection, pid: int) -> bool:
-    return c.execute("SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone() == (
-        True,
-    )
-
-
-def _await(predicate, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up waiting for {what}")
-        time.sleep(0.02)
-
-
 @pytest.mark.parametrize("prepared", [False, True], ids=["parsed", "prepared"])
 def test_a_call_waiting_while_the_ledger_widens_returns_the_row_it_was_planned_for(
     empty_db_dsn, previous_release, prepared
@@ -188,7 +174,7 @@ def test_a_call_waiting_while_the_ledger_widens_returns_the_row_it_was_planned_f
         blocker.execute("LOCK TABLE scrinalia.archive_run_catch_ups IN ROW EXCLUSIVE MODE")
         migrating = threading.Thread(target=lambda: outcome.setdefault("migrate", _outcome(m.migrate, empty_db_dsn)))
         migrating.start()
-        _await(
+        wait_for(
             lambda: (
                 watch.execute(
                     "SELECT count(*) FROM pg_locks WHERE NOT granted"
@@ -196,11 +182,18 @@ def test_a_call_waiting_while_the_ledger_widens_returns_the_row_it_was_planned_f
                 ).fetchone()[0]
                 > 0
             ),
-            "the migration to wait behind the blocker",
+            timeout=30,
+            interval=0.02,
+            what="the migration waits behind the blocker",
         )
         for (conn, t), name in zip(callers, calls):
             t.start()
-            _await(lambda: _waiting_on_a_lock(watch, conn.info.backend_pid), f"{name} to wait for the migration")
+            wait_for(
+                lambda: waiting_on_a_lock(watch, conn.info.backend_pid),
+                timeout=30,
+                interval=0.02,
+                what=f"{name} waits for the migration",
+            )
         blocker.rollback()
         migrating.join(120)
         for conn, t in callers:

@@ -8,7 +8,16 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from helpers import make_worker, make_workers, next_occurrence, put_schedule, raises_sqlstate, set_next_run, tick
+from helpers import (
+    make_worker,
+    make_workers,
+    next_occurrence,
+    put_schedule,
+    raises_sqlstate,
+    set_next_run,
+    tick,
+    waiting_on_a_lock,
+)
 from scrinalia_workers.testkit.waiting import wait_for
 
 COLUMNS = "worker_name, status::text, trigger::text, request, config, config_sources, requested_by, attempt"
@@ -133,10 +142,6 @@ def test_two_batches_sharing_workers_never_deadlock_and_one_takes_the_slots(db, 
         t.join()
     assert sorted(outcomes) == ["SW010", "ok"]
     assert count(db) == 200
-
-
-def waiting_on_a_lock(db, pid) -> bool:
-    return db.execute("SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0]
 
 
 def test_a_run_committed_after_the_check_answers_slot_busy_naming_its_worker(db, db_dsn, connect_as):

@@ -6,7 +6,7 @@ import threading
 
 import psycopg
 
-from helpers import make_workers, raises_sqlstate
+from helpers import make_workers, raises_sqlstate, waiting_on_a_lock
 from scrinalia_workers.testkit.waiting import wait_for
 
 
@@ -46,9 +46,7 @@ def test_a_run_committed_while_the_insert_waits_answers_slot_busy_naming_it(db, 
     t = threading.Thread(target=go)
     t.start()
     wait_for(
-        lambda: db.execute("SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[
-            0
-        ],
+        lambda: waiting_on_a_lock(db, pid),
         timeout=10,
         what="the second enqueue waits on the first's insert",
     )

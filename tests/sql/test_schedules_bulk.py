@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from helpers import make_worker, make_workers, raises_sqlstate
+from helpers import make_worker, make_workers, raises_sqlstate, waiting_on_a_lock
 from scrinalia_workers.testkit.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -477,9 +477,7 @@ def test_quick_schedule_bench_checks_its_rows(db_dsn):
 
 def wait_until_blocked(db, pid: int, deadline_s: float = 10.0) -> None:
     wait_for(
-        lambda: db.execute("SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[
-            0
-        ],
+        lambda: waiting_on_a_lock(db, pid),
         timeout=deadline_s,
         interval=0.01,
         what=f"backend {pid} waiting for a lock",
