@@ -35,10 +35,8 @@ DECLARE
     g record;
     renamed text;
     body text;
-    cols constant text := 'r.run_id, r.worker_name, r.status, r.trigger, r.request, r.config, r.config_sources,'
-        ' r.requested_by, r.lease_owner, r.lease_token, r.lease_expires_at, r.lease_duration,'
-        ' r.heartbeat_at, r.created_at, r.started_at, r.finished_at, r.error, r.error_fingerprint,'
-        ' r.duration, r.attempt, r.retry_of, r.not_before, r.scheduled_for, r.retry_pending';
+    cols text;  -- worker_run_v1's columns, of the renamed function's row r
+    lock_first constant text := 'LOCK TABLE scrinalia.archive_worker_runs IN ROW EXCLUSIVE MODE;';
     call text;
 BEGIN
     IF pg_catalog.to_regtype('scrinalia.worker_run_v1') IS NULL THEN
@@ -69,6 +67,13 @@ BEGIN
             retry_pending     boolean
         );
     END IF;
+    SELECT pg_catalog.string_agg('r.' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(a.attname), ', '
+                                 ORDER BY a.attnum)
+      INTO cols
+      FROM pg_catalog.pg_attribute a
+     WHERE a.attrelid OPERATOR(pg_catalog.=) (SELECT t.typrelid FROM pg_catalog.pg_type t
+                                               WHERE t.oid OPERATOR(pg_catalog.=) 'scrinalia.worker_run_v1'::pg_catalog.regtype)
+       AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped;
     FOR f IN SELECT p.oid, p.proname, p.proretset, p.pronargs, p.proacl,
                     pg_catalog.pg_get_function_arguments(p.oid) AS args,
                     pg_catalog.pg_get_function_identity_arguments(p.oid) AS ident
@@ -78,20 +83,18 @@ BEGIN
     LOOP
         renamed := f.proname OPERATOR(pg_catalog.||) '_before_0015';
         EXECUTE pg_catalog.format('ALTER FUNCTION scrinalia.%I(%s) RENAME TO %I', f.proname, f.ident, renamed);
-        -- (as its definer: the lock needs a right on the ledger its callers lack)
         call := pg_catalog.format('scrinalia.%I(%s) r', renamed,
                     (SELECT pg_catalog.string_agg('$' OPERATOR(pg_catalog.||) i, ', ')
                        FROM pg_catalog.generate_series(1, f.pronargs) i));
+        -- (as its definer: the lock needs a right on the ledger its callers lack)
         EXECUTE pg_catalog.format(
             'CREATE FUNCTION scrinalia.%I(%s) RETURNS %s scrinalia.worker_run_v1 LANGUAGE plpgsql VOLATILE'
             ' SECURITY DEFINER SET search_path = pg_catalog, scrinalia, pg_temp AS %L',
             f.proname, f.args, CASE WHEN f.proretset THEN 'SETOF' ELSE '' END,
             CASE WHEN f.proretset
-                 THEN pg_catalog.format('BEGIN LOCK TABLE scrinalia.archive_worker_runs IN ROW EXCLUSIVE MODE;'
-                                        ' RETURN QUERY SELECT %s FROM %s; END', cols, call)
-                 ELSE pg_catalog.format('DECLARE v scrinalia.worker_run_v1; BEGIN'
-                                        ' LOCK TABLE scrinalia.archive_worker_runs IN ROW EXCLUSIVE MODE;'
-                                        ' SELECT %s INTO v FROM %s; RETURN v; END', cols, call)
+                 THEN pg_catalog.format('BEGIN %s RETURN QUERY SELECT %s FROM %s; END', lock_first, cols, call)
+                 ELSE pg_catalog.format('DECLARE v scrinalia.worker_run_v1; BEGIN %s SELECT %s INTO v FROM %s;'
+                                        ' RETURN v; END', lock_first, cols, call)
             END);
         IF f.proacl IS NOT NULL THEN  -- (NULL: the default, as the new function's)
             EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION scrinalia.%I(%s) FROM PUBLIC', f.proname, f.ident);
