@@ -140,23 +140,24 @@ def test_the_catch_ups_move_onto_their_runs_and_back(empty_db_dsn):
 
 @pytest.mark.parametrize("prepared", [False, True], ids=["parsed", "prepared"])
 def test_a_call_waiting_while_the_ledger_widens_returns_the_row_it_was_planned_for(
-    empty_db_dsn, previous_release, prepared
+    empty_db_dsn, previous_release, role_logins, prepared
 ):
     """A daemon of the release below calls a function returning the ledger's row just as
     the migration holds the ledger to add its column: the call waits for the migration
     and then returns the row of the release below, not an error ("structure of query
     does not match function result type") nor a row with the new column. Its statement
     parsed anew, or prepared on the server before the migration began, as that release's
-    daemons do after a few calls."""
+    daemons do after a few calls. Each under its group's login, as in production."""
     _previous_migrate(previous_release, empty_db_dsn)
     with psycopg.connect(empty_db_dsn, autocommit=True) as c:
         for w in ("ocr", "pdf", "txt"):
             make_worker(c, w)
         before = [d.name for d in c.execute("SELECT * FROM scrinalia.enqueue('pdf')").description]
-    # each call's statement, its arguments before the migration (when prepared) and during it
+    # each call's group, statement, its arguments before the migration (when prepared) and during it
     calls = {
-        "enqueue": ("SELECT * FROM scrinalia.enqueue(%s)", ("txt",), ("ocr",)),
+        "enqueue": ("operator", "SELECT * FROM scrinalia.enqueue(%s)", ("txt",), ("ocr",)),
         "claim_next": (
+            "runner",
             "SELECT * FROM scrinalia.claim_next(%s, %s, %s)",
             ("r1", "1 minute", ["none"]),
             ("r1", "1 minute", ["pdf"]),
@@ -165,8 +166,12 @@ def test_a_call_waiting_while_the_ledger_widens_returns_the_row_it_was_planned_f
     outcome: dict[str, object] = {}
     callers: list[tuple[psycopg.Connection, threading.Thread]] = []
     with psycopg.connect(empty_db_dsn, autocommit=True) as watch, psycopg.connect(empty_db_dsn) as blocker:
-        for name, (statement, warm, args) in calls.items():
-            conn = psycopg.connect(empty_db_dsn, autocommit=True, prepare_threshold=0 if prepared else None)
+        for name, (group, statement, warm, args) in calls.items():
+            conn = psycopg.connect(
+                psycopg.conninfo.make_conninfo(empty_db_dsn, user=role_logins[group]),
+                autocommit=True,
+                prepare_threshold=0 if prepared else None,
+            )
             if prepared:
                 conn.execute(statement, warm)
             callers.append((conn, threading.Thread(target=_call, args=(conn, statement, args, outcome, name))))
