@@ -20,7 +20,9 @@
 --    installed next replaces these in place; the renamed ones stay (see
 --    99_drop_obsolete.sql). A fresh install has none of them yet. Run again after a
 --    failed step 2, it finds nothing left to rename.
--- 2. The column. NOT NULL DEFAULT false: a default PostgreSQL keeps in the catalog, no
+-- 2. The column, once the statements under way in the database have ended (a call
+--    begun before step 1 committed runs the old body, and must reach the ledger before
+--    the column does). NOT NULL DEFAULT false: a default PostgreSQL keeps in the catalog, no
 --    rewrite of the ledger. The catch-ups 0010 recorded are moved in; the table stays,
 --    written only by a tick of the code this migrate replaces (between this migration
 --    and the code): what it inserts there is moved onto its run by the trigger below
@@ -127,7 +129,26 @@ BEGIN
 END $step1$;
 
 DO $step2$
+DECLARE
+    since constant timestamptz := pg_catalog.statement_timestamp();
+    polls integer := 0;
 BEGIN
+    -- A call of the release below that began before step 1 committed still runs the
+    -- renamed function's old body: it must reach the ledger before the column does.
+    -- So first the statements under way in this database wait to end (bounded: one
+    -- that runs on is none of those calls, and must not hold the upgrade back).
+    LOOP
+        PERFORM pg_catalog.pg_stat_clear_snapshot();
+        EXIT WHEN polls OPERATOR(pg_catalog.>=) 500 OR NOT EXISTS (
+            SELECT 1 FROM pg_catalog.pg_stat_activity a
+             WHERE a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()
+               AND a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
+               AND a.backend_type OPERATOR(pg_catalog.=) 'client backend'
+               AND a.state OPERATOR(pg_catalog.=) 'active'
+               AND a.query_start OPERATOR(pg_catalog.<) since);
+        PERFORM pg_catalog.pg_sleep(0.01);
+        polls := polls OPERATOR(pg_catalog.+) 1;
+    END LOOP;
     LOCK TABLE scrinalia.archive_worker_runs IN ACCESS EXCLUSIVE MODE;
     ALTER TABLE scrinalia.archive_worker_runs ADD COLUMN IF NOT EXISTS catch_up boolean NOT NULL DEFAULT false;
 

@@ -255,3 +255,47 @@ def test_a_failed_second_step_leaves_the_first_for_the_daemons_and_the_next_migr
         assert c.execute("SELECT count(*) FROM pg_proc WHERE proname LIKE '%%before_0015'").fetchone() == (8,)
         cur = c.execute("SELECT * FROM scrinalia.claim_next('r1', '1 minute')")
         assert [d.name for d in cur.description] == before and cur.fetchone() is not None
+
+
+def test_a_call_begun_before_the_switch_reaches_the_ledger_before_the_column(
+    empty_db_dsn, previous_release, role_logins
+):
+    """A call of the release below that began before the switch to worker_run_v1
+    committed runs the renamed function's old body. Held up before it reached the
+    ledger, it must still find the ledger's old row when it gets there: the column's
+    step waits for the statements under way, then takes the ledger."""
+    _previous_migrate(previous_release, empty_db_dsn)
+    with psycopg.connect(empty_db_dsn, autocommit=True) as c:
+        make_worker(c, "ocr")
+        before = [d.name for d in c.execute("SELECT * FROM scrinalia.enqueue('ocr')").description]
+        c.execute("SELECT scrinalia.cancel_run(max(run_id)) FROM scrinalia.archive_worker_runs")
+    outcome: dict[str, object] = {}
+    operator = psycopg.conninfo.make_conninfo(empty_db_dsn, user=role_logins["operator"])
+    with psycopg.connect(empty_db_dsn, autocommit=True) as watch, psycopg.connect(empty_db_dsn) as blocker:
+        blocker.execute("LOCK TABLE scrinalia.archive_workers IN ACCESS EXCLUSIVE MODE")
+        caller = psycopg.connect(operator, autocommit=True)
+        calling = threading.Thread(
+            target=_call, args=(caller, "SELECT * FROM scrinalia.enqueue(%s)", ("ocr",), outcome, "enqueue")
+        )
+        calling.start()
+        wait_for(
+            lambda: waiting_on_a_lock(watch, caller.info.backend_pid), timeout=30, interval=0.02, what="the call waits"
+        )
+        migrating = threading.Thread(target=lambda: outcome.setdefault("migrate", _outcome(m.migrate, empty_db_dsn)))
+        migrating.start()
+        wait_for(
+            lambda: watch.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'"
+            ).fetchone()[0],
+            timeout=30,
+            interval=0.01,
+            what="the column's step waits for the call under way",
+        )
+        blocker.rollback()
+        calling.join(60)
+        migrating.join(120)
+        caller.close()
+    assert outcome["migrate"] == ("ok", ["0015_run_catch_up_column"])
+    kind, value = outcome["enqueue"]
+    assert kind == "ok", value
+    assert value[0] == before and value[1] is not None
