@@ -66,7 +66,8 @@ def exporter_queries() -> dict[str, str]:
 def prepare(dsn: str, n_workers: int, history_rows: int) -> dict:
     """The catalogue, a schedule per worker (due in the future, but one in a hundred
     overdue and one in a hundred paused), a QUEUED manual run on every third worker, a
-    retry owed on one in fifty (its latest period still open), and the history."""
+    retry owed on one in fifty (its latest period still open), the history, and each
+    schedule's last run as the tick leaves it (seed.last_runs)."""
     with conn(dsn) as c:
         seed.workers(c, n_workers)
         seed.schedules(c, n_workers)
@@ -90,6 +91,8 @@ def prepare(dsn: str, n_workers: int, history_rows: int) -> dict:
             """,
             (n_workers,),
         ).rowcount
+        pointed = seed.last_runs(c)
+        check(pointed == n_workers, f"{pointed} of {n_workers} schedules point at their last run")
         # the seeding's deltas folded before the vacuum, as a running ledger has folded them
         # long since: folded after it, their dead pages would be read whole by every fold
         c.execute(FOLD_SQL)

@@ -232,11 +232,14 @@ def rounds(dsns: dict[str, str], uptos: dict[str, int], s: Sizes) -> dict[str, d
 
 
 def at_rest(dsn: str, s: Sizes, upto: int) -> None:
-    """The catalogue and its live rows as metrics_bench.prepare leaves them."""
+    """The catalogue, its live rows and each schedule's last run as metrics_bench.prepare
+    leaves them."""
     with conn(dsn) as c:
         c.execute(CLEAR_SQL, (upto,))
         c.execute(AT_REST_SQL)
         seed.active_runs(c, s.workers, every=3)
+        pointed = seed.last_runs(c)
+        check(pointed == s.workers, f"{pointed} of {s.workers} schedules point at their last run")
     vacuum_analyze(dsn)
 
 

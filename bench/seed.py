@@ -135,6 +135,22 @@ SELECT g.id,
 """
 
 
+# Each schedule's last run as the tick leaves it: its worker's newest scheduled attempt 1.
+# A history seeded by hand was not enqueued by a tick, which left last_run_id NULL: a
+# scrape then found no run to read per schedule, where a running ledger has one each.
+LAST_RUNS_SQL = """
+UPDATE scrinalia.archive_worker_schedules s SET last_run_id = l.run_id
+  FROM (SELECT r.worker_name, max(r.run_id) AS run_id FROM scrinalia.archive_worker_runs r
+         WHERE r.attempt = 1 AND r.scheduled_for IS NOT NULL GROUP BY r.worker_name) l
+ WHERE l.worker_name = s.worker_name
+"""
+
+
+def last_runs(c: psycopg.Connection) -> int:
+    """Points each schedule at its last run (LAST_RUNS_SQL); how many schedules have one."""
+    return c.execute(LAST_RUNS_SQL).rowcount
+
+
 # How much history a used ledger gets between two autovacuums, for layout "use".
 HISTORY_CHUNK = 100_000
 

@@ -38,9 +38,40 @@
 -- Out of the model: a retry chain spanning two workers (the tick never makes one) marks
 -- only the worker of the row that changed.
 
+-- How late a scheduled run was enqueued: its creation after the instant it was due,
+-- in seconds; unknown (NULL) when either instant is hand-written outside the periods'
+-- range (an infinite one cannot be subtracted, and a lateness of millennia says
+-- nothing). The one rule: the periods' tally and worker_metrics()'s read of a run.
+-- One expression, no SET clause: inlined into the statement that calls it, so it names
+-- every function and operator by its schema (tests/sql/test_roles.py checks it).
+CREATE OR REPLACE FUNCTION scrinalia.lateness_seconds(p_created_at timestamptz, p_scheduled_for timestamptz)
+RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN p_created_at OPERATOR(pg_catalog.>=) scrinalia.period_start()
+                 AND p_created_at OPERATOR(pg_catalog.<) scrinalia.period_end()
+                 AND p_scheduled_for OPERATOR(pg_catalog.>=) scrinalia.period_start()
+                 AND p_scheduled_for OPERATOR(pg_catalog.<) scrinalia.period_end()
+                THEN pg_catalog.date_part('epoch', p_created_at OPERATOR(pg_catalog.-) p_scheduled_for) END
+$$;
+
+-- 0.9 added the first attempt's lateness to what latest_finished_periods_of() returns:
+-- a return type cannot change in place, so the earlier one is dropped and re-created
+-- in this same transaction (nothing depends on it in the catalog: its callers are
+-- PL/pgSQL, and the fold below).
+DO $$
+DECLARE old pg_catalog.regprocedure := pg_catalog.to_regprocedure('scrinalia.latest_finished_periods_of(text[])');
+BEGIN
+    IF old IS NOT NULL
+       AND pg_catalog.strpos(pg_catalog.pg_get_function_result(old), 'lateness_seconds') OPERATOR(pg_catalog.=) 0 THEN
+        DROP FUNCTION scrinalia.latest_finished_periods_of(text[]);
+    END IF;
+END $$;
+
 -- The latest finished scheduled period of each of p_workers that has one, with every
 -- attempt's run id (a period is finished when no attempt of it is QUEUED/RUNNING and
--- no retry is owed). Latest by run id: the tick creates a worker's periods in their
+-- no retry is owed) and how late its attempt 1 was enqueued (lateness_seconds(): the
+-- tick's last run, worker_metrics() reads it here). Latest by run id: the tick creates a worker's periods in their
 -- order. A few index probes per schedule, no walk of the history: its newest finished
 -- attempt 1 (ix_worker_runs_finished), then that attempt's retry and the retry's retry
 -- (uq_worker_run_retry_of), the whole chain when attempts rise 1, 2, 3 as the tick makes
@@ -48,7 +79,8 @@
 -- whose chain was written by hand otherwise, walks its history below that attempt.
 CREATE OR REPLACE FUNCTION scrinalia.latest_finished_periods_of(p_workers text[])
 RETURNS TABLE (worker_name text, scheduled_for timestamptz, run_ids bigint[], attempts integer,
-               last_status scrinalia.run_status, last_error text, finished_at timestamptz)
+               last_status scrinalia.run_status, last_error text, finished_at timestamptz,
+               lateness_seconds double precision)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
 SET jit = off
@@ -57,7 +89,7 @@ AS $$
 BEGIN
     RETURN QUERY
     WITH periods AS (
-        SELECT s.worker_name, h.run_id, h.scheduled_for,
+        SELECT s.worker_name, h.run_id, h.scheduled_for, scrinalia.lateness_seconds(h.created_at, h.scheduled_for) AS lateness,
                array_remove(ARRAY[h.run_id, r2.run_id, r3.run_id], NULL) AS run_ids,
                coalesce(r3.attempt, r2.attempt, h.attempt) AS attempts,
                CASE WHEN r3.run_id IS NOT NULL THEN r3.status WHEN r2.run_id IS NOT NULL THEN r2.status
@@ -72,7 +104,8 @@ BEGIN
                (r3.run_id IS NULL OR (r3.attempt > r2.attempt AND r4.run_id IS NULL)) AS plain
           FROM (SELECT DISTINCT x.worker_name FROM unnest(p_workers) AS x(worker_name)) s
          CROSS JOIN LATERAL (
-            SELECT a1.run_id, a1.scheduled_for, a1.attempt, a1.status, a1.error, a1.finished_at, a1.retry_pending
+            SELECT a1.run_id, a1.scheduled_for, a1.created_at, a1.attempt, a1.status, a1.error, a1.finished_at,
+                   a1.retry_pending
               FROM scrinalia.archive_worker_runs a1
              WHERE a1.worker_name = s.worker_name AND a1.attempt = 1 AND a1.scheduled_for IS NOT NULL
                AND a1.status NOT IN ('QUEUED', 'RUNNING')
@@ -89,14 +122,17 @@ BEGIN
           LEFT JOIN LATERAL (
             SELECT r.run_id FROM scrinalia.archive_worker_runs r WHERE r.retry_of = r3.run_id OFFSET 0) r4 ON true
     )
-    SELECT p.worker_name, p.scheduled_for, p.run_ids, p.attempts, p.last_status, p.last_error, p.finished_at
+    SELECT p.worker_name, p.scheduled_for, p.run_ids, p.attempts, p.last_status, p.last_error, p.finished_at,
+           p.lateness
       FROM periods p
      WHERE p.plain AND NOT p.open
     UNION ALL
-    SELECT p.worker_name, w.scheduled_for, w.run_ids, w.attempts, w.last_status, w.last_error, w.finished_at
+    SELECT p.worker_name, w.scheduled_for, w.run_ids, w.attempts, w.last_status, w.last_error, w.finished_at,
+           w.lateness
       FROM periods p
      CROSS JOIN LATERAL (
-        SELECT a1.scheduled_for, c.run_ids, c.attempts, c.last_status, c.last_error, c.finished_at
+        SELECT a1.scheduled_for, c.run_ids, c.attempts, c.last_status, c.last_error, c.finished_at,
+               scrinalia.lateness_seconds(a1.created_at, a1.scheduled_for) AS lateness
           FROM scrinalia.archive_worker_runs a1
          CROSS JOIN LATERAL (
             WITH RECURSIVE chain AS (

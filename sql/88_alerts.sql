@@ -375,12 +375,16 @@ BEGIN
            -- (the finished ones tallied, the deltas not folded yet, the live one: attempt > 1)
            coalesce(rt.retries, 0) + coalesce(x.retries_pending, 0) + coalesce((x.attempt > 1)::int, 0),
            coalesce(s.skipped_count, 0),
-           -- (unknown when either instant is hand-written outside the periods' range:
-           -- an infinite one cannot be subtracted, and a lateness of millennia says nothing)
-           (SELECT date_part('epoch', r.created_at - r.scheduled_for)
-              FROM scrinalia.archive_worker_runs r WHERE r.run_id = s.last_run_id AND r.attempt = 1
-               AND r.created_at >= scrinalia.period_start() AND r.created_at < scrinalia.period_end()
-               AND r.scheduled_for >= scrinalia.period_start() AND r.scheduled_for < scrinalia.period_end()),
+           -- (the tick's last run: tallied with the latest finished period when it is that
+           -- period's attempt 1, as it mostly is; else read from the run, a probe for the
+           -- few whose last run is live, gone, or changed since the fold)
+           CASE WHEN s.last_run_id = pt.run_ids[1] AND pt.lateness_seconds IS NOT NULL
+                     AND NOT coalesce(x.changed, false)
+                THEN pt.lateness_seconds
+                WHEN s.last_run_id IS NOT NULL
+                THEN (SELECT scrinalia.lateness_seconds(r.created_at, r.scheduled_for)
+                        FROM scrinalia.archive_worker_runs r WHERE r.run_id = s.last_run_id AND r.attempt = 1)
+                END,
            coalesce(x.pending, 0), coalesce(x.processed, 0),
            x.wait,
            date_part('epoch', coalesce(x.max_run_time, scrinalia.default_max_run_time())),

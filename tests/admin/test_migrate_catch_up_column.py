@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from helpers import make_worker, put_schedule, set_next_run, tick, waiting_on_a_lock
+from scrinalia_workers import sqlfiles
 from scrinalia_workers.admin import migrate as m
 from scrinalia_workers.testkit.waiting import wait_for
 
@@ -27,6 +28,8 @@ STATEMENTS = {
     "claim": "SELECT * FROM scrinalia.claim_next(%s, %s)",
     "finish": "SELECT * FROM scrinalia.finish(%s, %s, 'SUCCEEDED')",
 }
+# 0015 and the migrations after it: what a migrate from 0.6.0 applies
+FROM_0015 = [i for i in sqlfiles.migration_ids() if i >= "0015_run_catch_up_column"]
 CATCH_UPS = "SELECT run_id FROM scrinalia.worker_run_history WHERE catch_up ORDER BY run_id"
 
 pytestmark = pytest.mark.slow
@@ -87,7 +90,7 @@ def test_prepared_statements_keep_their_result_through_the_migration_and_the_cod
         # the migration's transaction alone, as between migrate's two: the previous
         # release's code still installed, renamed behind functions returning the old row
         with m._migrating(empty_db_dsn, lock_timeout=30) as (_conn, backend, migrations):
-            assert [x.id for x in backend.to_apply(migrations)] == ["0015_run_catch_up_column"]
+            assert [x.id for x in backend.to_apply(migrations)] == FROM_0015
             backend.apply_migrations(backend.to_apply(migrations))
         assert _period(c)[0] == before
         granted = c.execute(RENAMED_GRANTS).fetchall()
@@ -116,7 +119,7 @@ def test_the_catch_ups_move_onto_their_runs_and_back(empty_db_dsn):
         caught = c.execute(CATCH_UPS).fetchall()
         assert len(caught) == 1
 
-    assert m.rollback(empty_db_dsn, count=1) == ["0015_run_catch_up_column"]
+    assert m.rollback(empty_db_dsn, count=len(FROM_0015)) == FROM_0015[::-1]
     with psycopg.connect(empty_db_dsn, autocommit=True) as c:
         assert c.execute("SELECT run_id FROM scrinalia.archive_run_catch_ups").fetchall() == caught
         assert c.execute(
@@ -132,7 +135,7 @@ def test_the_catch_ups_move_onto_their_runs_and_back(empty_db_dsn):
         c.execute("INSERT INTO scrinalia.archive_run_catch_ups SELECT max(run_id) FROM scrinalia.archive_worker_runs")
         marked = c.execute("SELECT run_id FROM scrinalia.archive_run_catch_ups ORDER BY run_id").fetchall()
 
-    assert m.migrate(empty_db_dsn) == ["0015_run_catch_up_column"]
+    assert m.migrate(empty_db_dsn) == FROM_0015
     with psycopg.connect(empty_db_dsn, autocommit=True) as c:
         assert c.execute(CATCH_UPS).fetchall() == marked
         assert c.execute("SELECT count(*) FROM scrinalia.archive_run_catch_ups").fetchone() == (0,)
@@ -204,7 +207,7 @@ def test_a_call_waiting_while_the_ledger_widens_returns_the_row_it_was_planned_f
         for conn, t in callers:
             t.join(60)
             conn.close()
-    assert outcome["migrate"] == ("ok", ["0015_run_catch_up_column"])
+    assert outcome["migrate"] == ("ok", FROM_0015)
     failures = {
         n: o for n, o in outcome.items() if n in calls and (o[0] != "ok" or o[1][0] != before or o[1][1] is None)
     }
@@ -251,7 +254,7 @@ def test_a_failed_second_step_leaves_the_first_for_the_daemons_and_the_next_migr
         cur = c.execute("SELECT * FROM scrinalia.enqueue('ocr')")
         assert [d.name for d in cur.description] == before and cur.fetchone() is not None
 
-        assert m.migrate(empty_db_dsn) == ["0015_run_catch_up_column"]
+        assert m.migrate(empty_db_dsn) == FROM_0015
         assert c.execute("SELECT count(*) FROM pg_proc WHERE proname LIKE '%%before_0015'").fetchone() == (8,)
         cur = c.execute("SELECT * FROM scrinalia.claim_next('r1', '1 minute')")
         assert [d.name for d in cur.description] == before and cur.fetchone() is not None
@@ -295,7 +298,7 @@ def test_a_call_begun_before_the_switch_reaches_the_ledger_before_the_column(
         calling.join(60)
         migrating.join(120)
         caller.close()
-    assert outcome["migrate"] == ("ok", ["0015_run_catch_up_column"])
+    assert outcome["migrate"] == ("ok", FROM_0015)
     kind, value = outcome["enqueue"]
     assert kind == "ok", value
     assert value[0] == before and value[1] is not None

@@ -27,6 +27,7 @@ HEAD = [
     "0013_alerts_retention",
     "0014_runner_stalls",
     "0015_run_catch_up_column",
+    "0016_period_lateness",
 ]
 
 

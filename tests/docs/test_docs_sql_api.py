@@ -81,6 +81,7 @@ INTERNAL = {
     "cron_fires_between",
     "zone_loads",
     "latest_finished_periods_of",
+    "lateness_seconds",
     "fold_tallies",
     "rebuild_tallies",
     "clear_tallies",

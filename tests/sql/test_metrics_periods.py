@@ -277,3 +277,60 @@ def test_the_same_periods_for_chains_written_by_hand(db):
     assert rows["long"][3] == 3 and len(rows["long"][2]) == 4
     assert rows["skips"][4] == "INTERRUPTED"
     assert rows["long-open"][1].hour == 1  # its newest period is open: the one before
+
+
+def test_the_lateness_gauge_is_its_last_runs_and_read_with_the_tallied_period(db):
+    """worker_metrics()'s last lateness is created_at - scheduled_for of the run the tick
+    last enqueued for the schedule, whatever that run became: finished, live, owed a
+    retry, or deleted since (unknown then). When that run is the first attempt of the
+    worker's latest finished period, as it mostly is, the value is read with the tallied
+    period: a scrape probes the ledger only for the others, not once per schedule."""
+    build_ledger(db, random.Random(4), 80)
+    # as the tick leaves them: a lateness of its own per run, and each schedule's last run
+    # its newest attempt 1
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET created_at = scheduled_for + make_interval(secs => run_id % 97)"
+        " WHERE scheduled_for IS NOT NULL"
+    )
+    db.execute(
+        """UPDATE scrinalia.archive_worker_schedules s
+              SET last_run_id = (SELECT max(r.run_id) FROM scrinalia.archive_worker_runs r
+                                  WHERE r.worker_name = s.worker_name AND r.attempt = 1 AND r.scheduled_for IS NOT NULL)"""
+    )
+    db.execute("SELECT count(*) FROM scrinalia.worker_metrics()")  # (folds the ledger's writes)
+    # one worker's latest finished period deleted, its last run with it
+    gone = db.execute(
+        """DELETE FROM scrinalia.archive_worker_runs r USING scrinalia.latest_period_tally t
+            WHERE t.worker_name = (SELECT min(p.worker_name) FROM scrinalia.latest_period_tally p
+                                     JOIN scrinalia.archive_worker_schedules s ON s.worker_name = p.worker_name
+                                    WHERE s.last_run_id = p.run_ids[1])
+              AND r.run_id = ANY (t.run_ids)
+        RETURNING r.worker_name"""
+    ).fetchall()[0][0]
+    db.execute("SELECT count(*) FROM scrinalia.worker_metrics()")
+    expected = dict(
+        db.execute(
+            """SELECT w.worker_name, date_part('epoch', r.created_at - r.scheduled_for)
+                 FROM scrinalia.archive_workers w
+                 LEFT JOIN scrinalia.archive_worker_schedules s ON s.worker_name = w.worker_name
+                 LEFT JOIN scrinalia.archive_worker_runs r ON r.run_id = s.last_run_id"""
+        ).fetchall()
+    )
+    tallied, other = db.execute(
+        """SELECT count(*) FILTER (WHERE s.last_run_id = t.run_ids[1]),
+                  count(*) FILTER (WHERE s.last_run_id IS DISTINCT FROM t.run_ids[1])
+             FROM scrinalia.archive_worker_schedules s
+             LEFT JOIN scrinalia.latest_period_tally t ON t.worker_name = s.worker_name
+            WHERE s.last_run_id IS NOT NULL"""
+    ).fetchone()
+    assert tallied >= 20 and other >= 5  # (the ledger has both kinds)
+    # (planned as on a ledger of any size: a probe per schedule is a scan of the key)
+    db.execute("ANALYZE scrinalia.archive_worker_runs")
+    probes = "SELECT pg_stat_get_xact_numscans('scrinalia.archive_worker_runs_pkey'::regclass)"
+    with db.transaction():
+        before = db.execute(probes).fetchone()
+        got = dict(db.execute("SELECT worker_name, last_lateness_seconds FROM scrinalia.worker_metrics()").fetchall())
+        scans = db.execute(probes).fetchone()[0] - before[0]
+    assert got == expected
+    assert expected[gone] is None and any(v is not None for v in expected.values())
+    assert scans <= other < tallied + other
