@@ -266,9 +266,10 @@ def run(dsn_for, quick: bool = False) -> Result:
             "Each query of monitoring/queries.yaml as prometheus-postgres-exporter runs it, and "
             + ", ".join(OTHERS)
             + f", at {' and '.join(f'{n:,}' for n, _ in sizes)} workers, each with a schedule (1% overdue, "
-            "1% paused), a QUEUED manual run on every third worker, a retry owed on one in fifty, and "
+            "1% paused), a QUEUED manual run on every third worker, a retry owed on one in fifty, "
             f"{sizes[0][1]:,} finished runs (bench.seed.history, layout use: retries, FAILED, INTERRUPTED, "
-            "CANCELLED, manual and CLI runs), the metrics' tallies folded and the database vacuumed after the "
+            "CANCELLED, manual and CLI runs), and each schedule's last_run_id on its newest scheduled attempt, as "
+            "the tick leaves it (bench.seed.last_runs); the metrics' tallies folded and the database vacuumed after the "
             "seeding (its deltas, one per run, are no backlog a running ledger has).",
             f"worker_catalogue and status: agenda are what `worker list` and `status` read by default: "
             f"the catalogue's count and its first page of {worker_cmd.PAGE_SIZE} by name; the agenda's totals "

@@ -408,7 +408,8 @@ def run(dsn_for, quick: bool = False, sizes_: Sizes | None = None) -> Result:
             "one connection, in one transaction and in autocommit (enqueue_bench.bulk and singles); every 4th "
             "with a request; checked: N QUEUED runs on N workers.",
             "4. On the large ledger, the catalogue at rest as benchmark 8 has it (1% of the schedules overdue, "
-            "1% paused, a QUEUED manual run on every third worker): each query "
+            "1% paused, a QUEUED manual run on every third worker, each schedule's last_run_id on its newest "
+            "scheduled attempt): each query "
             f"of monitoring/queries.yaml, median and range of {s.query_reps} calls after an untimed one, every row "
             "fetched (metrics_bench.measure), beside it the same query counted on the server.",
             f"5. prune_runs(now() - cut-off, {scale_prune.PRUNE_BATCH:,}) called until it returns 0, the cut-off the finish of "
