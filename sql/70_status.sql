@@ -22,17 +22,9 @@ AS $$
        AND has_function_privilege(p_role, 'scrinalia.tick(text[], timestamp with time zone[], text)', 'EXECUTE')
 $$;
 
--- 0.2 grew scheduler_status() by the holder's role and the heartbeat: a return type
--- cannot change in place, so the earlier one is dropped and re-created in this same
--- transaction (nothing of ours calls it; a client sees the old or the new one).
-DO $$
-DECLARE old pg_catalog.regprocedure := pg_catalog.to_regprocedure('scrinalia.scheduler_status()');
-BEGIN
-    IF old IS NOT NULL
-       AND pg_catalog.strpos(pg_catalog.pg_get_function_result(old), 'holder_role') OPERATOR(pg_catalog.=) 0 THEN
-        DROP FUNCTION scrinalia.scheduler_status();
-    END IF;
-END $$;
+-- 0.2 grew scheduler_status() by the holder's role and the heartbeat (nothing of ours
+-- calls it).
+SELECT pg_temp.drop_when_result_lacks('scrinalia.scheduler_status()', 'holder_role');
 
 -- Who holds the one-scheduler lock now (and whether that login can run the
 -- scheduler at all), its last heartbeat, and when the last tick ran.

@@ -55,18 +55,9 @@ AS $$
                 THEN pg_catalog.date_part('epoch', p_created_at OPERATOR(pg_catalog.-) p_scheduled_for) END
 $$;
 
--- 0.9 added the first attempt's lateness to what latest_finished_periods_of() returns:
--- a return type cannot change in place, so the earlier one is dropped and re-created
--- in this same transaction (nothing depends on it in the catalog: its callers are
--- PL/pgSQL, and the fold below).
-DO $$
-DECLARE old pg_catalog.regprocedure := pg_catalog.to_regprocedure('scrinalia.latest_finished_periods_of(text[])');
-BEGIN
-    IF old IS NOT NULL
-       AND pg_catalog.strpos(pg_catalog.pg_get_function_result(old), 'lateness_seconds') OPERATOR(pg_catalog.=) 0 THEN
-        DROP FUNCTION scrinalia.latest_finished_periods_of(text[]);
-    END IF;
-END $$;
+-- 0.9 added the first attempt's lateness to what latest_finished_periods_of() returns
+-- (nothing depends on it in the catalog: its callers are PL/pgSQL, and the fold below).
+SELECT pg_temp.drop_when_result_lacks('scrinalia.latest_finished_periods_of(text[])', 'lateness_seconds');
 
 -- The latest finished scheduled period of each of p_workers that has one, with every
 -- attempt's run id (a period is finished when no attempt of it is QUEUED/RUNNING and

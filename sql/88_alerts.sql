@@ -318,17 +318,9 @@ BEGIN
 END
 $$;
 
--- 0.5 grew worker_metrics() by the workers' alerts: a return type cannot change in
--- place, so the earlier one is dropped and re-created in this same transaction (the
--- exporter names the columns it reads; a scrape sees the old or the new one).
-DO $$
-DECLARE old pg_catalog.regprocedure := pg_catalog.to_regprocedure('scrinalia.worker_metrics()');
-BEGIN
-    IF old IS NOT NULL
-       AND pg_catalog.strpos(pg_catalog.pg_get_function_result(old), 'slot_run_id') OPERATOR(pg_catalog.=) 0 THEN
-        DROP FUNCTION scrinalia.worker_metrics();
-    END IF;
-END $$;
+-- 0.5 grew worker_metrics() by the workers' alerts (the exporter names the columns it
+-- reads).
+SELECT pg_temp.drop_when_result_lacks('scrinalia.worker_metrics()', 'slot_run_id');
 
 -- Per worker: what prometheus-postgres-exporter exposes as gauges and counters. The
 -- workers' alerts (overrunning_runs(), starved_schedules(), unclaimed_runs()) as 1/0,
