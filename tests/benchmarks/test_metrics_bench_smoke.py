@@ -40,3 +40,20 @@ def test_the_check_fails_on_a_wrong_answer(fresh_dbs):
         c.execute("UPDATE scrinalia.archive_worker_runs SET retry_pending = false WHERE retry_pending")
     with pytest.raises(InvariantError, match="still-open"):
         metrics_bench.verify(dsn, 100, prep["owed"], figures)
+
+
+def test_each_schedule_points_at_its_last_run_as_the_tick_leaves_it(fresh_dbs):
+    """A scrape reads each schedule's last run (its lateness): a catalogue whose seeded
+    history left every last_run_id NULL measured the metrics without that read."""
+    dsn = fresh_dbs("bench_metrics_last_runs")
+    metrics_bench.prepare(dsn, 100, 1_000)
+    with psycopg.connect(dsn, autocommit=True) as c:
+        rows = c.execute(
+            """SELECT r.worker_name = s.worker_name AND r.attempt = 1 AND r.scheduled_for IS NOT NULL
+                      AND NOT EXISTS (SELECT FROM scrinalia.archive_worker_runs n
+                                       WHERE n.worker_name = s.worker_name AND n.attempt = 1
+                                         AND n.scheduled_for IS NOT NULL AND n.run_id > r.run_id)
+                 FROM scrinalia.archive_worker_schedules s
+                 LEFT JOIN scrinalia.archive_worker_runs r ON r.run_id = s.last_run_id"""
+        ).fetchall()
+    assert len(rows) == 100 and all(ok for (ok,) in rows)
