@@ -62,12 +62,13 @@ SELECT pg_temp.drop_when_result_lacks('scrinalia.latest_finished_periods_of(text
 -- The latest finished scheduled period of each of p_workers that has one, with every
 -- attempt's run id (a period is finished when no attempt of it is QUEUED/RUNNING and
 -- no retry is owed) and how late its attempt 1 was enqueued (lateness_seconds(): the
--- tick's last run, worker_metrics() reads it here). Latest by run id: the tick creates a worker's periods in their
--- order. A few index probes per schedule, no walk of the history: its newest finished
--- attempt 1 (ix_worker_runs_finished), then that attempt's retry and the retry's retry
--- (uq_worker_run_retry_of), the whole chain when attempts rise 1, 2, 3 as the tick makes
--- them. Only a worker whose newest period is still open (a retry owed or under way), or
--- whose chain was written by hand otherwise, walks its history below that attempt.
+-- tick's last run, worker_metrics() reads it here). Latest by run id: the tick creates a
+-- worker's periods in their order. A few index probes per schedule, no walk of the
+-- history: its newest finished attempt 1 (ix_worker_runs_finished), then that attempt's
+-- retry and the retry's retry (uq_worker_run_retry_of), the whole chain when attempts
+-- rise 1, 2, 3 as the tick makes them. Only a worker whose newest period is still open
+-- (a retry owed or under way), or whose chain was written by hand otherwise, walks its
+-- history below that attempt.
 CREATE OR REPLACE FUNCTION scrinalia.latest_finished_periods_of(p_workers text[])
 RETURNS TABLE (worker_name text, scheduled_for timestamptz, run_ids bigint[], attempts integer,
                last_status scrinalia.run_status, last_error text, finished_at timestamptz,
@@ -80,7 +81,8 @@ AS $$
 BEGIN
     RETURN QUERY
     WITH periods AS (
-        SELECT s.worker_name, h.run_id, h.scheduled_for, scrinalia.lateness_seconds(h.created_at, h.scheduled_for) AS lateness,
+        SELECT s.worker_name, h.run_id, h.scheduled_for,
+               scrinalia.lateness_seconds(h.created_at, h.scheduled_for) AS lateness,
                array_remove(ARRAY[h.run_id, r2.run_id, r3.run_id], NULL) AS run_ids,
                coalesce(r3.attempt, r2.attempt, h.attempt) AS attempts,
                CASE WHEN r3.run_id IS NOT NULL THEN r3.status WHEN r2.run_id IS NOT NULL THEN r2.status
