@@ -278,7 +278,9 @@ DECLARE
         -- aggregate was computed again at each of its references); a CTE scan joined
         -- to every row would copy the whole object for each
         SELECT coalesce(jsonb_object_agg(ins.worker_name, ins.run_id), '{}') AS runs FROM ins
-    ), decided AS (
+    ), decided AS MATERIALIZED (
+        -- (materialized: inlined into the UPDATE, each decision was computed again at
+        -- each of its references there, a lookup in the new runs' object each time)
         SELECT d.worker_name, d.was, d.next_at, r.run_id,
                CASE WHEN r.run_id IS NOT NULL
                     THEN (SELECT x.keys FROM missed x) ? jsonb_build_array(d.cron, d.timezone, d.was)::text
