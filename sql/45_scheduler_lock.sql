@@ -17,17 +17,21 @@ AS $$ SELECT 7305764011424514049::bigint $$;  -- 'scrinali' as bytes, fixed for 
 
 -- The pid of the session holding the scheduler's advisory lock in this database.
 -- Any login can take any advisory lock key: the holder is not necessarily a scheduler.
+-- This and the two below are PL/pgSQL, not SQL: each transaction of the scheduler asks
+-- them, and a SQL function with a SET clause is planned again at every call (its
+-- views' joins cost more to plan than to run), where PL/pgSQL keeps its plans.
 CREATE OR REPLACE FUNCTION scrinalia.scheduler_lock_holder()
 RETURNS integer
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
-    SELECT l.pid FROM pg_catalog.pg_locks l
-     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-       AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = current_database())
-       AND ((l.classid::bigint << 32) | l.objid::bigint) = scrinalia.scheduler_lock_key()
-     LIMIT 1
-$$;
+BEGIN
+    RETURN (SELECT l.pid FROM pg_catalog.pg_locks l
+             WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+               AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = current_database())
+               AND ((l.classid::bigint << 32) | l.objid::bigint) = scrinalia.scheduler_lock_key()
+             LIMIT 1);
+END $$;
 
 -- Raises SW031 unless the scheduler lock is held by the session p_lock_pid: the first
 -- statement of every tick transaction, so that a scheduler that was frozen (SIGSTOP)
@@ -52,13 +56,14 @@ END $$;
 -- directly). The scheduler's fence below is against the groups, not against them.
 CREATE OR REPLACE FUNCTION scrinalia.session_is_owner()
 RETURNS boolean
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
-    SELECT coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = session_user), false)
+BEGIN
+    RETURN coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = session_user), false)
         OR pg_catalog.pg_has_role(session_user,
-               (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'scrinalia'), 'MEMBER')
-$$;
+               (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'scrinalia'), 'MEMBER');
+END $$;
 
 -- Whether the session p_pid may act as the scheduler: it holds the scheduler lock, or
 -- it is the work session that the current holder vouched for in its heartbeat
@@ -75,24 +80,29 @@ $$;
 -- session began vouches by its heartbeat alone.
 CREATE OR REPLACE FUNCTION scrinalia.is_scheduler_session(p_pid integer)
 RETURNS boolean
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
-    WITH h AS (SELECT scrinalia.scheduler_lock_holder() AS pid)
-    SELECT coalesce(h.pid = p_pid, false) OR EXISTS (
-        SELECT 1 FROM scrinalia.scheduler_state st
-          JOIN pg_catalog.pg_stat_activity ha ON ha.pid = h.pid
-          JOIN pg_catalog.pg_stat_activity wa ON wa.pid = p_pid
-         WHERE wa.usesysid = ha.usesysid AND wa.datid = ha.datid
-           AND ((st.heartbeat_pid = h.pid AND st.heartbeat_work_pid = p_pid)
-                -- (backend_start is NULL to an owner without pg_read_all_stats: a heartbeat
-                -- of the holder's pid then counts as its own)
-                OR (NOT coalesce(st.heartbeat_pid = h.pid
-                                 AND st.heartbeat_at >= coalesce(ha.backend_start, '-infinity'), false)
-                    AND ha.application_name = 'scrinalia-scheduler lock'
-                    AND wa.application_name = 'scrinalia-scheduler')))
-      FROM h
-$$;
+BEGIN
+    RETURN (
+        WITH h AS (SELECT scrinalia.scheduler_lock_holder() AS pid)
+        SELECT coalesce(h.pid = p_pid, false) OR EXISTS (
+            SELECT 1 FROM scrinalia.scheduler_state st
+             -- (not the view: its joins are not needed here. A NULL pid reads every
+             -- session: the pids are compared again)
+             CROSS JOIN pg_catalog.pg_stat_get_activity(h.pid) ha
+             CROSS JOIN pg_catalog.pg_stat_get_activity(p_pid) wa
+             WHERE ha.pid = h.pid AND wa.pid = p_pid
+               AND wa.usesysid = ha.usesysid AND wa.datid = ha.datid
+               AND ((st.heartbeat_pid = h.pid AND st.heartbeat_work_pid = p_pid)
+                    -- (backend_start is NULL to an owner without pg_read_all_stats: a heartbeat
+                    -- of the holder's pid then counts as its own)
+                    OR (NOT coalesce(st.heartbeat_pid = h.pid
+                                     AND st.heartbeat_at >= coalesce(ha.backend_start, '-infinity'), false)
+                        AND ha.application_name = 'scrinalia-scheduler lock'
+                        AND wa.application_name = 'scrinalia-scheduler')))
+          FROM h);
+END $$;
 
 -- The guard at the start of every function that decides for the scheduler (the tick,
 -- setting aside, the retries, the reaper): raises SW032 unless the calling session is
