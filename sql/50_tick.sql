@@ -237,50 +237,48 @@ DECLARE
           LEFT JOIN (SELECT * FROM scrinalia.archive_cron_masks
                      UNION ALL SELECT * FROM missing_masks) m ON m.cron = d.cron
     ), checked AS (
+        -- (each run to create numbered here, so that the decisions need not be joined
+        -- with the insert's rows, whose count the planner cannot know: it guessed a few,
+        -- and a nested loop cost the square of the chunk)
         SELECT d.worker_name, d.was, d.request, d.cron, d.timezone, d.next_at, d.active_run_id, d.owed_run_id,
-               v.refused
+               v.refused,
+               CASE WHEN d.was IS NOT NULL AND d.active_run_id IS NULL AND d.owed_run_id IS NULL
+                         AND v.refused IS NULL
+                    THEN nextval('scrinalia.archive_worker_runs_run_id_seq') END AS new_run_id
           FROM due d
           JOIN verdicts v ON v.cron = d.cron AND v.timezone = d.timezone AND v.next_at = d.next_at
     ), fire AS (
         SELECT array_agg(d.worker_name) AS workers, array_agg(d.request) AS requests
           FROM checked d
-         WHERE d.was IS NOT NULL AND d.active_run_id IS NULL AND d.owed_run_id IS NULL AND d.refused IS NULL
+         WHERE d.new_run_id IS NOT NULL
     ), missed AS MATERIALIZED (
         -- whether periods were missed (the run a catch-up): once per (cron, zone,
         -- instant waited for) of those that may enqueue a minute or more late; on time
         -- (the usual tick, tick_due_at) none is, and nothing is evaluated. One object
-        -- keyed by the three, looked up by key below (as made: a join of the chunk's rows
-        -- with these, whose count the planner cannot know, was a nested loop)
+        -- keyed by the three, looked up by key below (a join of the chunk's rows with
+        -- these, whose count the planner cannot know, was a nested loop)
         SELECT coalesce(jsonb_object_agg(jsonb_build_array(t.cron, t.timezone, t.was)::text, true)
                             FILTER (WHERE scrinalia.cron_fires_between(t.cron, t.timezone, t.was, now())),
                         '{}') AS keys
           FROM (SELECT DISTINCT d.cron, d.timezone, d.was FROM checked d
-                 WHERE d.was <= now() - interval '1 minute'
-                   AND d.active_run_id IS NULL AND d.owed_run_id IS NULL AND d.refused IS NULL) t
+                 WHERE d.was <= now() - interval '1 minute' AND d.new_run_id IS NOT NULL) t
     ), ins AS (
         INSERT INTO scrinalia.archive_worker_runs AS r
-               (worker_name, trigger, request, config, config_sources, scheduled_for, requested_by, created_at,
-                catch_up)
+               (run_id, worker_name, trigger, request, config, config_sources, scheduled_for, requested_by,
+                created_at, catch_up)
+        OVERRIDING SYSTEM VALUE
         -- (created as of its due instant when ticked ahead of it: tick_due_at)
-        SELECT d.worker_name, 'SCHEDULE', d.request, rc.config, rc.sources, d.was, 'scheduler',
+        SELECT d.new_run_id, d.worker_name, 'SCHEDULE', d.request, rc.config, rc.sources, d.was, 'scheduler',
                greatest(now(), d.was),
                (SELECT x.keys FROM missed x) ? jsonb_build_array(d.cron, d.timezone, d.was)::text
           FROM fire f
          CROSS JOIN LATERAL scrinalia.resolve_configs(f.workers, f.requests) rc
           JOIN checked d ON d.worker_name = rc.worker_name  -- one schedule per worker
         %s
-        RETURNING r.run_id, r.worker_name
-    ), made AS MATERIALIZED (
-        -- the new runs by worker: one object looked up by key below, never a join of
-        -- the chunk's rows with the insert's, whose row count the planner cannot know
-        -- (it guessed a few, and a nested loop cost the square of the chunk). Read
-        -- through a scalar subquery, computed once (materialized: inlined, the
-        -- aggregate was computed again at each of its references); a CTE scan joined
-        -- to every row would copy the whole object for each
-        SELECT coalesce(jsonb_object_agg(ins.worker_name, ins.run_id), '{}') AS runs FROM ins
+        RETURNING r.run_id
     ), decided AS MATERIALIZED (
         -- (materialized: inlined into the UPDATE, each decision was computed again at
-        -- each of its references there, a lookup in the new runs' object each time)
+        -- each of its references there)
         SELECT d.worker_name, d.was, d.next_at, r.run_id,
                CASE WHEN r.run_id IS NOT NULL
                     THEN (SELECT x.keys FROM missed x) ? jsonb_build_array(d.cron, d.timezone, d.was)::text
@@ -295,7 +293,10 @@ DECLARE
                     WHEN d.owed_run_id IS NOT NULL THEN format('run #%%s awaits its retry', d.owed_run_id)
                     ELSE 'the slot or the period was taken concurrently' END AS reason
           FROM checked d
-         CROSS JOIN LATERAL (SELECT ((SELECT m.runs FROM made m) ->> d.worker_name)::bigint AS run_id) r
+         -- (the run numbered for it, when inserted: ON CONFLICT DO NOTHING may not have;
+         -- a hashed set of the inserted, not a join)
+         CROSS JOIN LATERAL (SELECT CASE WHEN d.new_run_id IN (SELECT i.run_id FROM ins i)
+                                         THEN d.new_run_id END AS run_id) r
     ), upd AS (
         -- a refused schedule is neither enqueued nor advanced: set aside (as when the
         -- shim cannot compute it), shown by health and the alerts, tried again later
