@@ -120,14 +120,28 @@ def _beyond(data, binary: bool) -> datetime:
     return EARLIEST if text.startswith(b"-") or text.endswith(b" BC") else LATEST
 
 
+_TIMESTAMPTZ_OID = psycopg.adapters.types["timestamptz"].oid
+
+
+def now_instants_cursor(conn: psycopg.Connection) -> psycopg.Cursor[tuple[Any, ...]]:
+    """A binary cursor for rows whose only instants are the server's now(), which
+    datetime always holds: psycopg's own loaders, without the call around them (a
+    chunk's due rows, thousands per transaction)."""
+    cur = conn.cursor(binary=True)
+    for fmt in (Format.TEXT, Format.BINARY):
+        loader = psycopg.adapters.get_loader(_TIMESTAMPTZ_OID, fmt)
+        assert loader is not None  # (psycopg loads timestamptz both ways)
+        cur.adapters.register_loader("timestamptz", loader)
+    return cur
+
+
 @functools.cache
 def _instant_loaders() -> tuple[type[Loader], ...]:
     """psycopg's own timestamptz loaders (the C ones when installed), wrapped: the
     usual values cost one more call, and only an out-of-range one is caught."""
-    oid = psycopg.adapters.types["timestamptz"].oid
     loaders = []
     for fmt in (Format.TEXT, Format.BINARY):
-        fast = psycopg.adapters.get_loader(oid, fmt)
+        fast = psycopg.adapters.get_loader(_TIMESTAMPTZ_OID, fmt)
 
         class AnyInstant(Loader):
             format = fmt

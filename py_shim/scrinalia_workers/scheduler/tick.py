@@ -30,6 +30,7 @@ from psycopg.rows import dict_row
 from scrinalia_workers.errors import INVALID_TICK_CALL, NOT_LOCK_HOLDER, NOT_THE_SCHEDULER, LockLost
 from scrinalia_workers.exits import leave_signals_to_the_main_thread
 from scrinalia_workers.gateway.backoff import is_transient
+from scrinalia_workers.gateway.connection import now_instants_cursor
 from scrinalia_workers.gateway.statements import scheduler as sql
 from scrinalia_workers.logs import EventLog, Lines, one_line
 from scrinalia_workers.scheduler.decision_lines import decision_text
@@ -188,15 +189,16 @@ class Pass:
         # per row costs more than the rest of a decision's Python); the thread that logs
         # the decisions makes them rows
         plain = self.conn.cursor(binary=True)
+        due_cur = now_instants_cursor(self.conn)
         with self.conn.transaction():
             check_lock_in_transaction(cur, self.lock_pid)
             chunk = self.settings.tick_chunk
-            due = plain.execute(sql.DUE_SCHEDULES, (chunk + 1,)).fetchall()
+            due = due_cur.execute(sql.DUE_SCHEDULES, (chunk + 1,)).fetchall()
             if not due:
                 return False, False
             full = len(due) > chunk
             del due[chunk:]  # (locked until the commit, then the next chunk's first)
-            w, c, z, t = _positions(plain, "worker_name", "cron", "timezone", "db_now")
+            w, c, z, t = _positions(due_cur, "worker_name", "cron", "timezone", "db_now")
             db_now = due[0][t]
             with self.computing():
                 nexts = self.occurrences.after_each([(d[c], d[z]) for d in due], db_now)

@@ -48,7 +48,9 @@ REAP_EXPIRED_LEASES = (
     "SELECT run_id, worker_name, lease_owner, error, error_fingerprint FROM scrinalia.reap_expired_leases()"
 )
 CREATE_RETRIES = "SELECT run_id, retry_of, worker_name, attempt, not_before FROM scrinalia.create_retries()"
-DUE_SCHEDULES = "SELECT worker_name, cron, timezone, next_run_at, db_now FROM scrinalia.due_schedules(%s)"
+# (not next_run_at: the pass does not use it, and a stored one may be out of datetime's
+# range; db_now is the transaction's now(): read by psycopg's own loader, now_instants_cursor)
+DUE_SCHEDULES = "SELECT worker_name, cron, timezone, db_now FROM scrinalia.due_schedules(%s)"
 SET_SCHEDULES_ASIDE = (
     "SELECT worker_name, arm_error, arm_error_since, arm_retry_at"
     " FROM scrinalia.set_schedules_aside(%b::text[], %b::text[])"
