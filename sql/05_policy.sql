@@ -172,6 +172,15 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT 1000000 $$;
 
+-- The elements from which a batch function plans its statements with the batch's
+-- values (a custom plan: hashes and scans sized for the batch) rather than with its
+-- one kept plan made for a few (probes of an index per element).
+CREATE OR REPLACE FUNCTION scrinalia.large_batch()
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 100 $$;
+
 -- How many runs one batch call (claim_runs, heartbeat_runs, finish_runs,
 -- release_runs) takes, at most.
 CREATE OR REPLACE FUNCTION scrinalia.max_claim_batch()

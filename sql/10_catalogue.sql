@@ -294,10 +294,12 @@ END $$;
 -- the tick, the retries and enqueue_runs resolve all their runs in one pass. The
 -- result depends only on the four layers' values, so it is computed once per distinct
 -- combination of them and shared. A worker missing from the catalogue resolves
--- against empty layers. PL/pgSQL with one generic plan, kept; the plan has no join
--- that a wrong size estimate could make quadratic. No sort: the combinations are
--- grouped by hashing their layers (the generic plan's guess of a few pairs chose to
--- sort them, comparing jsonb values, which costs more).
+-- against empty layers. PL/pgSQL with one generic plan, kept, for a few pairs; a
+-- large batch (large_batch()) is planned with its arrays' values, hashing the catalogue
+-- rather than probing it pair by pair. No plan has a join that a wrong size estimate
+-- could make quadratic. No sort: the combinations are grouped by hashing their layers
+-- (the generic plan's guess of a few pairs chose to sort them, comparing jsonb values,
+-- which costs more).
 CREATE OR REPLACE FUNCTION scrinalia.resolve_configs(p_workers text[], p_requests jsonb[])
 RETURNS TABLE (worker_name text, request jsonb, config jsonb, sources jsonb)
 LANGUAGE plpgsql STABLE
@@ -308,6 +310,10 @@ SET plan_cache_mode = force_generic_plan
 SET enable_sort = off
 AS $$
 BEGIN
+    IF cardinality(p_workers) >= scrinalia.large_batch() THEN
+        -- (the SET clause above restores the mode at exit)
+        PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
+    END IF;
     RETURN QUERY
     WITH pairs AS (
         SELECT DISTINCT i.w, i.r FROM unnest(p_workers, p_requests) AS i(w, r)

@@ -102,7 +102,6 @@ SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 AS $$
 DECLARE
-    large CONSTANT integer := 100;  -- elements from which a call is planned with its values
     named boolean := p_call = 'enqueue_runs';  -- errors name the element
     workers text[];
     requests jsonb[];
@@ -133,7 +132,7 @@ BEGIN
             ARRAY[cardinality(p_worker_names), cardinality(p_requests)]);
     END IF;
     n_workers := cardinality(p_worker_names);
-    IF n_workers >= large THEN
+    IF n_workers >= scrinalia.large_batch() THEN
         PERFORM set_config('plan_cache_mode', 'force_custom_plan', true),
                 set_config('enable_seqscan', 'on', true),
                 set_config('work_mem', '64MB', true);  -- a hash of every element stays in memory

@@ -64,6 +64,7 @@ INTERNAL = {
     "lease_problem",
     "check_run_arrays",
     "max_claim_batch",
+    "large_batch",
     "tick_schedules_v2",
     "write_schedules",
     "max_tick_ahead",
