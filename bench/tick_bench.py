@@ -104,12 +104,16 @@ def prepare(dsn: str, n: int) -> int:
 
 def rearm(dsn: str) -> None:
     """Puts the schedules back in the past and removes the runs the last tick created,
-    so that the next tick has the same work (the clock is data)."""
+    so that the next tick has the same work (the clock is data). The skips start again
+    too: counted on from round to round, the busy half's schedules would be starved
+    after three, and the one pass that came next would announce that many alerts, a
+    cost that round alone paid."""
     with conn(dsn) as c:
         c.execute("DELETE FROM scrinalia.archive_worker_runs WHERE trigger = 'SCHEDULE' AND status = 'QUEUED'")
         c.execute(
             "UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() - interval '1 minute', "
-            "last_enqueued_at = NULL, last_skipped_at = NULL, last_run_id = NULL, last_skip_reason = NULL"
+            "last_enqueued_at = NULL, last_skipped_at = NULL, last_run_id = NULL, last_skip_reason = NULL, "
+            "skipped_count = 0, skipped_count_at_enqueue = 0"
         )
     vacuum_analyze(dsn, "scrinalia.archive_worker_runs", "scrinalia.archive_worker_schedules")
 
