@@ -147,11 +147,12 @@ class Scheduler(Actor):
         name = self.name
 
         def run(c: psycopg.Connection) -> list[tuple]:
-            due = c.execute(sql.DUE_SCHEDULES, (DEFAULTS.tick_chunk + 1,)).fetchall()
+            cur = c.execute(sql.DUE_SCHEDULES, (DEFAULTS.tick_chunk + 1,))
+            due = [dict(zip([col.name for col in cur.description or ()], row)) for row in cur.fetchall()]
             if not due:
                 return []
-            nexts = Occurrences().after_each([(d[1], d[2]) for d in due], due[0][4])
-            return c.execute(sql.TICK, ([d[0] for d in due], nexts, name)).fetchall()
+            nexts = Occurrences().after_each([(d["cron"], d["timezone"]) for d in due], due[0]["db_now"])
+            return c.execute(sql.TICK, ([d["worker_name"] for d in due], nexts, name)).fetchall()
 
         return self.work, run
 
