@@ -276,7 +276,7 @@ def measure(dsn: str, n: int, reps: int) -> dict:
         for which in ORDERS[i % len(ORDERS)]:
             rearm(dsn)
             if which == "pass":
-                clear_of_a_minute_boundary(2 * max(passes, default=PASS_MARGIN))
+                clear_of_a_minute_boundary(2 * max(passes) if passes else PASS_MARGIN)
                 t = pass_once(dsn)
                 verify_pass(dsn, n, active, t)
                 got[which] = (t, fingerprint(dsn))
