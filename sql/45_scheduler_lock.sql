@@ -17,9 +17,10 @@ AS $$ SELECT 7305764011424514049::bigint $$;  -- 'scrinali' as bytes, fixed for 
 
 -- The pid of the session holding the scheduler's advisory lock in this database.
 -- Any login can take any advisory lock key: the holder is not necessarily a scheduler.
--- This and the two below are PL/pgSQL, not SQL: each transaction of the scheduler asks
--- them, and a SQL function with a SET clause is planned again at every call (its
--- views' joins cost more to plan than to run), where PL/pgSQL keeps its plans.
+-- This, session_is_owner() and is_scheduler_session() are PL/pgSQL, not SQL: each
+-- transaction of the scheduler asks them (check_scheduler_caller), and a SQL function
+-- with a SET clause is planned again at every call (its views' joins cost more to plan
+-- than to run), where PL/pgSQL keeps its plans.
 CREATE OR REPLACE FUNCTION scrinalia.scheduler_lock_holder()
 RETURNS integer
 LANGUAGE plpgsql STABLE
