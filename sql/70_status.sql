@@ -45,19 +45,31 @@ AS $$
       LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = h.pid
 $$;
 
--- The enabled schedules whose due instant (or, unarmed, their last save) passed more
--- than p_grace ago (default overdue_grace()): the one overdue rule of
--- scheduler_health(), current_alerts() and worker_metrics(). Set-aside schedules are
--- counted apart.
+-- The one overdue rule: an enabled schedule whose due instant (or, unarmed, its last
+-- save) lies before p_cut (now() less the grace). Set-aside schedules are counted
+-- apart. One SQL expression, inlined where it is called, so that worker_metrics()
+-- applies it to the schedules it reads anyway instead of reading them a second time.
+CREATE OR REPLACE FUNCTION scrinalia.schedule_is_overdue(p_enabled boolean, p_arm_error text,
+                                                         p_next_run_at timestamptz, p_updated_at timestamptz,
+                                                         p_cut timestamptz)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT p_enabled AND p_arm_error IS NULL
+           AND coalesce(p_next_run_at, p_updated_at) OPERATOR(pg_catalog.<) p_cut
+$$;
+
+-- The enabled schedules due more than p_grace ago (default overdue_grace()):
+-- schedule_is_overdue() for scheduler_health(), current_alerts() and the agenda.
 CREATE OR REPLACE FUNCTION scrinalia.overdue_schedules(p_grace interval DEFAULT NULL)
 RETURNS SETOF scrinalia.archive_worker_schedules
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
     SELECT s.* FROM scrinalia.archive_worker_schedules s
-     WHERE s.enabled AND s.arm_error IS NULL
-       -- (a sub-select: computed once, not read from the settings again for every schedule)
-       AND coalesce(s.next_run_at, s.updated_at) < (SELECT now() - coalesce(p_grace, scrinalia.overdue_grace()))
+     -- (a sub-select: computed once, not read from the settings again for every schedule)
+     WHERE scrinalia.schedule_is_overdue(s.enabled, s.arm_error, s.next_run_at, s.updated_at,
+                                         (SELECT now() - coalesce(p_grace, scrinalia.overdue_grace())))
 $$;
 
 -- The sessions, other than the scheduler's own two and the caller's, that hold what the

@@ -82,9 +82,22 @@ AS $$
                 AND s.skipped_count - s.skipped_count_at_enqueue >= scrinalia.overrun_alert_periods()))
 $$;
 
--- The enabled schedules whose last starved_alert_periods() periods (or more) were all
--- skipped, with what holds their worker's slot: its QUEUED or RUNNING run, else the
--- failed attempt owed a retry. (The expression and predicate of ix_worker_schedules_skipping.)
+-- The one starved rule: an enabled schedule whose last starved_alert_periods() periods
+-- (or more) were all skipped. Inlined where it is called (one SQL expression): in
+-- starved_schedules() it is the expression and predicate of ix_worker_schedules_skipping,
+-- in worker_metrics() a test of the schedule row it reads anyway.
+CREATE OR REPLACE FUNCTION scrinalia.schedule_is_starved(p_enabled boolean, p_skipped_count bigint,
+                                                         p_skipped_count_at_enqueue bigint)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT p_enabled AND p_skipped_count OPERATOR(pg_catalog.>) p_skipped_count_at_enqueue
+           AND p_skipped_count OPERATOR(pg_catalog.-) p_skipped_count_at_enqueue
+               OPERATOR(pg_catalog.>=) scrinalia.starved_alert_periods()
+$$;
+
+-- The starved schedules (schedule_is_starved()), with what holds their worker's slot:
+-- its QUEUED or RUNNING run, else the failed attempt owed a retry.
 CREATE OR REPLACE FUNCTION scrinalia.starved_schedules()
 RETURNS TABLE (worker_name text, cron text, timezone text, skipped_in_a_row bigint,
                last_enqueued_at timestamptz, last_skipped_at timestamptz, last_skip_reason text,
@@ -102,8 +115,7 @@ AS $$
       LEFT JOIN LATERAL (SELECT p.run_id, p.status FROM scrinalia.archive_worker_runs p
                           WHERE p.worker_name = s.worker_name AND p.retry_pending
                           ORDER BY p.run_id LIMIT 1) o ON true
-     WHERE s.enabled AND s.skipped_count > s.skipped_count_at_enqueue
-       AND s.skipped_count - s.skipped_count_at_enqueue >= scrinalia.starved_alert_periods()
+     WHERE scrinalia.schedule_is_starved(s.enabled, s.skipped_count, s.skipped_count_at_enqueue)
 $$;
 
 -- The QUEUED runs claimable (not_before passed) for unclaimed_alert_after() or longer
@@ -323,7 +335,7 @@ $$;
 SELECT pg_temp.drop_when_result_lacks('scrinalia.worker_metrics()', 'slot_run_id');
 
 -- Per worker: what prometheus-postgres-exporter exposes as gauges and counters. The
--- workers' alerts (overrunning_runs(), starved_schedules(), unclaimed_runs()) as 1/0,
+-- workers' alerts (overrunning_runs(), schedule_is_starved(), unclaimed_runs()) as 1/0,
 -- with the run that holds the slot (slot_run_id: the QUEUED or RUNNING run, else the
 -- attempt owed a retry), a value, never a label.
 CREATE OR REPLACE FUNCTION scrinalia.worker_metrics()
@@ -340,14 +352,21 @@ SET jit = off
 SET work_mem = '64MB'  -- (a hash of every worker in one batch)
 AS $$
 #variable_conflict use_column
+DECLARE
+    -- (read from the settings once, not for every schedule)
+    overdue_cut timestamptz := now() - scrinalia.overdue_grace();
+    -- (most workers have no limit of their own: converted once, not for each of them)
+    default_max_seconds double precision := date_part('epoch', scrinalia.default_max_run_time());
 BEGIN
     PERFORM scrinalia.fold_tallies();
     -- Set-based, no probe per worker: the tallies of 86_tallies.sql for the history, the
     -- live rows (one slot per worker) grouped once. Each worker's row is joined to the
     -- three tables with a row for most workers, and to one row of what only some have
     -- (x: the units, the deltas not folded yet, the slot, the owed retry, a limit, the
-    -- alerts), those few sets put together first: joined one by one, every worker's row
-    -- went through a join, or a hashed subplan, for each of them. date_part, not
+    -- run alerts), those few sets put together first: joined one by one, every worker's
+    -- row went through a join, or a hashed subplan, for each of them. The schedule
+    -- alerts are tests of the schedule's row (schedule_is_overdue(), schedule_is_starved()):
+    -- a set of them would read every schedule again. date_part, not
     -- extract: a double at once, not a numeric converted (a hundred thousand a call).
     RETURN QUERY
     -- (the workers whose periods changed since the last fold: 86_tallies.sql)
@@ -358,7 +377,8 @@ BEGIN
     SELECT w.worker_name,
            (s.worker_name IS NOT NULL)::int,
            coalesce((NOT s.enabled)::int, 0),
-           coalesce(x.overdue::int, 0),
+           coalesce(scrinalia.schedule_is_overdue(s.enabled, s.arm_error, s.next_run_at, s.updated_at,
+                                                  overdue_cut)::int, 0),
            coalesce((s.enabled AND s.arm_error IS NOT NULL)::int, 0),
            -- (latest_finished_periods() inlined: as tallied, or afresh for a changed worker)
            coalesce((CASE WHEN s.worker_name IS NULL THEN NULL
@@ -379,12 +399,12 @@ BEGIN
                 END,
            coalesce(x.pending, 0), coalesce(x.processed, 0),
            x.wait,
-           date_part('epoch', coalesce(x.max_run_time, scrinalia.default_max_run_time())),
+           coalesce(date_part('epoch', x.max_run_time), default_max_seconds),
            CASE WHEN x.status = 'RUNNING' AND isfinite(x.started_at)
                 THEN date_part('epoch', now() - x.started_at) END,
            coalesce(x.overrunning::int, 0),
            CASE WHEN s.enabled THEN s.skipped_count - s.skipped_count_at_enqueue ELSE 0 END,
-           coalesce(x.starved::int, 0),
+           coalesce(scrinalia.schedule_is_starved(s.enabled, s.skipped_count, s.skipped_count_at_enqueue)::int, 0),
            coalesce(x.unclaimed::int, 0),
            coalesce(x.run_id, x.owed_run_id)
       FROM scrinalia.archive_workers w
@@ -395,15 +415,16 @@ BEGIN
         SELECT worker_name, q.pending, q.processed, ch.worker_name IS NOT NULL AS changed,
                pf.last_status AS changed_status, rd.retries AS retries_pending,
                a.run_id, a.status, a.started_at, a.attempt, a.wait, ow.run_id AS owed_run_id, wl.max_run_time,
-               od.worker_name IS NOT NULL AS overdue, ov.worker_name IS NOT NULL AS overrunning,
-               sv.worker_name IS NOT NULL AS starved, uc.worker_name IS NOT NULL AS unclaimed
+               ov.worker_name IS NOT NULL AS overrunning, uc.worker_name IS NOT NULL AS unclaimed
           -- (each at most one row a worker: one full join after another, by the name)
           FROM (SELECT u.worker_name, count(*) FILTER (WHERE u.processed_at IS NULL) AS pending,
                        count(*) FILTER (WHERE u.processed_at IS NOT NULL) AS processed
                   FROM scrinalia.archive_worker_units u GROUP BY u.worker_name) q
           FULL JOIN changed ch USING (worker_name)
-          FULL JOIN scrinalia.latest_finished_periods_of(ARRAY(SELECT c.worker_name FROM changed c)) pf
-                    USING (worker_name)
+          -- (not called when no worker changed: the usual case, after a fold)
+          FULL JOIN (SELECT p.worker_name, p.last_status
+                       FROM scrinalia.latest_finished_periods_of(ARRAY(SELECT c.worker_name FROM changed c)) p
+                      WHERE EXISTS (SELECT FROM changed)) pf USING (worker_name)
           FULL JOIN (SELECT d.worker_name, sum(e.runs) AS retries
                        FROM scrinalia.run_tally_delta e CROSS JOIN LATERAL unnest(e.worker_names) AS d(worker_name)
                       WHERE e.retry AND e.runs <> 0
@@ -422,9 +443,7 @@ BEGIN
           FULL JOIN (SELECT r.worker_name, min(r.run_id) AS run_id FROM scrinalia.archive_worker_runs r
                       WHERE r.retry_pending GROUP BY r.worker_name) ow USING (worker_name)
           FULL JOIN scrinalia.archive_worker_limits wl USING (worker_name)
-          FULL JOIN (SELECT o.worker_name FROM scrinalia.overdue_schedules() o) od USING (worker_name)
           FULL JOIN (SELECT o.worker_name FROM scrinalia.overrunning_runs() o) ov USING (worker_name)
-          FULL JOIN (SELECT o.worker_name FROM scrinalia.starved_schedules() o) sv USING (worker_name)
           FULL JOIN (SELECT o.worker_name FROM scrinalia.unclaimed_runs() o) uc USING (worker_name)
       ) x ON x.worker_name = w.worker_name;
 END

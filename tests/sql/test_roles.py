@@ -106,8 +106,19 @@ def test_a_login_without_a_group_gets_nothing(world, connect_as):
 # stop (the tick's check of each next instant is cron_masks_match): one SQL query, not
 # SECURITY DEFINER, every function and operator named by its schema instead, so that no
 # caller's search_path can change what they mean.
-INLINED = {"cron_grammar", "cron_fields", "cron_masks_match", "run_v1", "lateness_seconds"}
-SQL_WORDS = {"select", "from", "where", "when", "then", "else", "end", "case", "and", "or", "not", "as", "in", "row"}
+INLINED = {
+    "cron_grammar",
+    "cron_fields",
+    "cron_masks_match",
+    "run_v1",
+    "lateness_seconds",
+    "schedule_is_overdue",
+    "schedule_is_starved",
+}
+# (coalesce is a keyword of the grammar, not a function a search_path could resolve)
+SQL_WORDS = {
+    "select", "from", "where", "when", "then", "else", "end", "case", "and", "or", "not", "as", "in", "row", "coalesce"
+}
 
 
 def unqualified_names(body: str) -> list[str]:

@@ -138,3 +138,42 @@ def test_the_alerts_read_no_history(db):
         # (the counter does see a scan of the history)
         db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs WHERE error = 'y'").fetchone()
         assert db.execute(scans).fetchone()[0] == before + 1
+
+
+def test_worker_metrics_applies_the_overdue_and_starved_rules_of_the_alerts(db):
+    """worker_metrics() tests each schedule row with the rules overdue_schedules() and
+    starved_schedules() apply (schedule_is_overdue(), schedule_is_starved()): the same
+    workers, whatever the case, and the grace read from the settings."""
+    for name in ("late", "fresh", "paused", "aside", "unarmed", "starved", "plain"):
+        make_worker(db, name)
+        put_schedule(db, name, "* * * * *", "UTC", enabled=name != "paused")
+    for name in ("late", "paused", "aside"):
+        set_next_run(db, name, "10 minutes")
+    set_next_run(db, "fresh", "30 seconds")  # (within the default grace of 1 minute)
+    db.execute("UPDATE scrinalia.archive_worker_schedules SET arm_error = 'no such zone' WHERE worker_name = 'aside'")
+    db.execute(
+        "UPDATE scrinalia.archive_worker_schedules SET next_run_at = NULL, updated_at = now() - interval '1 hour'"
+        " WHERE worker_name = 'unarmed'"
+    )
+    db.execute(
+        "UPDATE scrinalia.archive_worker_schedules SET skipped_count = 7, skipped_count_at_enqueue = 4"
+        " WHERE worker_name IN ('starved', 'paused')"
+    )
+    db.execute(
+        "UPDATE scrinalia.archive_worker_schedules SET skipped_count = 7, skipped_count_at_enqueue = 5"
+        " WHERE worker_name = 'plain'"
+    )
+
+    def flagged():
+        rows = db.execute("SELECT worker_name, overdue, starved FROM scrinalia.worker_metrics()").fetchall()
+        overdue = {r[0] for r in db.execute("SELECT worker_name FROM scrinalia.overdue_schedules()")}
+        starved = {r[0] for r in db.execute("SELECT worker_name FROM scrinalia.starved_schedules()")}
+        assert {w for w, o, _ in rows if o == 1} == overdue
+        assert {w for w, _, s in rows if s == 1} == starved
+        return overdue, starved
+
+    assert flagged() == ({"late", "unarmed"}, {"starved"})
+    db.execute("INSERT INTO scrinalia.settings (name, value) VALUES ('SCHEDULE_OVERDUE_GRACE', '20 seconds')")
+    assert flagged()[0] == {"late", "unarmed", "fresh"}
+    db.execute("UPDATE scrinalia.settings SET value = '2 hours' WHERE name = 'SCHEDULE_OVERDUE_GRACE'")
+    assert flagged()[0] == set()
