@@ -228,6 +228,14 @@ def rounds(dsns: dict[str, str], uptos: dict[str, int], s: Sizes) -> dict[str, d
     return out
 
 
+def waits_text(w: dict) -> str:
+    """A loop's wait samples: how many, the share of each kind, the longest lock wait."""
+    if not w["samples"]:
+        return f"no statement running at any of {w['looks']:,} looks"
+    kinds = ", ".join(f"{kind} {n / w['samples']:.0%}" for kind, n in sorted(w["kinds"].items(), key=lambda kv: -kv[1]))
+    return f"{w['samples']:,} samples: {kinds}; longest lock wait seen {w['longest_lock'] * 1000:.0f} ms"
+
+
 # --- the large ledger alone ----------------------------------------------------------
 
 
@@ -371,6 +379,19 @@ def run(dsn_for, quick: bool = False, sizes_: Sizes | None = None) -> Result:
             ]
         )
         heads.append(f"worst {name[:-1]} {worst * 1000:.0f} ms")
+        waits = p["loops"][name]["waits_during"]
+        ok = waits["samples"] > 0 and waits["longest_lock"] < WAIT_TARGET
+        verdicts.append(ok)
+        rows.append(
+            [
+                f"5. during the prune: what the {what} statements waited on",
+                f"the loops alone, before it: {waits_text(p['loops'][name]['waits_alone'])}",
+                waits_text(waits),
+                "-",
+                f"no lock wait of {WAIT_TARGET * 1000:.0f} ms",
+                verdict(ok),
+            ]
+        )
     heads.append(f"{size['total'] / size['runs']:,.0f} bytes per run")
     rows += [
         [f"6. {part}, at {size['runs']:,} runs", "-", scale_sizes.per_run(b, size["runs"]), "-", "written down", "-"]
@@ -419,7 +440,11 @@ def run(dsn_for, quick: bool = False, sizes_: Sizes | None = None) -> Result:
             "untimed), and a loop ticking "
             f"{scale_prune.TICK_WORKERS} schedules due again before each turn (due_schedules(), the cron, tick(), commit); "
             f"every statement timed after a first, untimed turn; their worst during the prune, and over the "
-            f"{scale_prune.LOOPS_ALONE:.0f} s before it (the loops alone).",
+            f"{scale_prune.LOOPS_ALONE:.0f} s before it (the loops alone). What they waited on: "
+            f"pg_stat_activity sampled every {scale_prune.SAMPLE_EVERY * 1000:.0f} ms from a fifth connection, the "
+            "wait event of each loop's session while a statement of its runs (none: CPU; Lock: a lock another "
+            "session holds, with its kind; LWLock, IO: the server's own); the longest lock wait seen is the "
+            "time between the first and last of consecutive looks that all found the session waiting on a lock.",
             "6. After VACUUM ANALYZE, before the prune: pg_relation_size (heap), the TOAST table with its index, "
             "pg_indexes_size and each index, pg_total_relation_size (also the free space and visibility maps); "
             "bytes per run: the total over the rows in the table.",

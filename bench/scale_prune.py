@@ -25,6 +25,9 @@ REFILL = 5_000  # runs the claiming loop queues when it finds none (a short call
 TICK_WORKERS = 10  # due schedules each turn of the ticking loop
 LOOPS_ALONE = 3.0  # seconds the two loops run before the prune starts: their latency alone
 LEASE = timedelta(minutes=5)
+# How often the sampler looks at what the loops' sessions wait on: a wait of 100 ms shows
+# in about ten samples in a row, and a look costs the server well under a millisecond.
+SAMPLE_EVERY = 0.010
 
 # The instant the prune's cut-off is: the finish of the first run it must keep (a
 # block of ten shares its instants, so the cut falls between whole chains).
@@ -42,6 +45,14 @@ UPDATE {SCHEDULES} SET enabled = true, next_run_at = now() - interval '1 minute'
  WHERE worker_name = ANY (%(workers)s)
 """
 SUCCEEDED = "SUCCEEDED"
+# What each loop's session waits on while one of its statements runs: no wait event is
+# the CPU (or the run queue of a busy machine); Lock is a row, transaction or table lock
+# another session holds; LWLock, IO, BufferPin and the rest the server's own.
+WAITS_SQL = """
+SELECT application_name, coalesce(wait_event_type, 'CPU') AS waits_on, wait_event
+  FROM pg_catalog.pg_stat_activity
+ WHERE application_name = ANY (%s) AND state = 'active'
+"""
 
 
 class Loop(threading.Thread):
@@ -145,6 +156,55 @@ class TickLoop(Loop):
         self.decided += len(decided)
 
 
+class WaitSampler(threading.Thread):
+    """Samples, every SAMPLE_EVERY, what the loops' sessions wait on while a statement of
+    theirs runs: (instant, loop, waits_on, event). Whether a slow statement during the
+    prune waited on the prune's locks or only shared the CPU with it."""
+
+    def __init__(self, dsn: str, loops: list[Loop]):
+        super().__init__(name="waits", daemon=True)
+        self.dsn = dsn
+        self.sessions = {f"scrinalia-bench-{loop.name}": loop.name for loop in loops}
+        self.stop = threading.Event()
+        self.samples: list[tuple[float, str, str, str | None]] = []
+        self.looks: list[float] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with conn(self.dsn, name="scrinalia-bench-waits") as c:
+                while not self.stop.is_set():
+                    t = now()
+                    for app, waits_on, event in c.execute(WAITS_SQL, (list(self.sessions),)).fetchall():
+                        self.samples.append((t, self.sessions[app], waits_on, event))
+                    self.looks.append(t)
+                    self.stop.wait(SAMPLE_EVERY)
+        except BaseException as e:  # reported by the prune, which checks the sampler
+            self.error = e
+
+    def window(self, loop: str, start: float, end: float) -> dict:
+        """The loop's samples within [start, end]: how many, by what they waited on
+        (Lock with its event), and the longest Lock wait seen: the time between the
+        first and the last look of a run of consecutive looks that all found the
+        session waiting on a lock (0 for a wait seen once)."""
+        looks = [t for t in self.looks if start <= t <= end]
+        mine = {t: (w, e) for t, name, w, e in self.samples if name == loop and start <= t <= end}
+        kinds: dict[str, int] = {}
+        for w, e in mine.values():
+            key = f"Lock:{e}" if w == "Lock" else w
+            kinds[key] = kinds.get(key, 0) + 1
+        longest, since = 0.0, None
+        for t in looks:
+            locked = t in mine and mine[t][0] == "Lock"
+            if locked and since is None:
+                since = t
+            if locked:
+                longest = max(longest, t - since)
+            else:
+                since = None
+        return {"looks": len(looks), "samples": len(mine), "kinds": kinds, "longest_lock": longest}
+
+
 def cutoff(dsn: str, first: int, pruned: int) -> datetime:
     with conn(dsn) as c:
         return c.execute(CUTOFF_SQL, (first + pruned,)).fetchone()[0]
@@ -157,12 +217,14 @@ def prune(dsn: str, workers: int, pruned: int, first: int) -> dict:
     cut = cutoff(dsn, first, pruned)
     claimers = [seed.worker_name(i) for i in range(TICK_WORKERS, workers)]
     loops = [ClaimLoop(dsn, claimers), TickLoop(dsn, [seed.worker_name(i) for i in range(TICK_WORKERS)])]
+    sampler = WaitSampler(dsn, loops)
     for loop in loops:
         loop.start()
     calls = 0
     try:
         for loop in loops:
             check(loop.warm.wait(60), f"the {loop.name} loop did not start")
+        sampler.start()
         alone = now()
         threading.Event().wait(LOOPS_ALONE)
         removed, t0 = 0, now()
@@ -172,12 +234,14 @@ def prune(dsn: str, workers: int, pruned: int, first: int) -> dict:
                 calls += 1
         t1 = now()
     finally:
-        for loop in loops:
-            loop.stop.set()
-        for loop in loops:
-            loop.join(timeout=60)
+        for thread in (*loops, sampler):
+            thread.stop.set()
+        for thread in (*loops, sampler):
+            if thread.is_alive():
+                thread.join(timeout=60)
     for loop in loops:
         check(loop.error is None, f"the {loop.name} loop failed: {loop.error!r}")
+    check(sampler.error is None, f"the wait sampler failed: {sampler.error!r}")
     with conn(dsn) as c:
         left = c.execute(OLDER_LEFT_SQL, (cut,)).fetchone()[0]
     check(removed == pruned, f"prune_runs removed {removed:,} runs, expected {pruned:,}")
@@ -189,7 +253,13 @@ def prune(dsn: str, workers: int, pruned: int, first: int) -> dict:
         "calls": calls,
         "cutoff": cut,
         "loops": {
-            loop.name: {"during": loop.window(t0, t1), "alone": loop.window(alone, t0), "all": loop.times}
+            loop.name: {
+                "during": loop.window(t0, t1),
+                "alone": loop.window(alone, t0),
+                "waits_during": sampler.window(loop.name, t0, t1),
+                "waits_alone": sampler.window(loop.name, alone, t0),
+                "all": loop.times,
+            }
             for loop in loops
         },
         "finished": loops[0].finished,

@@ -117,7 +117,21 @@ INLINED = {
 }
 # (coalesce is a keyword of the grammar, not a function a search_path could resolve)
 SQL_WORDS = {
-    "select", "from", "where", "when", "then", "else", "end", "case", "and", "or", "not", "as", "in", "row", "coalesce"
+    "select",
+    "from",
+    "where",
+    "when",
+    "then",
+    "else",
+    "end",
+    "case",
+    "and",
+    "or",
+    "not",
+    "as",
+    "in",
+    "row",
+    "coalesce",
 }
 
 
