@@ -9,12 +9,16 @@
 -- produces: re-armed; its next_run_at is returned NULL), row-locked for the caller's
 -- transaction; those another transaction holds are skipped, and so are those set
 -- aside for an error until their retry time. No JIT, and 100,000 rows sorted in memory.
+-- Planned at each call with its limit and now(): the generic plan that a session's
+-- sixth call may keep walks the whole due-order index through a filter (its three
+-- ORs are no range of it) to find the few due, every schedule read at every pass.
 CREATE OR REPLACE FUNCTION scrinalia.due_schedules(p_limit integer DEFAULT 100000)
 RETURNS TABLE (worker_name text, cron text, timezone text, next_run_at timestamptz, db_now timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 SET jit = off
 SET work_mem = '64MB'
+SET plan_cache_mode = force_custom_plan
 AS $$
 BEGIN
     PERFORM scrinalia.check_scheduler_caller('due_schedules');

@@ -521,3 +521,34 @@ def test_set_schedules_aside_refuses_arrays_of_two_lengths_or_missing(db, worker
     with raises_sqlstate("SW030", "two arrays of the same length"):
         db.execute("SELECT * FROM scrinalia.set_schedules_aside(%s::text[], %s::text[])", (workers, errors))
     assert db.execute("SELECT arm_error FROM scrinalia.archive_worker_schedules").fetchone()[0] is None
+
+
+def test_the_due_query_reads_only_the_due_schedules_call_after_call(db):
+    """due_schedules() finds the few due schedules of a large catalogue through its
+    index at every call of a session, not only the first five: the generic plan a
+    session may keep from the sixth call on walked every schedule through a filter."""
+    names = make_workers(db, 5000)
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
+        " SELECT w, '0 2 * * *', 'UTC', now() + interval '1 day' FROM unnest(%s::text[]) AS w",
+        (names,),
+    )
+    # (the statistics taken while one in a hundred was overdue, as autovacuum may take them)
+    db.execute(
+        "UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() - interval '1 hour'"
+        " WHERE worker_name LIKE '%%00'"
+    )
+    db.execute("ANALYZE scrinalia.archive_worker_schedules")
+    db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() + interval '1 day'")
+    set_next_run(db, names[1234], "1 minute")
+    set_next_run(db, names[4321], "1 minute")
+    for _ in range(8):
+        assert [r[0] for r in db.execute("SELECT * FROM scrinalia.due_schedules()")] == [names[1234], names[4321]]
+    [(plan,)] = db.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM scrinalia.due_schedules()")
+    top = plan[0]["Plan"]
+    assert top["Actual Rows"] == 2
+    heap_pages = db.execute(
+        "SELECT relpages FROM pg_class WHERE oid = 'scrinalia.archive_worker_schedules'::regclass"
+    ).fetchone()[0]
+    # (a few pages of the index and the two rows' pages; every schedule read is hundreds)
+    assert heap_pages >= 50 and top["Shared Hit Blocks"] + top["Shared Read Blocks"] < 50
