@@ -38,6 +38,11 @@ def conn(dsn: str, autocommit: bool = True, name: str = "scrinalia-bench") -> ps
     return connect(dsn, autocommit=autocommit, application_name=name)
 
 
+def verdict(ok: bool) -> str:
+    """A row's verdict, as every section words it."""
+    return "met" if ok else "NOT met"
+
+
 def percentile(values: list[float], p: float) -> float:
     """Nearest-rank percentile (p in 0..100) of a non-empty list."""
     s = sorted(values)

@@ -20,15 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import drain_bench, enqueue_bench, metrics_bench, scale_prune, scale_sizes, seed, tick_bench
-from .common import FOLD_SQL, Result, check, conn, median, now, vacuum_analyze
+from .common import FOLD_SQL, Result, check, conn, median, now, vacuum_analyze, verdict
 
 RUNS = "scrinalia.archive_worker_runs"
 SCHEDULES = "scrinalia.archive_worker_schedules"
 
 RATE_TARGET = 0.95  # each rate on the large ledger over the empty one's, same round
 QUERY_TARGET = 0.5  # seconds, each query of queries.yaml (median, every row fetched)
-PRUNE_TARGET = 50_000  # runs/s
-WAIT_TARGET = 0.1  # seconds, the worst claim, finish or tick statement during the prune
 
 # The history is written a million rows a statement: one statement of ten million
 # would queue as many foreign-key checks in memory before its end.
@@ -228,14 +226,6 @@ def rounds(dsns: dict[str, str], uptos: dict[str, int], s: Sizes) -> dict[str, d
     return out
 
 
-def waits_text(w: dict) -> str:
-    """A loop's wait samples: how many, the share of each kind, the longest lock wait."""
-    if not w["samples"]:
-        return f"no statement running at any of {w['looks']:,} looks"
-    kinds = ", ".join(f"{kind} {n / w['samples']:.0%}" for kind, n in sorted(w["kinds"].items(), key=lambda kv: -kv[1]))
-    return f"{w['samples']:,} samples: {kinds}; longest lock wait seen {w['longest_lock'] * 1000:.0f} ms"
-
-
 # --- the large ledger alone ----------------------------------------------------------
 
 
@@ -267,10 +257,6 @@ def queries(dsn: str, s: Sizes) -> dict[str, dict]:
 
 
 # --- the report ----------------------------------------------------------------------
-
-
-def verdict(ok: bool) -> str:
-    return "met" if ok else "NOT met"
 
 
 def ratio_row(label: str, unit: str, rates: dict[str, list[float]]) -> tuple[list[str], bool, float]:
@@ -348,50 +334,10 @@ def run(dsn_for, quick: bool = False, sizes_: Sizes | None = None) -> Result:
             ]
         )
     heads.append(f"slowest query {slowest:.2f} s ({slowest_name})")
-    ok = p["rate"] >= PRUNE_TARGET
-    verdicts.append(ok)
-    rows.append(
-        [
-            f"5. prune_runs, {p['removed']:,} runs in batches of {scale_prune.PRUNE_BATCH:,}",
-            "-",
-            f"{p['rate']:,.0f} runs/s ({p['seconds']:.1f} s, {p['calls']} calls)",
-            "-",
-            f">= {PRUNE_TARGET:,} runs/s",
-            verdict(ok),
-        ]
-    )
-    heads.append(f"prune {p['rate']:,.0f} runs/s")
-    for name, what in (("claims", "claim_runs/finish_runs"), ("ticks", "due_schedules/tick/commit")):
-        during, alone = p["loops"][name]["during"], p["loops"][name]["alone"]
-        worst = during["worst"]
-        ok = during["count"] > 0 and worst <= WAIT_TARGET
-        verdicts.append(ok)
-        rows.append(
-            [
-                f"5. during the prune: worst {what} statement (p99)",
-                f"the loops alone, before it: {alone['worst'] * 1000:.1f} ms ({alone['what']}; p99 "
-                f"{alone['p99'] * 1000:.1f} ms, {alone['count']:,} statements)",
-                f"{worst * 1000:.1f} ms ({during['what']}; p99 {during['p99'] * 1000:.1f} ms, "
-                f"{during['count']:,} statements)",
-                "-",
-                f"<= {WAIT_TARGET * 1000:.0f} ms",
-                verdict(ok),
-            ]
-        )
-        heads.append(f"worst {name[:-1]} {worst * 1000:.0f} ms")
-        waits = p["loops"][name]["waits_during"]
-        ok = waits["samples"] > 0 and waits["longest_lock"] < WAIT_TARGET
-        verdicts.append(ok)
-        rows.append(
-            [
-                f"5. during the prune: what the {what} statements waited on",
-                f"the loops alone, before it: {waits_text(p['loops'][name]['waits_alone'])}",
-                waits_text(waits),
-                "-",
-                f"no lock wait of {WAIT_TARGET * 1000:.0f} ms",
-                verdict(ok),
-            ]
-        )
+    prune_rows, prune_verdicts, prune_heads = scale_prune.report_rows(p)
+    rows += prune_rows
+    verdicts += prune_verdicts
+    heads += prune_heads
     heads.append(f"{size['total'] / size['runs']:,.0f} bytes per run")
     rows += [
         [f"6. {part}, at {size['runs']:,} runs", "-", scale_sizes.per_run(b, size["runs"]), "-", "written down", "-"]
@@ -454,8 +400,8 @@ def run(dsn_for, quick: bool = False, sizes_: Sizes | None = None) -> Result:
         target=(
             f"with {s.history:,} finished runs and {s.workers:,} workers: the drain, the pass and the enqueues >= "
             f"{RATE_TARGET}x their rate on the empty ledger; every query of queries.yaml <= {QUERY_TARGET} s; "
-            f"prune_runs >= {PRUNE_TARGET:,} runs/s with no claim, finish or tick statement over "
-            f"{WAIT_TARGET * 1000:.0f} ms meanwhile; the sizes written down"
+            f"prune_runs >= {scale_prune.PRUNE_TARGET:,} runs/s with no claim, finish or tick statement over "
+            f"{scale_prune.WAIT_TARGET * 1000:.0f} ms meanwhile; the sizes written down"
         ),
         met=met,
         notes=[

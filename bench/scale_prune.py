@@ -14,12 +14,14 @@ from scrinalia_workers import cron
 from scrinalia_workers.gateway.statements import runner as runner_sql
 
 from . import drain_bench, seed, tick_bench
-from .common import check, conn, now, percentile
+from .common import check, conn, now, percentile, verdict
 
 RUNS = "scrinalia.archive_worker_runs"
 SCHEDULES = "scrinalia.archive_worker_schedules"
 
 PRUNE_BATCH = 10_000  # prune_runs()'s own default batch
+PRUNE_TARGET = 50_000  # runs/s
+WAIT_TARGET = 0.1  # seconds, the worst claim, finish or tick statement during the prune
 CLAIM_BATCH = 10  # runs a claim in the claiming loop
 REFILL = 5_000  # runs the claiming loop queues when it finds none (a short call, not timed)
 TICK_WORKERS = 10  # due schedules each turn of the ticking loop
@@ -265,3 +267,64 @@ def prune(dsn: str, workers: int, pruned: int, first: int) -> dict:
         "finished": loops[0].finished,
         "decided": loops[1].decided,
     }
+
+
+def waits_text(w: dict) -> str:
+    """A loop's wait samples: how many, the share of each kind, the longest lock wait."""
+    if not w["samples"]:
+        return f"no statement running at any of {w['looks']:,} looks"
+    kinds = ", ".join(f"{kind} {n / w['samples']:.0%}" for kind, n in sorted(w["kinds"].items(), key=lambda kv: -kv[1]))
+    return f"{w['samples']:,} samples: {kinds}; longest lock wait seen {w['longest_lock'] * 1000:.0f} ms"
+
+
+def report_rows(p: dict) -> tuple[list[list[str]], list[bool], list[str]]:
+    """Benchmark 10's rows of a prune (prune()'s answer), their verdicts and the
+    headline's parts."""
+    rows: list[list[str]] = []
+    verdicts: list[bool] = []
+    heads: list[str] = []
+    ok = p["rate"] >= PRUNE_TARGET
+    verdicts.append(ok)
+    rows.append(
+        [
+            f"5. prune_runs, {p['removed']:,} runs in batches of {PRUNE_BATCH:,}",
+            "-",
+            f"{p['rate']:,.0f} runs/s ({p['seconds']:.1f} s, {p['calls']} calls)",
+            "-",
+            f">= {PRUNE_TARGET:,} runs/s",
+            verdict(ok),
+        ]
+    )
+    heads.append(f"prune {p['rate']:,.0f} runs/s")
+    for name, what in (("claims", "claim_runs/finish_runs"), ("ticks", "due_schedules/tick/commit")):
+        during, alone = p["loops"][name]["during"], p["loops"][name]["alone"]
+        worst = during["worst"]
+        ok = during["count"] > 0 and worst <= WAIT_TARGET
+        verdicts.append(ok)
+        rows.append(
+            [
+                f"5. during the prune: worst {what} statement (p99)",
+                f"the loops alone, before it: {alone['worst'] * 1000:.1f} ms ({alone['what']}; p99 "
+                f"{alone['p99'] * 1000:.1f} ms, {alone['count']:,} statements)",
+                f"{worst * 1000:.1f} ms ({during['what']}; p99 {during['p99'] * 1000:.1f} ms, "
+                f"{during['count']:,} statements)",
+                "-",
+                f"<= {WAIT_TARGET * 1000:.0f} ms",
+                verdict(ok),
+            ]
+        )
+        heads.append(f"worst {name[:-1]} {worst * 1000:.0f} ms")
+        waits = p["loops"][name]["waits_during"]
+        ok = waits["samples"] > 0 and waits["longest_lock"] < WAIT_TARGET
+        verdicts.append(ok)
+        rows.append(
+            [
+                f"5. during the prune: what the {what} statements waited on",
+                f"the loops alone, before it: {waits_text(p['loops'][name]['waits_alone'])}",
+                waits_text(waits),
+                "-",
+                f"no lock wait of {WAIT_TARGET * 1000:.0f} ms",
+                verdict(ok),
+            ]
+        )
+    return rows, verdicts, heads
