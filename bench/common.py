@@ -83,7 +83,7 @@ class Result:
 
     @property
     def verdict(self) -> str:
-        return {True: "met", False: "NOT met", None: "n/a"}[self.met]
+        return "n/a" if self.met is None else verdict(self.met)
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:

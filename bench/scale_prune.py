@@ -57,6 +57,11 @@ SELECT application_name, coalesce(wait_event_type, 'CPU') AS waits_on, wait_even
 """
 
 
+def session_name(loop: str) -> str:
+    """The application_name of a loop's connection, by which the sampler finds it."""
+    return f"scrinalia-bench-{loop}"
+
+
 class Loop(threading.Thread):
     """A loop on its own connection that times each of its statements: (start, seconds, what)."""
 
@@ -76,7 +81,7 @@ class Loop(threading.Thread):
 
     def run(self) -> None:
         try:
-            with conn(self.dsn, name=f"scrinalia-bench-{self.name}") as c:
+            with conn(self.dsn, name=session_name(self.name)) as c:
                 self.turn(c)  # its plans made and its caches warm before any figure
                 self.times.clear()
                 self.warm.set()
@@ -166,7 +171,7 @@ class WaitSampler(threading.Thread):
     def __init__(self, dsn: str, loops: list[Loop]):
         super().__init__(name="waits", daemon=True)
         self.dsn = dsn
-        self.sessions = {f"scrinalia-bench-{loop.name}": loop.name for loop in loops}
+        self.sessions = {session_name(loop.name): loop.name for loop in loops}
         self.stop = threading.Event()
         self.samples: list[tuple[float, str, str, str | None]] = []
         self.looks: list[float] = []

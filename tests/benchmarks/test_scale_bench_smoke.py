@@ -75,7 +75,7 @@ def test_the_wait_sampler_tells_a_lock_wait_from_the_cpu(fresh_dbs):
     sampler = scale_prune.WaitSampler(dsn, [_Loop("ticks")])
     with (
         psycopg.connect(dsn) as holder,
-        psycopg.connect(dsn, autocommit=True, application_name="scrinalia-bench-ticks") as waiter,
+        psycopg.connect(dsn, autocommit=True, application_name=scale_prune.session_name("ticks")) as waiter,
     ):
         holder.execute("SELECT id FROM held FOR UPDATE")
         blocked = threading.Thread(target=lambda: waiter.execute("UPDATE held SET id = 1"))
