@@ -506,14 +506,23 @@ BEGIN
     PERFORM scrinalia.check_scheduler_caller('create_retries');
     RETURN QUERY
     WITH cand AS (
-        -- (a worker whose slot an open enqueue holds waits for a later pass: see enqueue)
+        -- Each candidate's worker row by its key, not a join with every worker (a hash
+        -- join read the whole catalogue at every pass while a retry was owed). A slot
+        -- a live run holds (uq_worker_run_active's predicate) keeps the retry owed
+        -- without an insert to try; a worker whose slot an open enqueue holds waits for
+        -- a later pass (see enqueue), and ON CONFLICT catches a run committed meanwhile.
+        -- (OFFSET 0: the free slots first, then only their workers' rows locked)
         SELECT c.run_id, c.worker_name, c.request, c.attempt, c.scheduled_for
-          FROM scrinalia.archive_worker_runs c
-          JOIN scrinalia.archive_workers w ON w.worker_name = c.worker_name
-         WHERE c.retry_pending
+          FROM (SELECT p.run_id, p.worker_name, p.request, p.attempt, p.scheduled_for
+                  FROM scrinalia.archive_worker_runs p
+                 WHERE p.retry_pending
+                   AND NOT EXISTS (SELECT FROM scrinalia.archive_worker_runs a
+                                    WHERE a.worker_name = p.worker_name AND a.status IN ('QUEUED', 'RUNNING'))
+                OFFSET 0) c
+         WHERE EXISTS (SELECT FROM scrinalia.archive_workers w WHERE w.worker_name = c.worker_name
+                          FOR NO KEY UPDATE SKIP LOCKED)
          ORDER BY c.run_id
            FOR UPDATE OF c SKIP LOCKED
-           FOR NO KEY UPDATE OF w SKIP LOCKED
     ), cfg AS (
         SELECT rc.worker_name, rc.request, rc.config, rc.sources
           FROM (SELECT array_agg(c.worker_name) AS workers, array_agg(c.request) AS requests FROM cand c) a

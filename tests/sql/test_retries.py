@@ -201,3 +201,45 @@ def test_finding_candidates_does_not_read_the_history(db):
     assert [r[1] for r in create_retries(db)] == [first]
     after = scans()
     assert after == before, "create_retries scanned the ledger"
+
+
+def test_retries_owed_to_busy_slots_cost_no_read_of_the_catalogue(db):
+    """A retry owed to a worker whose slot a manual run holds stays owed, and the pass
+    that finds it so reads the few rows concerned, not every worker: the scheduler
+    calls create_retries() at every pass, every half second while such a retry waits."""
+    names = make_workers(db, 20000)
+    busy = names[::1000]
+    db.execute(
+        """
+        INSERT INTO scrinalia.archive_worker_runs
+               (worker_name, trigger, status, scheduled_for, finished_at, error, retry_pending)
+        SELECT w, 'SCHEDULE', 'FAILED', now() - interval '1 hour', now(), 'boom', true
+          FROM unnest(%s::text[]) AS w""",
+        (busy,),
+    )
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger) SELECT w, 'MANUAL' FROM unnest(%s::text[]) w",
+        (busy,),
+    )
+    db.execute("ANALYZE scrinalia.archive_workers")
+    db.execute("ANALYZE scrinalia.archive_worker_runs")
+    assert create_retries(db) == []  # (the session's caches warm: the plan reads only data)
+    [(plan,)] = db.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM scrinalia.create_retries()")
+    top = plan[0]["Plan"]
+    assert top["Actual Rows"] == 0
+    owed = db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs WHERE retry_pending").fetchone()[0]
+    assert owed == len(busy)
+    worker_pages = db.execute(
+        "SELECT relpages FROM pg_class WHERE oid = 'scrinalia.archive_workers'::regclass"
+    ).fetchone()[0]
+    # (each of the 20 owed: a look at its slot, a few pages; the catalogue is ten times that)
+    assert worker_pages >= 150
+    assert top["Shared Hit Blocks"] + top["Shared Read Blocks"] < worker_pages
+    # a slot set free: that worker's retry is created, the others stay owed
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET status = 'CANCELLED', finished_at = now()"
+        " WHERE worker_name = %s AND trigger = 'MANUAL'",
+        (busy[7],),
+    )
+    made = create_retries(db)
+    assert [(w, attempt) for _, _, w, attempt, _ in made] == [(busy[7], 2)]
