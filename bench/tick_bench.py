@@ -116,6 +116,9 @@ def rearm(dsn: str) -> None:
             "last_enqueued_at = NULL, last_skipped_at = NULL, last_run_id = NULL, last_skip_reason = NULL, "
             "skipped_count = 0, skipped_count_at_enqueue = 0"
         )
+        # the deletes' tally deltas folded here, by the bench that made them: a running
+        # ledger never deletes queued runs, and the pass's alerts chore would fold them
+        c.execute("SELECT scrinalia.fold_tallies()")
     vacuum_analyze(dsn, "scrinalia.archive_worker_runs", "scrinalia.archive_worker_schedules")
 
 
