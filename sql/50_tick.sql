@@ -9,9 +9,13 @@
 -- produces: re-armed; its next_run_at is returned NULL), row-locked for the caller's
 -- transaction; those another transaction holds are skipped, and so are those set
 -- aside for an error until their retry time. No JIT, and 100,000 rows sorted in memory.
--- Planned at each call with its limit and now(): the generic plan that a session's
--- sixth call may keep walks the whole due-order index through a filter (its three
--- ORs are no range of it) to find the few due, every schedule read at every pass.
+-- The three kinds in that order, each read as a range of an index of its own (the
+-- unarmed ones, ix_worker_schedules_unarmed; the due and those beyond the periods'
+-- range, the two ends of ix_worker_schedules_due_order), the later ones up to what
+-- the limit leaves: one query with the three ORs is no range of any index, and its
+-- plan walked the whole due-order index through a filter, every schedule read at
+-- every pass, whenever the statistics were taken while many were due (or a session's
+-- sixth call kept a generic plan). Planned at each call with its limit and now().
 CREATE OR REPLACE FUNCTION scrinalia.due_schedules(p_limit integer DEFAULT 100000)
 RETURNS TABLE (worker_name text, cron text, timezone text, next_run_at timestamptz, db_now timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER
@@ -19,7 +23,12 @@ SET search_path = pg_catalog, scrinalia, pg_temp
 SET jit = off
 SET work_mem = '64MB'
 SET plan_cache_mode = force_custom_plan
+-- (statistics taken while every schedule was due make a scan of them all look cheapest)
+SET enable_seqscan = off
 AS $$
+DECLARE
+    got bigint := 0;
+    n bigint;
 BEGIN
     PERFORM scrinalia.check_scheduler_caller('due_schedules');
     IF p_limit IS NULL OR p_limit < 1 THEN
@@ -27,16 +36,38 @@ BEGIN
             MESSAGE = format('due_schedules takes a limit of at least 1, not %s', coalesce(p_limit::text, 'NULL'));
     END IF;
     RETURN QUERY
-    SELECT s.worker_name, s.cron, s.timezone,
-           CASE WHEN s.next_run_at >= scrinalia.period_start() AND s.next_run_at < scrinalia.period_end()
-                THEN s.next_run_at END, now()
+    SELECT s.worker_name, s.cron, s.timezone, NULL::timestamptz, now()
       FROM scrinalia.archive_worker_schedules s
-     WHERE s.enabled
-       AND (s.next_run_at IS NULL OR s.next_run_at <= now() OR s.next_run_at >= scrinalia.period_end())
+     WHERE s.enabled AND s.next_run_at IS NULL
        AND (s.arm_retry_at IS NULL OR s.arm_retry_at <= now())
-     ORDER BY s.next_run_at NULLS FIRST, s.worker_name
+     ORDER BY s.worker_name
      LIMIT p_limit
        FOR UPDATE OF s SKIP LOCKED;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    got := got + n;
+    IF got < p_limit THEN
+        RETURN QUERY
+        SELECT s.worker_name, s.cron, s.timezone,
+               CASE WHEN s.next_run_at >= scrinalia.period_start() THEN s.next_run_at END, now()
+          FROM scrinalia.archive_worker_schedules s
+         WHERE s.enabled AND s.next_run_at <= now()
+           AND (s.arm_retry_at IS NULL OR s.arm_retry_at <= now())
+         ORDER BY s.next_run_at, s.worker_name
+         LIMIT p_limit - got
+           FOR UPDATE OF s SKIP LOCKED;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        got := got + n;
+    END IF;
+    IF got < p_limit THEN
+        RETURN QUERY
+        SELECT s.worker_name, s.cron, s.timezone, NULL::timestamptz, now()
+          FROM scrinalia.archive_worker_schedules s
+         WHERE s.enabled AND s.next_run_at >= scrinalia.period_end()
+           AND (s.arm_retry_at IS NULL OR s.arm_retry_at <= now())
+         ORDER BY s.next_run_at, s.worker_name
+         LIMIT p_limit - got
+           FOR UPDATE OF s SKIP LOCKED;
+    END IF;
 END $$;
 
 -- Sets aside the schedules whose next occurrence the shim could not compute (a zone

@@ -552,3 +552,37 @@ def test_the_due_query_reads_only_the_due_schedules_call_after_call(db):
     ).fetchone()[0]
     # (a few pages of the index and the two rows' pages; every schedule read is hundreds)
     assert heap_pages >= 50 and top["Shared Hit Blocks"] + top["Shared Read Blocks"] < 50
+
+
+def test_the_due_query_reads_only_the_due_schedules_whatever_the_statistics_say(db):
+    """When the statistics were taken while every schedule was due (a scheduler down
+    for a while, a spike at one instant), the due query still reads the few due now,
+    not every schedule through the due-order index: each of the three kinds of due
+    (unarmed, due, beyond the periods) is a range of an index of its own."""
+    names = make_workers(db, 5000)
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
+        " SELECT w, '0 2 * * *', 'UTC', now() - interval '1 hour' FROM unnest(%s::text[]) AS w",
+        (names,),
+    )
+    db.execute("ANALYZE scrinalia.archive_worker_schedules")
+    db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() + interval '1 day'")
+    db.execute("VACUUM scrinalia.archive_worker_schedules")  # (no dead entry to step over)
+    set_next_run(db, names[1234], "1 minute")
+    db.execute(
+        "UPDATE scrinalia.archive_worker_schedules SET next_run_at = NULL WHERE worker_name = %s", (names[4321],)
+    )
+    db.execute(
+        "UPDATE scrinalia.archive_worker_schedules SET next_run_at = 'infinity' WHERE worker_name = %s", (names[42],)
+    )
+    due = [r[0] for r in db.execute("SELECT worker_name FROM scrinalia.due_schedules()")]
+    assert due == [names[4321], names[1234], names[42]]  # unarmed first, by time, beyond the range last
+    assert [r[0] for r in db.execute("SELECT worker_name FROM scrinalia.due_schedules(2)")] == due[:2]
+    [(plan,)] = db.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM scrinalia.due_schedules()")
+    top = plan[0]["Plan"]
+    assert top["Actual Rows"] == 3
+    heap_pages = db.execute(
+        "SELECT relpages FROM pg_class WHERE oid = 'scrinalia.archive_worker_schedules'::regclass"
+    ).fetchone()[0]
+    # (a few pages of the indexes and the three rows' pages; every schedule read is hundreds)
+    assert heap_pages >= 50 and top["Shared Hit Blocks"] + top["Shared Read Blocks"] < 50
