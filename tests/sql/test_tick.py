@@ -523,6 +523,18 @@ def test_set_schedules_aside_refuses_arrays_of_two_lengths_or_missing(db, worker
     assert db.execute("SELECT arm_error FROM scrinalia.archive_worker_schedules").fetchone()[0] is None
 
 
+def assert_due_query_reads_few_pages(db, rows: int) -> None:
+    """One due_schedules() call returns `rows` schedules and reads a few pages of the
+    indexes and those rows' pages, where reading every schedule is hundreds."""
+    [(plan,)] = db.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM scrinalia.due_schedules()")
+    top = plan[0]["Plan"]
+    assert top["Actual Rows"] == rows
+    heap_pages = db.execute(
+        "SELECT relpages FROM pg_class WHERE oid = 'scrinalia.archive_worker_schedules'::regclass"
+    ).fetchone()[0]
+    assert heap_pages >= 50 and top["Shared Hit Blocks"] + top["Shared Read Blocks"] < 50
+
+
 def test_the_due_query_reads_only_the_due_schedules_call_after_call(db):
     """due_schedules() finds the few due schedules of a large catalogue through its
     index at every call of a session, not only the first five: the generic plan a
@@ -544,14 +556,7 @@ def test_the_due_query_reads_only_the_due_schedules_call_after_call(db):
     set_next_run(db, names[4321], "1 minute")
     for _ in range(8):
         assert [r[0] for r in db.execute("SELECT * FROM scrinalia.due_schedules()")] == [names[1234], names[4321]]
-    [(plan,)] = db.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM scrinalia.due_schedules()")
-    top = plan[0]["Plan"]
-    assert top["Actual Rows"] == 2
-    heap_pages = db.execute(
-        "SELECT relpages FROM pg_class WHERE oid = 'scrinalia.archive_worker_schedules'::regclass"
-    ).fetchone()[0]
-    # (a few pages of the index and the two rows' pages; every schedule read is hundreds)
-    assert heap_pages >= 50 and top["Shared Hit Blocks"] + top["Shared Read Blocks"] < 50
+    assert_due_query_reads_few_pages(db, 2)
 
 
 def test_the_due_query_reads_only_the_due_schedules_whatever_the_statistics_say(db):
@@ -578,11 +583,4 @@ def test_the_due_query_reads_only_the_due_schedules_whatever_the_statistics_say(
     due = [r[0] for r in db.execute("SELECT worker_name FROM scrinalia.due_schedules()")]
     assert due == [names[4321], names[1234], names[42]]  # unarmed first, by time, beyond the range last
     assert [r[0] for r in db.execute("SELECT worker_name FROM scrinalia.due_schedules(2)")] == due[:2]
-    [(plan,)] = db.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM scrinalia.due_schedules()")
-    top = plan[0]["Plan"]
-    assert top["Actual Rows"] == 3
-    heap_pages = db.execute(
-        "SELECT relpages FROM pg_class WHERE oid = 'scrinalia.archive_worker_schedules'::regclass"
-    ).fetchone()[0]
-    # (a few pages of the indexes and the three rows' pages; every schedule read is hundreds)
-    assert heap_pages >= 50 and top["Shared Hit Blocks"] + top["Shared Read Blocks"] < 50
+    assert_due_query_reads_few_pages(db, 3)
