@@ -32,7 +32,7 @@ from scrinalia_workers.scheduler import daemon as scheduler
 from scrinalia_workers.scheduler.settings import DEFAULTS
 
 from . import seed
-from .common import Result, check, conn, median, now, vacuum_analyze
+from .common import FOLD_SQL, Result, check, conn, median, now, vacuum_analyze
 
 # the scheduler's statements (scheduler._tick_chunk), over all N at once, binary as it
 DUE_SQL = "SELECT worker_name, cron, timezone, next_run_at, db_now FROM scrinalia.due_schedules()"
@@ -118,7 +118,7 @@ def rearm(dsn: str) -> None:
         )
         # the deletes' tally deltas folded here, by the bench that made them: a running
         # ledger never deletes queued runs, and the pass's alerts chore would fold them
-        c.execute("SELECT scrinalia.fold_tallies()")
+        c.execute(FOLD_SQL)
     vacuum_analyze(dsn, "scrinalia.archive_worker_runs", "scrinalia.archive_worker_schedules")
 
 
