@@ -151,6 +151,19 @@ def waiting_on_a_lock(conn: psycopg.Connection, pid: int) -> bool:
     )
 
 
+def plan_reads(conn, sql: str) -> tuple[int, int]:
+    """One call of `sql` under EXPLAIN (ANALYZE, BUFFERS): the rows it returned and the
+    pages it read, its functions' statements included."""
+    (plan,) = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}").fetchone()
+    top = plan[0]["Plan"]
+    return top["Actual Rows"], top["Shared Hit Blocks"] + top["Shared Read Blocks"]
+
+
+def heap_pages(conn, table: str) -> int:
+    """The pages of a table's heap, as its last VACUUM or ANALYZE counted them."""
+    return conn.execute("SELECT relpages FROM pg_class WHERE oid = %s::regclass", (table,)).fetchone()[0]
+
+
 def run_row(conn, run_id: int) -> dict:
     cur = conn.cursor(row_factory=psycopg.rows.dict_row)
     return cur.execute("SELECT * FROM scrinalia.archive_worker_runs WHERE run_id = %s", (run_id,)).fetchone()

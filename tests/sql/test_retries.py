@@ -7,8 +7,10 @@ import pytest
 from helpers import (
     claim,
     finish,
+    heap_pages,
     make_worker,
     make_workers,
+    plan_reads,
     put_schedule,
     raises_sqlstate,
     run_row,
@@ -224,17 +226,14 @@ def test_retries_owed_to_busy_slots_cost_no_read_of_the_catalogue(db):
     db.execute("ANALYZE scrinalia.archive_workers")
     db.execute("ANALYZE scrinalia.archive_worker_runs")
     assert create_retries(db) == []  # (the session's caches warm: the plan reads only data)
-    [(plan,)] = db.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM scrinalia.create_retries()")
-    top = plan[0]["Plan"]
-    assert top["Actual Rows"] == 0
+    returned, read = plan_reads(db, "SELECT * FROM scrinalia.create_retries()")
+    assert returned == 0
     owed = db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs WHERE retry_pending").fetchone()[0]
     assert owed == len(busy)
-    worker_pages = db.execute(
-        "SELECT relpages FROM pg_class WHERE oid = 'scrinalia.archive_workers'::regclass"
-    ).fetchone()[0]
+    worker_pages = heap_pages(db, "scrinalia.archive_workers")
     # (each of the 20 owed: a look at its slot, a few pages; the catalogue is ten times that)
     assert worker_pages >= 150
-    assert top["Shared Hit Blocks"] + top["Shared Read Blocks"] < worker_pages
+    assert read < worker_pages
     # a slot set free: that worker's retry is created, the others stay owed
     db.execute(
         "UPDATE scrinalia.archive_worker_runs SET status = 'CANCELLED', finished_at = now()"

@@ -8,8 +8,10 @@ import pytest
 from helpers import (
     claim,
     finish,
+    heap_pages,
     make_worker,
     make_workers,
+    plan_reads,
     put_schedule,
     raises_sqlstate,
     run_row,
@@ -526,13 +528,9 @@ def test_set_schedules_aside_refuses_arrays_of_two_lengths_or_missing(db, worker
 def assert_due_query_reads_few_pages(db, rows: int) -> None:
     """One due_schedules() call returns `rows` schedules and reads a few pages of the
     indexes and those rows' pages, where reading every schedule is hundreds."""
-    [(plan,)] = db.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM scrinalia.due_schedules()")
-    top = plan[0]["Plan"]
-    assert top["Actual Rows"] == rows
-    heap_pages = db.execute(
-        "SELECT relpages FROM pg_class WHERE oid = 'scrinalia.archive_worker_schedules'::regclass"
-    ).fetchone()[0]
-    assert heap_pages >= 50 and top["Shared Hit Blocks"] + top["Shared Read Blocks"] < 50
+    returned, read = plan_reads(db, "SELECT * FROM scrinalia.due_schedules()")
+    assert returned == rows
+    assert heap_pages(db, "scrinalia.archive_worker_schedules") >= 50 and read < 50
 
 
 def test_the_due_query_reads_only_the_due_schedules_call_after_call(db):
