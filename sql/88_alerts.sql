@@ -151,71 +151,73 @@ DROP TRIGGER IF EXISTS schedule_enqueued ON scrinalia.archive_worker_schedules;
 -- SCHEDULE_STARVED, RUN_UNCLAIMED, RUN_TIMED_OUT (a run ended at its maximum run time,
 -- for timed_out_alert_window()), and a runner's: RUNNER_STUCK (38_runner_stalls.sql,
 -- worker_name NULL, the workers named in the words). No row: nothing to do.
-CREATE OR REPLACE FUNCTION scrinalia.current_alerts()
+-- p_words false: message NULL. announce_alerts() sends no words, and with many alerts
+-- (a runner down under a full queue) formatting them was most of its check.
+CREATE OR REPLACE FUNCTION scrinalia.alerts_now(p_words boolean)
 RETURNS TABLE (kind text, worker_name text, since timestamptz, run_ids bigint[], message text)
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE sql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
 SET jit = off
 AS $$
     SELECT 'SCHEDULER_UNHEALTHY', NULL::text,
            coalesce(h.oldest_overdue_since, h.heartbeat_at), NULL::bigint[],
-           'scheduling is not happening: ' || h.reason
+           CASE WHEN p_words THEN 'scheduling is not happening: ' || h.reason END
       FROM scrinalia.scheduler_health() h
      WHERE NOT h.healthy
     UNION ALL
     SELECT 'FAILED_AFTER_ALL_ATTEMPTS', p.worker_name, p.finished_at, p.run_ids,
-           format('the %s period of %s ended %s after %s attempt(s) (runs %s): %s',
+           CASE WHEN p_words THEN format('the %s period of %s ended %s after %s attempt(s) (runs %s): %s',
                   to_char(p.scheduled_for AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI"Z"'), p.worker_name,
                   p.last_status, p.attempts, array_to_string(p.run_ids, ', '),
-                  coalesce(left(split_part(p.last_error, E'\n', 1), 200), 'no error text'))
+                  coalesce(left(split_part(p.last_error, E'\n', 1), 200), 'no error text')) END
       FROM scrinalia.latest_periods_ended(ARRAY['FAILED', 'INTERRUPTED']::scrinalia.run_status[]) p
     UNION ALL
     SELECT 'SCHEDULE_OVERDUE', s.worker_name, coalesce(s.next_run_at, s.updated_at), NULL,
-           format('the schedule of %s (%s, %s) was due at %s and has not been handled for %s: is a scheduler running?',
+           CASE WHEN p_words THEN format('the schedule of %s (%s, %s) was due at %s and has not been handled for %s: is a scheduler running?',
                   s.worker_name, s.cron, s.timezone, coalesce(s.next_run_at::text, 'arming'),
                   -- (a hand-written -infinity: overdue for ever, not an error that hides every alert)
                   coalesce(date_trunc('second', CASE WHEN isfinite(coalesce(s.next_run_at, s.updated_at))
                                                 THEN now() - coalesce(s.next_run_at, s.updated_at) END)::text,
-                           'ever'))
+                           'ever')) END
       FROM scrinalia.overdue_schedules() s
     UNION ALL
     SELECT 'SCHEDULE_SET_ASIDE', s.worker_name, s.arm_error_since, NULL,
-           format('the scheduler cannot compute the schedule of %s (%s, %s): %s; fix it with put_schedule (next try %s)',
-                  s.worker_name, s.cron, s.timezone, s.arm_error, s.arm_retry_at)
+           CASE WHEN p_words THEN format('the scheduler cannot compute the schedule of %s (%s, %s): %s; fix it with put_schedule (next try %s)',
+                  s.worker_name, s.cron, s.timezone, s.arm_error, s.arm_retry_at) END
       FROM scrinalia.archive_worker_schedules s
      WHERE s.enabled AND s.arm_error IS NOT NULL
     UNION ALL
     SELECT 'LEASE_REAPED', r.worker_name, r.finished_at, ARRAY[r.run_id],
-           format('run #%s of %s was interrupted: %s; did runner %s die?', r.run_id, r.worker_name,
-                  r.error, coalesce(r.lease_owner, '?'))
+           CASE WHEN p_words THEN format('run #%s of %s was interrupted: %s; did runner %s die?', r.run_id, r.worker_name,
+                  r.error, coalesce(r.lease_owner, '?')) END
       FROM scrinalia.archive_worker_runs r
      WHERE r.error_fingerprint = 'lease-expired' AND r.finished_at > now() - scrinalia.reaped_alert_window()
     UNION ALL
     SELECT 'INSTANT_REPAIRED', s.worker_name, s.last_skipped_at, NULL,
-           format('the schedule of %s (%s, %s): %s; was the clock ahead, or was it written by hand?',
-                  s.worker_name, s.cron, s.timezone, s.last_skip_reason)
+           CASE WHEN p_words THEN format('the schedule of %s (%s, %s): %s; was the clock ahead, or was it written by hand?',
+                  s.worker_name, s.cron, s.timezone, s.last_skip_reason) END
       FROM scrinalia.archive_worker_schedules s
      WHERE s.last_skipped_at > now() - scrinalia.repair_alert_window()
        AND s.last_skip_reason LIKE 'instant repaired: %'
     UNION ALL
     SELECT 'INSTANT_REPAIRED', r.worker_name, r.not_before, ARRAY[r.run_id],
-           format('run #%s of %s: %s; was the clock ahead, or was it written by hand?', r.run_id, r.worker_name,
-                  r.error)
+           CASE WHEN p_words THEN format('run #%s of %s: %s; was the clock ahead, or was it written by hand?', r.run_id, r.worker_name,
+                  r.error) END
       FROM scrinalia.archive_worker_runs r
      WHERE r.status IN ('QUEUED', 'RUNNING') AND r.error_fingerprint = 'not-before-beyond-policy'
     UNION ALL
     SELECT 'RUN_OVERRUNNING', o.worker_name, o.started_at, ARRAY[o.run_id],
-           format('run #%s of %s has been RUNNING for %s on runner %s%s; its maximum run time is %s, at %s the scheduler interrupts it: look at its handler (the runner''s log), or cancel it (scrinalia-workers cancel %s)',
+           CASE WHEN p_words THEN format('run #%s of %s has been RUNNING for %s on runner %s%s; its maximum run time is %s, at %s the scheduler interrupts it: look at its handler (the runner''s log), or cancel it (scrinalia-workers cancel %s)',
                   o.run_id, o.worker_name, date_trunc('second', now() - o.started_at), coalesce(o.runner, '?'),
                   CASE WHEN o.skipped_periods > 0
                        THEN format(', and its schedule has skipped %s period(s) in a row', o.skipped_periods)
                        ELSE '' END,
-                  o.max_run_time, o.deadline_at, o.run_id)
+                  o.max_run_time, o.deadline_at, o.run_id) END
       FROM scrinalia.overrunning_runs() o
     UNION ALL
     SELECT 'SCHEDULE_STARVED', s.worker_name, s.last_enqueued_at,
            CASE WHEN s.slot_run_id IS NOT NULL THEN ARRAY[s.slot_run_id] END,
-           format('the last %s periods of %s (%s, %s) were all skipped, the latest at %s (%s): %s',
+           CASE WHEN p_words THEN format('the last %s periods of %s (%s, %s) were all skipped, the latest at %s (%s): %s',
                   s.skipped_in_a_row, s.worker_name, s.cron, s.timezone, s.last_skipped_at,
                   coalesce(s.last_skip_reason, 'no reason kept'),
                   CASE WHEN s.slot_run_id IS NULL THEN 'its slot is free now, the next period runs'
@@ -225,25 +227,25 @@ AS $$
                        WHEN s.slot_status = 'QUEUED'
                        THEN format('run #%s holds its slot, queued: is a runner claiming it? (or cancel it: scrinalia-workers cancel %s)',
                                    s.slot_run_id, s.slot_run_id)
-                       ELSE format('run #%s holds its slot, owed its retry: is a scheduler running?', s.slot_run_id) END)
+                       ELSE format('run #%s holds its slot, owed its retry: is a scheduler running?', s.slot_run_id) END) END
       FROM scrinalia.starved_schedules() s
     UNION ALL
     SELECT 'RUN_UNCLAIMED', u.worker_name, u.claimable_since, ARRAY[u.run_id],
-           format('run #%s of %s (%s%s) has been claimable since %s and no runner has claimed it: is a runner running with a handler for %s (its --workers, its login)?',
+           CASE WHEN p_words THEN format('run #%s of %s (%s%s) has been claimable since %s and no runner has claimed it: is a runner running with a handler for %s (its --workers, its login)?',
                   u.run_id, u.worker_name, u.trigger,
                   CASE WHEN u.trigger = 'SCHEDULE' THEN format(' attempt %s/%s', u.attempt, scrinalia.max_attempts()) ELSE '' END,
-                  u.claimable_since, u.worker_name)
+                  u.claimable_since, u.worker_name) END
       FROM scrinalia.unclaimed_runs() u
     UNION ALL
     SELECT 'RUN_TIMED_OUT', r.worker_name, r.finished_at, ARRAY[r.run_id],
-           format('run #%s of %s was interrupted: it %s%s; make its handler finish sooner, or raise the worker''s limit (scrinalia.set_max_run_time, the owner)',
+           CASE WHEN p_words THEN format('run #%s of %s was interrupted: it %s%s; make its handler finish sooner, or raise the worker''s limit (scrinalia.set_max_run_time, the owner)',
                   r.run_id, r.worker_name, r.error,
-                  CASE WHEN r.retry_pending THEN ' (its period is retried)' ELSE '' END)
+                  CASE WHEN r.retry_pending THEN ' (its period is retried)' ELSE '' END) END
       FROM scrinalia.archive_worker_runs r
      WHERE r.error_fingerprint = 'max-run-time' AND r.finished_at > now() - scrinalia.timed_out_alert_window()
     UNION ALL
     SELECT 'RUNNER_STUCK', NULL, s.stuck_since, s.run_ids,
-           CASE s.state
+           CASE WHEN p_words THEN CASE s.state
                 WHEN 'stuck'
                 THEN format('runner %s (login %s): all %s of its handler threads have been held since %s by runs told to stop (%s, of %s: cancelled, past their maximum run time, or their lease lost) whose handlers do not return; it exits at %s unless one does, for its supervisor to start a fresh one: make those handlers stop when told (docs/handlers.md, context.check())',
                             s.runner, s.login, s.threads, s.stuck_since, array_to_string(s.run_ids, ', '),
@@ -254,8 +256,18 @@ AS $$
                             coalesce(array_to_string(s.worker_names, ', '), '?'))
                 ELSE format('runner %s (login %s) was to exit at %s, all %s of its handler threads held since %s by runs told to stop (%s, of %s), and has not said a word since: it was killed or its host lost, or it hangs; is its supervisor restarting it? Make those handlers stop when told (docs/handlers.md, context.check())',
                             s.runner, s.login, s.exits_at, s.threads, s.stuck_since, array_to_string(s.run_ids, ', '),
-                            coalesce(array_to_string(s.worker_names, ', '), '?')) END
+                            coalesce(array_to_string(s.worker_names, ', '), '?')) END END
       FROM scrinalia.runner_stalls() s
+$$;
+
+-- The alerts of now in words (alerts_now), for the reader group.
+CREATE OR REPLACE FUNCTION scrinalia.current_alerts()
+RETURNS TABLE (kind text, worker_name text, since timestamptz, run_ids bigint[], message text)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+SET jit = off
+AS $$
+    SELECT a.kind, a.worker_name, a.since, a.run_ids, a.message FROM scrinalia.alerts_now(true) a
 $$;
 
 -- Pushed alerts, for the scheduler's pass: every new alert of current_alerts() is sent
@@ -297,24 +309,39 @@ BEGIN
     -- current_alerts() and status after it, then reads the tallies, not the deltas of
     -- every run since the last scrape (none, where no exporter scrapes).
     PERFORM scrinalia.fold_tallies();
-    WITH now_alerts AS MATERIALIZED (
-        SELECT DISTINCT ON (1, 2, 3) x.kind, x.worker_name, x.identity, x.since, x.run_ids
-          FROM (SELECT a.kind, coalesce(a.worker_name, '') AS worker_name,
-                       CASE WHEN a.kind = 'SCHEDULER_UNHEALTHY' THEN ''
-                            WHEN a.kind = 'SCHEDULE_STARVED' OR a.run_ids IS NULL
-                            -- (the epoch: the same text whatever the session's TimeZone and DateStyle)
-                            THEN coalesce(extract(epoch FROM a.since)::text, '')
-                            ELSE a.run_ids[1]::text END AS identity,
-                       a.since, a.run_ids
-                  FROM scrinalia.current_alerts() a) x
-         ORDER BY 1, 2, 3
+    -- One pass over the alerts of now and those announced (a hash full join): the new
+    -- ones and the cleared ones. With many alerts standing (a runner down under a full
+    -- queue), a sort of the alerts and a probe of the table for each cost most of a
+    -- check. An alert found twice (the same kind, worker and identity) is sent once.
+    WITH now_alerts AS (
+        SELECT a.kind, coalesce(a.worker_name, '') AS worker_name,
+               CASE WHEN a.kind = 'SCHEDULER_UNHEALTHY' THEN ''
+                    WHEN a.kind = 'SCHEDULE_STARVED' OR a.run_ids IS NULL
+                    -- (the epoch: the same text whatever the session's TimeZone and DateStyle)
+                    THEN coalesce(extract(epoch FROM a.since)::text, '')
+                    ELSE a.run_ids[1]::text END AS identity,
+               a.since, a.run_ids
+          FROM scrinalia.alerts_now(false) a
+    ), diff AS MATERIALIZED (
+        SELECT n.kind, n.worker_name, n.identity, n.since, n.run_ids,
+               s.kind AS cleared_kind, s.worker_name AS cleared_worker, s.identity AS cleared_identity
+          FROM now_alerts n
+          FULL JOIN scrinalia.announced_alerts s
+                 ON s.kind = n.kind AND s.worker_name = n.worker_name AND s.identity = n.identity
+         WHERE n.kind IS NULL OR s.kind IS NULL
+    ), fresh AS MATERIALIZED (
+        SELECT DISTINCT ON (d.kind, d.worker_name, d.identity) d.kind, d.worker_name, d.identity, d.since, d.run_ids
+          FROM diff d
+         WHERE d.kind IS NOT NULL
+         ORDER BY d.kind, d.worker_name, d.identity
     ), cleared AS (
         DELETE FROM scrinalia.announced_alerts s
-         WHERE NOT EXISTS (SELECT 1 FROM now_alerts n
-                            WHERE n.kind = s.kind AND n.worker_name = s.worker_name AND n.identity = s.identity)
-    ), fresh AS (
+         USING diff d
+         WHERE s.kind = d.cleared_kind AND s.worker_name = d.cleared_worker AND s.identity = d.cleared_identity
+    ), kept AS (
+        -- (ON CONFLICT: a row committed meanwhile)
         INSERT INTO scrinalia.announced_alerts (kind, worker_name, identity)
-        SELECT n.kind, n.worker_name, n.identity FROM now_alerts n
+        SELECT f.kind, f.worker_name, f.identity FROM fresh f
         ON CONFLICT DO NOTHING
         RETURNING kind, worker_name, identity
     )
@@ -323,8 +350,8 @@ BEGIN
                                              'run_ids', n.run_ids[1:scrinalia.max_alert_run_ids()],
                                              'run_ids_total', coalesce(cardinality(n.run_ids), 0))::text))
       INTO sent
-      FROM fresh f
-      JOIN now_alerts n ON n.kind = f.kind AND n.worker_name = f.worker_name AND n.identity = f.identity;
+      FROM kept k
+      JOIN fresh n ON n.kind = k.kind AND n.worker_name = k.worker_name AND n.identity = k.identity;
     PERFORM set_config('lock_timeout', old_timeout, true);
     RETURN sent;
 END

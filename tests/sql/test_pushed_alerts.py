@@ -11,7 +11,7 @@ import uuid
 
 import psycopg
 
-from helpers import claim, finish, lock_holding_scheduler, make_worker, raises_sqlstate
+from helpers import claim, finish, lock_holding_scheduler, make_worker, make_workers, plan_reads, raises_sqlstate
 
 CHANNEL = "scrinalia_alerts"
 SENTINEL = "--end of the check--"
@@ -278,6 +278,46 @@ def test_the_schedulers_pass_sends_them_once(db, db_dsn, connect_as):
         db.execute("UPDATE scrinalia.scheduler_chores SET alerts_checked_at = now() - interval '1 hour'")
         s.tick()
         assert [(g["kind"], g["run_ids"]) for g in heard(reader, db)] == [("RUN_UNCLAIMED", [idle])]
+
+
+def test_a_check_among_many_standing_alerts_costs_no_probe_per_alert(db, db_dsn, connect_as):
+    """A runner down under a full queue: thousands of RUN_UNCLAIMED alerts stand, each
+    announced once. A later check sends only what is new, forgets what cleared, and
+    reads the announced alerts in one pass, not once per standing alert (the scheduler
+    makes the check every alert_check_interval(), and a due schedule waits for it)."""
+    reader = listener(connect_as, "reader")
+    names = make_workers(db, 3000)
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, created_at)"
+        " SELECT w, 'MANUAL', now() - interval '10 minutes' FROM unnest(%s::text[]) w",
+        (names[1:],),
+    )
+    db.execute("ANALYZE scrinalia.archive_worker_runs")
+    announcer = owner_session(db_dsn)
+    assert check(announcer, db) == len(names)  # each unclaimed run, and the scheduler's health
+    assert len(heard(reader, db)) == len(names)
+    db.execute("ANALYZE scrinalia.announced_alerts")
+    fresh = db.execute(
+        "INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, created_at)"
+        " VALUES (%s, 'MANUAL', now() - interval '10 minutes') RETURNING run_id",
+        (names[0],),
+    ).fetchone()[0]
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET status = 'CANCELLED', finished_at = now() WHERE worker_name = %s",
+        (names[1],),
+    )
+    db.execute("UPDATE scrinalia.scheduler_chores SET alerts_checked_at = now() - interval '1 hour'")
+    _, read = plan_reads(announcer, "SELECT scrinalia.announce_alerts()")
+    assert [(g["kind"], g["worker"], g["run_ids"]) for g in heard(reader, db)] == [("RUN_UNCLAIMED", names[0], [fresh])]
+    standing = db.execute("SELECT count(*) FROM scrinalia.announced_alerts").fetchone()[0]
+    assert standing == len(names)
+    assert (
+        db.execute("SELECT count(*) FROM scrinalia.announced_alerts WHERE worker_name = %s", (names[1],)).fetchone()[0]
+        == 0
+    )
+    # (the runs' rows and the table once: fewer pages than alerts; a probe of the
+    # table's key for each took three or four times as many)
+    assert read < standing
 
 
 def test_only_the_schedulers_session_announces(db, connect_as):
