@@ -115,6 +115,9 @@ CREATE OR REPLACE FUNCTION scrinalia.rearm_schedules_ahead(p_crons text[], p_zon
 RETURNS TABLE (worker_name text, cron text, timezone text, was timestamptz, next_run_at timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
+-- (the schedules join the pairs by hash: a merge join, which the planner chose, sorted
+-- every schedule on its cron and zone text first, at every repair)
+SET enable_mergejoin = off
 AS $$
 DECLARE
     by_whom text := coalesce(scrinalia.check_actor('repaired_by', p_repaired_by), 'the scheduler');
