@@ -289,14 +289,13 @@ DECLARE
     ), missed AS MATERIALIZED (
         -- whether periods were missed (the run a catch-up): once per (cron, zone,
         -- instant waited for) of those that may enqueue a minute or more late; on time
-        -- (the usual tick, tick_due_at) none is, and nothing is evaluated. One object
-        -- keyed by the three, looked up by key below (a join of the chunk's rows with
+        -- (the usual tick, tick_due_at) none is, and nothing is evaluated. Those that
+        -- missed some, looked up below as a hashed set (a join of the chunk's rows with
         -- these, whose count the planner cannot know, was a nested loop)
-        SELECT coalesce(jsonb_object_agg(jsonb_build_array(t.cron, t.timezone, t.was)::text, true)
-                            FILTER (WHERE scrinalia.cron_fires_between(t.cron, t.timezone, t.was, now())),
-                        '{}') AS keys
+        SELECT t.cron, t.timezone, t.was
           FROM (SELECT DISTINCT d.cron, d.timezone, d.was FROM checked d
                  WHERE d.was <= now() - interval '1 minute' AND d.new_run_id IS NOT NULL) t
+         WHERE scrinalia.cron_fires_between(t.cron, t.timezone, t.was, now())
     ), ins AS (
         INSERT INTO scrinalia.archive_worker_runs AS r
                (run_id, worker_name, trigger, request, config, config_sources, scheduled_for, requested_by,
@@ -305,7 +304,7 @@ DECLARE
         -- (created as of its due instant when ticked ahead of it: tick_due_at)
         SELECT d.new_run_id, d.worker_name, 'SCHEDULE', d.request, rc.config, rc.sources, d.was, 'scheduler',
                greatest(now(), d.was),
-               (SELECT x.keys FROM missed x) ? jsonb_build_array(d.cron, d.timezone, d.was)::text
+               (d.cron, d.timezone, d.was) IN (SELECT x.cron, x.timezone, x.was FROM missed x)
           FROM fire f
          CROSS JOIN LATERAL scrinalia.resolve_configs(f.workers, f.requests) rc
           JOIN checked d ON d.worker_name = rc.worker_name  -- one schedule per worker
@@ -316,7 +315,7 @@ DECLARE
         -- each of its references there)
         SELECT d.worker_name, d.was, d.next_at, r.run_id,
                CASE WHEN r.run_id IS NOT NULL
-                    THEN (SELECT x.keys FROM missed x) ? jsonb_build_array(d.cron, d.timezone, d.was)::text
+                    THEN (d.cron, d.timezone, d.was) IN (SELECT x.cron, x.timezone, x.was FROM missed x)
                     END AS catch_up,
                CASE WHEN d.refused IS NOT NULL THEN 'REFUSED'
                     WHEN d.was IS NULL THEN 'ARMED'
