@@ -45,6 +45,9 @@ BEGIN
        FOR UPDATE OF s SKIP LOCKED;
     GET DIAGNOSTICS n = ROW_COUNT;
     got := got + n;
+    -- (NULLS FIRST, though none is NULL here: the order of ix_worker_schedules_due_order,
+    -- read as far as the limit; any other is every due row found and sorted, for each
+    -- chunk of the pass)
     IF got < p_limit THEN
         RETURN QUERY
         SELECT s.worker_name, s.cron, s.timezone,
@@ -52,7 +55,7 @@ BEGIN
           FROM scrinalia.archive_worker_schedules s
          WHERE s.enabled AND s.next_run_at <= now()
            AND (s.arm_retry_at IS NULL OR s.arm_retry_at <= now())
-         ORDER BY s.next_run_at, s.worker_name
+         ORDER BY s.next_run_at NULLS FIRST, s.worker_name
          LIMIT p_limit - got
            FOR UPDATE OF s SKIP LOCKED;
         GET DIAGNOSTICS n = ROW_COUNT;
@@ -64,7 +67,7 @@ BEGIN
           FROM scrinalia.archive_worker_schedules s
          WHERE s.enabled AND s.next_run_at >= scrinalia.period_end()
            AND (s.arm_retry_at IS NULL OR s.arm_retry_at <= now())
-         ORDER BY s.next_run_at, s.worker_name
+         ORDER BY s.next_run_at NULLS FIRST, s.worker_name
          LIMIT p_limit - got
            FOR UPDATE OF s SKIP LOCKED;
     END IF;

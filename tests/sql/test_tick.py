@@ -582,3 +582,33 @@ def test_the_due_query_reads_only_the_due_schedules_whatever_the_statistics_say(
     assert due == [names[4321], names[1234], names[42]]  # unarmed first, by time, beyond the range last
     assert [r[0] for r in db.execute("SELECT worker_name FROM scrinalia.due_schedules(2)")] == due[:2]
     assert_due_query_reads_few_pages(db, 3)
+
+
+def test_a_chunk_of_many_due_schedules_is_read_in_the_index_order_not_sorted(db):
+    """The scheduler's pass takes the due schedules a chunk at a time: each chunk reads
+    the next ones in the due-order index's order as far as its limit, not every due
+    schedule found and sorted again for each chunk."""
+    names = make_workers(db, 20000)
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
+        " SELECT w, '0 2 * * *', 'UTC', now() - make_interval(secs => 1 + (i * 7919) %% 7200)"
+        " FROM unnest(%s::text[]) WITH ORDINALITY AS u(w, i)",
+        (names,),
+    )
+    db.execute("ANALYZE scrinalia.archive_worker_schedules")
+    expected = [
+        r[0]
+        for r in db.execute(
+            "SELECT worker_name FROM scrinalia.archive_worker_schedules ORDER BY next_run_at, worker_name LIMIT 4000"
+        )
+    ]
+    plans: list[str] = []
+    db.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
+    for setting in ("log_min_duration = 0", "log_nested_statements = on", "log_level = notice"):
+        db.execute(f"SET auto_explain.{setting}")
+    db.execute("LOAD 'auto_explain'")
+    with db.transaction():
+        got = [r[0] for r in db.execute("SELECT worker_name FROM scrinalia.due_schedules(4000)")]
+    assert got == expected
+    (due,) = [p for p in plans if "s.next_run_at <= now()" in p]
+    assert "Index Scan using ix_worker_schedules_due_order" in due and "Sort" not in due, due
