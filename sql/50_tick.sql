@@ -294,10 +294,12 @@ DECLARE
         -- instant waited for) of those that may enqueue a minute or more late; on time
         -- (the usual tick, tick_due_at) none is, and nothing is evaluated. Those that
         -- missed some, looked up below as a hashed set (a join of the chunk's rows with
-        -- these, whose count the planner cannot know, was a nested loop)
+        -- these, whose count the planner cannot know, was a nested loop). OFFSET 0: the
+        -- check stays above the DISTINCT, not pushed down to every late run's row
         SELECT t.cron, t.timezone, t.was
           FROM (SELECT DISTINCT d.cron, d.timezone, d.was FROM checked d
-                 WHERE d.was <= now() - interval '1 minute' AND d.new_run_id IS NOT NULL) t
+                 WHERE d.was <= now() - interval '1 minute' AND d.new_run_id IS NOT NULL
+                OFFSET 0) t
          WHERE scrinalia.cron_fires_between(t.cron, t.timezone, t.was, now())
     ), ins AS (
         INSERT INTO scrinalia.archive_worker_runs AS r

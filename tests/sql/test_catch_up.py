@@ -189,3 +189,27 @@ def test_the_functions_return_the_ledgers_row_as_it_was_before_the_column(db):
         assert [c.name for c in cur.description] == frozen
         cur = db.execute("SELECT * FROM scrinalia.claim_next('r1', '1 minute')")
         assert [c.name for c in cur.description] == frozen and cur.fetchone() is not None
+
+
+def test_whether_periods_were_missed_is_asked_once_per_cron_zone_and_instant(db):
+    """Thousands of schedules late on one cron (a scheduler back after an outage) are
+    one question to cron_fires_between(), not one per run: its cost grows with the
+    minutes waited."""
+    names = [f"late{i:03d}" for i in range(300)]
+    for w in names:
+        make_worker(db, w)
+        put_schedule(db, w, "*/5 * * * *", tz="UTC")
+    tick(db)  # arm
+    db.execute(
+        "UPDATE scrinalia.archive_worker_schedules SET next_run_at = date_trunc('hour', now()) - interval '2 hours'"
+    )
+    with db.transaction():
+        db.execute("SET LOCAL track_functions = 'pl'")
+        due, decisions = tick(db)
+        (calls,) = db.execute(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions"
+            " WHERE schemaname = 'scrinalia' AND funcname = 'cron_fires_between'"
+        ).fetchone()
+    assert [d[1] for d in decisions] == ["ENQUEUED"] * len(names)
+    assert calls == 1
+    assert {_catch_up(db, w) for w in names} == {True}
