@@ -196,3 +196,33 @@ def test_a_next_occurrence_reads_at_its_own_offset():
         "2026-12-04T22:00:00+00:00",
         "2026-12-04T23:00:00+01:00",
     ]
+
+
+def test_a_refusal_of_a_schedule_stored_beyond_every_date_is_logged_with_the_others(db, holder, monkeypatch):
+    """The decisions are read with psycopg's own instant loaders, which fail on an
+    instant datetime cannot hold: the one a refused schedule keeps (here 'infinity',
+    written by hand) is not read, and the chunk's other decisions are logged too."""
+    names = make_workers(db, 3)
+    _due(db, names[:2])
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
+        " VALUES (%s, '0 4 * * *', 'UTC', 'infinity')",
+        (names[2],),
+    )
+    real = tick.Occurrences.after_each
+
+    def off_by_a_minute(self, pairs, t):
+        # this shim and the server disagree on that cron: the tick refuses its instant
+        got = real(self, pairs, t)
+        return [n + timedelta(minutes=1) if p[0] == "0 4 * * *" else n for p, n in zip(pairs, got)]
+
+    monkeypatch.setattr(tick.Occurrences, "after_each", off_by_a_minute)
+    assert holder.tick()
+    assert _enqueued(holder) == sorted(names[:2])
+    (refused,) = [e for e in holder.events() if e["event"] == "tick refused"]
+    assert refused["worker"] == names[2] and "does not fire then" in refused["reason"]
+    stored = db.execute(
+        "SELECT next_run_at::text, arm_error IS NOT NULL FROM scrinalia.archive_worker_schedules WHERE worker_name = %s",
+        (names[2],),
+    ).fetchone()
+    assert stored == ("infinity", True)

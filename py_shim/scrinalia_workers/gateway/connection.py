@@ -124,9 +124,9 @@ _TIMESTAMPTZ_OID = psycopg.adapters.types["timestamptz"].oid
 
 
 def now_instants_cursor(conn: psycopg.Connection) -> psycopg.Cursor[tuple[Any, ...]]:
-    """A binary cursor for rows whose only instants are the server's now(), which
-    datetime always holds: psycopg's own loaders, without the call around them (a
-    chunk's due rows, thousands per transaction)."""
+    """A binary cursor for rows whose instants datetime always holds (the server's
+    now(), instants the statement keeps in range): psycopg's own loaders, without the
+    call around them (a chunk's due rows and decisions, thousands per transaction)."""
     cur = conn.cursor(binary=True)
     for fmt in (Format.TEXT, Format.BINARY):
         loader = psycopg.adapters.get_loader(_TIMESTAMPTZ_OID, fmt)

@@ -188,17 +188,16 @@ class Pass:
         # the due rows and the decisions as tuples, their columns found by name (a dict
         # per row costs more than the rest of a decision's Python); the thread that logs
         # the decisions makes them rows
-        plain = self.conn.cursor(binary=True)
-        due_cur = now_instants_cursor(self.conn)
+        plain = now_instants_cursor(self.conn)  # (instants in range: the statements say why)
         with self.conn.transaction():
             check_lock_in_transaction(cur, self.lock_pid)
             chunk = self.settings.tick_chunk
-            due = due_cur.execute(sql.DUE_SCHEDULES, (chunk + 1,)).fetchall()
+            due = plain.execute(sql.DUE_SCHEDULES, (chunk + 1,)).fetchall()
             if not due:
                 return False, False
             full = len(due) > chunk
             del due[chunk:]  # (locked until the commit, then the next chunk's first)
-            w, c, z, t = _positions(due_cur, "worker_name", "cron", "timezone", "db_now")
+            w, c, z, t = _positions(plain, "worker_name", "cron", "timezone", "db_now")
             db_now = due[0][t]
             with self.computing():
                 nexts = self.occurrences.after_each([(d[c], d[z]) for d in due], db_now)

@@ -55,8 +55,12 @@ SET_SCHEDULES_ASIDE = (
     "SELECT worker_name, arm_error, arm_error_since, arm_retry_at"
     " FROM scrinalia.set_schedules_aside(%b::text[], %b::text[])"
 )
+# (every instant in datetime's range, read by psycopg's own loader: scheduled_for is
+# NULL outside the periods' range, the next instants were checked before it; a refusal
+# keeps the stored one, which may be out of range, and its line does not show it)
 TICK = (
-    "SELECT worker_name, decision, run_id, scheduled_for, next_run_at, reason, catch_up"
+    "SELECT worker_name, decision, run_id, scheduled_for,"
+    " CASE WHEN decision <> 'REFUSED' THEN next_run_at END AS next_run_at, reason, catch_up"
     " FROM scrinalia.tick_v2(%b::text[], %b::timestamptz[], %s)"
 )
 # the next due instant, and how far ahead of the server's now() it is
