@@ -109,8 +109,37 @@ def test_the_repair_is_paced_and_comes_back_within_its_bound(db, db_dsn, monkeyp
         s.tick()
     finally:
         s._close()
-    assert looks == [True, False, False, True, False]
+    # (the first before the due schedules, the later ones after them)
+    assert looks == [tick.Repair.BEFORE, None, None, tick.Repair.AFTER, None]
     assert s.settings.repair_every <= 60
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_a_due_schedule_waits_for_the_first_repair_but_not_for_the_later_ones(db, holder, monkeypatch, first):
+    """At a scheduler's first pass the stored instants are repaired before anything is
+    decided on them; the repair each repair_every brings reads every armed schedule,
+    and comes after the due schedules of its pass are enqueued."""
+    make_worker(db, "due")
+    put_schedule(db, "due", "*/5 * * * *", "UTC")
+    holder.tick()  # the first pass: armed
+    db.execute("UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() - interval '30 seconds'")
+    if first:
+        holder._next_repair = None  # (as a scheduler just started)
+    else:
+        holder._next_repair = holder.clock.monotonic() - 1  # (a minute passed)
+    seen: list[int] = []
+    real = tick.repair_instants
+
+    def repair(*args, **kwargs):
+        seen.append(
+            db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs WHERE worker_name = 'due'").fetchone()[0]
+        )
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tick, "repair_instants", repair)
+    assert holder.tick()
+    assert seen == ([0] if first else [1])
+    assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs WHERE worker_name = 'due'").fetchone()[0] == 1
 
 
 def test_a_re_arm_the_server_refuses_is_logged_and_the_tick_goes_on(db, holder, monkeypatch):

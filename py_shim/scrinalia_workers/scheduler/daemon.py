@@ -33,7 +33,7 @@ from scrinalia_workers.scheduler import pacing, prepared
 from scrinalia_workers.scheduler.leadership import Leadership
 from scrinalia_workers.scheduler.sessions import Sessions, one_row
 from scrinalia_workers.scheduler.settings import DEFAULTS, SchedulerSettings
-from scrinalia_workers.scheduler.tick import Pass
+from scrinalia_workers.scheduler.tick import Pass, Repair
 
 __all__ = ["Scheduler", "SchedulerSettings"]
 
@@ -97,8 +97,9 @@ class Scheduler:
         self._last_pass = self.clock.monotonic()
         self.log("pass", level="debug", n=self.passes)
         now = self.clock.monotonic()
-        repair = self._next_repair is None or now >= self._next_repair
-        if repair:
+        repair: Repair | None = None
+        if self._next_repair is None or now >= self._next_repair:
+            repair = Repair.BEFORE if self._next_repair is None else Repair.AFTER
             self._next_repair = now + self.settings.repair_every
         return Pass(
             self.sessions.work,

@@ -1,6 +1,7 @@
 """One pass of the holder, on the work session: reap expired leases, create retries,
-repair stored instants no cron or policy produces (at the first pass, then about once
-a minute), then the due schedules in chunks, and a log line per decision.
+repair stored instants no cron or policy produces (at the first pass, before the due
+schedules; then about once a minute, after them: see Repair), then the due schedules
+in chunks, and a log line per decision.
 
 Each chunk of at most settings.tick_chunk due schedules is one transaction: check the lock,
 due_schedules(tick_chunk + 1) + the cron next occurrences + tick() of the first
@@ -18,6 +19,7 @@ paced by instants the database keeps.
 
 from __future__ import annotations
 
+import enum
 import itertools
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -44,6 +46,17 @@ REAPED_EVENTS = {"lease-expired": ("lease reaped", "info"), "max-run-time": ("ru
 Row = dict[str, Any]
 
 
+class Repair(enum.Enum):
+    """When a pass looks for stored instants no cron or policy produces. BEFORE the due
+    schedules at a scheduler's first pass: what a clock that jumped left behind is
+    repaired before anything is decided on it. AFTER them at the pass each
+    repair_every brings: it reads every armed schedule, and a schedule due at that
+    pass does not wait for it."""
+
+    BEFORE = "before"
+    AFTER = "after"
+
+
 def check_lock_in_transaction(cur: psycopg.Cursor[Row], lock_pid: int | None) -> None:
     """The first statement of a tick transaction: the session `lock_pid` must hold the
     lock, else LockLost and the transaction rolls back."""
@@ -67,11 +80,12 @@ class Pass:
         lock_pid: int | None,
         log: EventLog,
         check_lock: Callable[[], None],
-        repair: bool = True,
+        repair: Repair | None = Repair.BEFORE,
         settings: SchedulerSettings = DEFAULTS,
         computing: Callable[[], AbstractContextManager[Any]] = nullcontext,
     ):
-        """`repair`: look for bad stored instants this pass (the scheduler says when).
+        """`repair`: whether this pass looks for bad stored instants, and when (Repair;
+        the scheduler says).
         `computing`: around this process's work inside a transaction of `conn` (the cron
         occurrences), which keeps the session from the server's idle limit meanwhile."""
         self.computing = computing
@@ -153,11 +167,8 @@ class Pass:
                 attempt=r["attempt"],
                 not_before=r["not_before"].isoformat(),
             )
-        if self.repair:
-            progressed = (
-                repair_instants(cur, self.conn, self.name, self.lock_pid, self.log, self.occurrences, self.computing)
-                or progressed
-            )
+        if self.repair is Repair.BEFORE:
+            progressed = self._repair(cur) or progressed
         for n in range(self.settings.max_chunks):
             if n:
                 self.check_lock()  # the heartbeat, and a lost lock stops the pass between chunks
@@ -165,10 +176,15 @@ class Pass:
             progressed = progressed or decided
             if not (full and decided):
                 break
+        if self.repair is Repair.AFTER:
+            progressed = self._repair(cur) or progressed
         # after the due schedules, each in short transactions of its own: never before a tick
         self.chore("retention", lambda: prune_expired(cur, self.conn, self.lock_pid, self.log, self.check_lock))
         self.chore("alerts", lambda: announce_alerts(cur, self.conn, self.lock_pid))
         return progressed
+
+    def _repair(self, cur: psycopg.Cursor[Row]) -> bool:
+        return repair_instants(cur, self.conn, self.name, self.lock_pid, self.log, self.occurrences, self.computing)
 
     def chore(self, name: str, run: Callable[[], None]) -> None:
         """A chore that fails is one error line, and the pass is done all the same: the
