@@ -152,10 +152,12 @@ DROP TRIGGER IF EXISTS schedule_enqueued ON scrinalia.archive_worker_schedules;
 -- for timed_out_alert_window()), and a runner's: RUNNER_STUCK (38_runner_stalls.sql,
 -- worker_name NULL, the workers named in the words). No row: nothing to do.
 -- p_words false: message NULL. announce_alerts() sends no words, and with many alerts
--- (a runner down under a full queue) formatting them was most of its check.
-CREATE OR REPLACE FUNCTION scrinalia.alerts_now(p_words boolean)
+-- (a runner down under a full queue) formatting them was a third of its check. (A
+-- parameter, not a second function around this one: the rows of a set-returning
+-- function are stored once more by each function they pass through.)
+CREATE OR REPLACE FUNCTION scrinalia.current_alerts(p_words boolean DEFAULT true)
 RETURNS TABLE (kind text, worker_name text, since timestamptz, run_ids bigint[], message text)
-LANGUAGE sql STABLE
+LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, scrinalia, pg_temp
 SET jit = off
 AS $$
@@ -260,16 +262,6 @@ AS $$
       FROM scrinalia.runner_stalls() s
 $$;
 
--- The alerts of now in words (alerts_now), for the reader group.
-CREATE OR REPLACE FUNCTION scrinalia.current_alerts()
-RETURNS TABLE (kind text, worker_name text, since timestamptz, run_ids bigint[], message text)
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, scrinalia, pg_temp
-SET jit = off
-AS $$
-    SELECT a.kind, a.worker_name, a.since, a.run_ids, a.message FROM scrinalia.alerts_now(true) a
-$$;
-
 -- Pushed alerts, for the scheduler's pass: every new alert of current_alerts() is sent
 -- once with NOTIFY on the channel scrinalia_alerts (delivered at the commit), its
 -- payload JSON naming it only: {"kind", "worker", "since", "run_ids" (at most
@@ -321,7 +313,7 @@ BEGIN
                     THEN coalesce(extract(epoch FROM a.since)::text, '')
                     ELSE a.run_ids[1]::text END AS identity,
                a.since, a.run_ids
-          FROM scrinalia.alerts_now(false) a
+          FROM scrinalia.current_alerts(false) a
     ), diff AS MATERIALIZED (
         SELECT n.kind, n.worker_name, n.identity, n.since, n.run_ids,
                s.kind AS cleared_kind, s.worker_name AS cleared_worker, s.identity AS cleared_identity

@@ -46,7 +46,7 @@ GRANT EXECUTE ON FUNCTION
     scrinalia.scheduler_status(),
     scrinalia.scheduler_health(interval),
     scrinalia.default_timezone(),
-    scrinalia.current_alerts(),
+    scrinalia.current_alerts(boolean),
     scrinalia.worker_metrics(),
     scrinalia.run_counts(),
     scrinalia.scheduler_metrics(),

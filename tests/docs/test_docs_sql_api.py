@@ -101,7 +101,6 @@ INTERNAL = {
     "run_side_rows_delete_statement",
     "run_v1",
     "latest_periods_ended",
-    "alerts_now",
     "run_catch_up_noted",
     "run_side_rows_truncate_statement",
     "prune_runs_before",
