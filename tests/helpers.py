@@ -159,6 +159,19 @@ def plan_reads(conn, sql: str) -> tuple[int, int]:
     return top["Actual Rows"], top["Shared Hit Blocks"] + top["Shared Read Blocks"]
 
 
+def nested_plans(conn, analyze: bool = False) -> list[str]:
+    """From now on in the session `conn`, the plan of every statement, its functions'
+    statements included, as auto_explain reports them (notices): the list they are
+    appended to. `analyze`: with the figures of the run."""
+    plans: list[str] = []
+    conn.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
+    settings = ["log_min_duration = 0", "log_nested_statements = on", "log_level = notice"]
+    for setting in settings + (["log_analyze = on"] if analyze else []):
+        conn.execute(f"SET auto_explain.{setting}")
+    conn.execute("LOAD 'auto_explain'")
+    return plans
+
+
 def heap_pages(conn, table: str) -> int:
     """The pages of a table's heap, as its last VACUUM or ANALYZE counted them."""
     return conn.execute("SELECT relpages FROM pg_class WHERE oid = %s::regclass", (table,)).fetchone()[0]

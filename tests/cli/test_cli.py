@@ -18,6 +18,7 @@ from helpers import (
     cli,
     finish,
     make_worker,
+    nested_plans,
     put_schedule,
     set_next_run,
     tick,
@@ -449,16 +450,8 @@ def test_runs_of_one_worker_are_its_live_run_then_its_newest_finished(db_dsn, db
     # the finished half is an index scan of the worker's finished runs, not of the ledger:
     # the plan of scrinalia.worker_runs()'s own query, as auto_explain reports it
     with psycopg.connect(db_dsn, autocommit=True) as conn:
-        plans: list[str] = []
-        conn.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
-        for setting in (
-            "LOAD 'auto_explain'",
-            "SET auto_explain.log_min_duration = 0",
-            "SET auto_explain.log_nested_statements = on",
-            "SET auto_explain.log_level = notice",
-            "SET enable_seqscan = off",
-        ):
-            conn.execute(setting)
+        plans = nested_plans(conn)
+        conn.execute("SET enable_seqscan = off")
         conn.execute(statements.WORKER_RUNS, {"w": "ocr", "n": 3}).fetchall()
     inner = [p for p in plans if "worker_run_history" in p and "scrinalia.worker_runs(" not in p]
     assert len(inner) == 1, plans

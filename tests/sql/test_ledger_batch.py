@@ -10,7 +10,7 @@ import uuid
 import psycopg
 import pytest
 
-from helpers import make_workers, raises_sqlstate, run_row, scheduled_run
+from helpers import make_workers, nested_plans, raises_sqlstate, run_row, scheduled_run
 
 CLAIM = "SELECT run_id, lease_token, worker_name FROM scrinalia.claim_runs(%s, %s::interval, %s, %s)"
 FINISH = (
@@ -319,11 +319,7 @@ def test_batch_calls_find_their_runs_by_id_whatever_the_statistics(db):
     _claim(db, 900, runner="others")  # another runner's 900 runs
     mine = _claim(db, 32)
     ids, tokens = [r[0] for r in mine], [r[1] for r in mine]
-    plans = []
-    db.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
-    for setting in ("log_min_duration = 0", "log_nested_statements = on", "log_level = notice"):
-        db.execute(f"SET auto_explain.{setting}")
-    db.execute("LOAD 'auto_explain'")
+    plans = nested_plans(db)
     beats = db.execute("SELECT lost_reason FROM scrinalia.heartbeat_runs(%s, %s)", (ids, tokens)).fetchall()
     assert db.execute("SELECT scrinalia.heartbeat(%s, %s)", (ids[0], tokens[0])).fetchone()[0] is not None
     assert (
@@ -351,11 +347,7 @@ def test_one_run_calls_in_a_session_do_not_turn_its_batches_quadratic(db):
     for run_id, token in zip(ids[:10], tokens[:10]):  # the one-run forms share the batch plans
         db.execute("SELECT scrinalia.heartbeat(%s, %s)", (run_id, token))
         db.execute("SELECT scrinalia.finish(%s, %s, 'SUCCEEDED')", (run_id, token))
-    plans = []
-    db.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
-    for setting in ("log_min_duration = 0", "log_nested_statements = on", "log_level = notice", "log_analyze = on"):
-        db.execute(f"SET auto_explain.{setting}")
-    db.execute("LOAD 'auto_explain'")
+    plans = nested_plans(db, analyze=True)
     for size in (50, 500):
         batch, batch_tokens = ids[10 : 10 + size], tokens[10 : 10 + size]
         beats = db.execute("SELECT lost_reason FROM scrinalia.heartbeat_runs(%s, %s)", (batch, batch_tokens)).fetchall()

@@ -13,6 +13,7 @@ from helpers import (
     finish,
     make_worker,
     make_workers,
+    nested_plans,
     put_schedule,
     raises_sqlstate,
     run_row,
@@ -171,11 +172,7 @@ def test_the_re_arm_joins_the_catalogue_by_hash_not_by_sorting_it(db):
     )
     armed = db.execute("SELECT cron, timezone FROM scrinalia.armed_schedule_crons()").fetchall()
     assert sorted(armed) == sorted(nexts)
-    plans: list[str] = []
-    db.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
-    for setting in ("log_min_duration = 0", "log_nested_statements = on", "log_level = notice"):
-        db.execute(f"SET auto_explain.{setting}")
-    db.execute("LOAD 'auto_explain'")
+    plans = nested_plans(db)
     rows = db.execute(REARM, ([c for c, _ in armed], [z for _, z in armed], [nexts[p] for p in armed])).fetchall()
     assert [(w, n) for w, _, n in rows] == [(names[7], nexts[pairs[7]])]
     (update,) = [p for p in plans if "UPDATE scrinalia.archive_worker_schedules" in p]

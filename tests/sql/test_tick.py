@@ -11,6 +11,7 @@ from helpers import (
     heap_pages,
     make_worker,
     make_workers,
+    nested_plans,
     plan_reads,
     put_schedule,
     raises_sqlstate,
@@ -602,11 +603,7 @@ def test_a_chunk_of_many_due_schedules_is_read_in_the_index_order_not_sorted(db)
             "SELECT worker_name FROM scrinalia.archive_worker_schedules ORDER BY next_run_at, worker_name LIMIT 4000"
         )
     ]
-    plans: list[str] = []
-    db.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
-    for setting in ("log_min_duration = 0", "log_nested_statements = on", "log_level = notice"):
-        db.execute(f"SET auto_explain.{setting}")
-    db.execute("LOAD 'auto_explain'")
+    plans = nested_plans(db)
     with db.transaction():
         got = [r[0] for r in db.execute("SELECT worker_name FROM scrinalia.due_schedules(4000)")]
     assert got == expected
