@@ -152,7 +152,7 @@ DROP TRIGGER IF EXISTS schedule_enqueued ON scrinalia.archive_worker_schedules;
 -- for timed_out_alert_window()), and a runner's: RUNNER_STUCK (38_runner_stalls.sql,
 -- worker_name NULL, the workers named in the words). No row: nothing to do.
 -- p_words false: message NULL. announce_alerts() sends no words, and with many alerts
--- (a runner down under a full queue) formatting them was a third of its check. (A
+-- (a runner down under a full queue) formatting them was much of its check. (A
 -- parameter, not a second function around this one: the rows of a set-returning
 -- function are stored once more by each function they pass through.)
 CREATE OR REPLACE FUNCTION scrinalia.current_alerts(p_words boolean DEFAULT true)
