@@ -166,7 +166,7 @@ def test_only_the_demo_and_the_command_that_starts_it_import_the_demo():
 
 
 def test_the_shared_modules_import_no_room():
-    shared = ("errors", "clock", "text", "logs", "exits", "cron", "sqlfiles", "argtypes", "inputs")
+    shared = ("errors", "clock", "text", "logs", "exits", "cron", "sqlfiles", "argtypes", "inputs", "collector")
     graph = _graph()
     for s in shared:
         rooms = [m for m in graph[f"scrinalia_workers.{s}"] if m.split(".")[1] in ROOMS]

@@ -18,6 +18,7 @@ from datetime import timedelta
 import psycopg
 
 from scrinalia_workers import __version__, argtypes, policy
+from scrinalia_workers.collector import tune_for_daemon
 from scrinalia_workers.errors import ConfigError, DatabaseUnavailable
 from scrinalia_workers.gateway.checks import STARTUP_WAIT_MAX, preflight, startup_wait
 from scrinalia_workers.gateway.connection import connect, one
@@ -184,6 +185,7 @@ def _log_stray_errors(log: EventLog) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    tune_for_daemon()
     args = parse_args(argv)
     log = EventLog(json_lines=args.json)
     _log_stray_errors(log)

@@ -7,6 +7,7 @@ import signal
 from dataclasses import replace
 
 from scrinalia_workers import __version__, argtypes
+from scrinalia_workers.collector import tune_for_daemon
 from scrinalia_workers.errors import ConfigError
 from scrinalia_workers.exits import exit_at_once
 from scrinalia_workers.gateway.checks import STARTUP_WAIT_MAX, preflight, startup_wait
@@ -68,6 +69,7 @@ def _name(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    tune_for_daemon()
     args = build_parser().parse_args(argv)
     log = EventLog(json_lines=args.json, level=args.log_level)
     route_library_logs(log)
