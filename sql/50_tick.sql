@@ -238,24 +238,27 @@ DECLARE
            -- at the instant is for the tick at the instant to see
            AND ($3 IS NULL OR $3 <= now() OR (a.run_id IS NULL AND o.run_id IS NULL))
            FOR UPDATE OF s SKIP LOCKED
+    ), instants AS MATERIALIZED (
+        -- each distinct (cron, zone, next instant) once: the schedules that share a cron
+        -- and a zone share their next instant, and so the verdict on it. The zones and
+        -- the crons below are read from these few rows, not from every due one
+        SELECT DISTINCT d.cron, d.timezone, d.next_at FROM due d
     ), zones AS MATERIALIZED (
         -- (materialized: one call per distinct zone, not per row)
-        SELECT z.tz, scrinalia.zone_loads(z.tz) AS loads FROM (SELECT DISTINCT d.timezone AS tz FROM due d) z
+        SELECT z.tz, scrinalia.zone_loads(z.tz) AS loads FROM (SELECT DISTINCT t.timezone AS tz FROM instants t) z
     ), missing_masks AS MATERIALIZED (
         -- those of a cron stored without them (a schedule written by hand), computed
         -- here, once per call
         SELECT c.* FROM scrinalia.cron_masks_of(
-            ARRAY(SELECT x.cron FROM (SELECT DISTINCT d.cron FROM due d) x
+            ARRAY(SELECT x.cron FROM (SELECT DISTINCT t.cron FROM instants t) x
                    WHERE NOT EXISTS (SELECT FROM scrinalia.archive_cron_masks m WHERE m.cron = x.cron)), false) c
     ), walls AS MATERIALIZED (
-        -- each distinct (cron, zone, next instant) once: the schedules that share a cron
-        -- and a zone share their next instant, and so the verdict on it. Its instant on
-        -- the zone's wall clock (a zone that loads only)
+        -- each instant on its zone's wall clock (a zone that loads only)
         SELECT t.cron, t.timezone, t.next_at, w.w,
                w.w - timezone('UTC', t.next_at) AS offset_at,
                CASE WHEN z.loads THEN timezone(t.timezone, t.next_at - interval '3 hours')
                                       - timezone('UTC', t.next_at - interval '3 hours') END AS offset_before
-          FROM (SELECT DISTINCT d.cron, d.timezone, d.next_at FROM due d) t
+          FROM instants t
           JOIN zones z ON z.tz = t.timezone
          CROSS JOIN LATERAL (SELECT CASE WHEN z.loads THEN timezone(t.timezone, t.next_at) END AS w) w
     ), verdicts AS MATERIALIZED (
