@@ -18,6 +18,7 @@ from helpers import due_yearly, lock_holding_scheduler, make_workers
 from scrinalia_workers.errors import LockLost
 from scrinalia_workers.logs import EventLog, Lines
 from scrinalia_workers.scheduler import decision_lines, tick
+from scrinalia_workers.scheduler.occurrences import Occurrences
 
 # hostile text as a database value may hold it: a forged line, escapes, a bidi override
 HOSTILE = "w\n2026-12-04T00:00:00.000+00:00 INFO enqueued worker=forged\x1b[2J\r\u202e\x9b\u2028end"
@@ -150,6 +151,41 @@ def test_an_error_while_logging_is_raised_by_the_pass_after_the_others_lines(db,
     assert db.execute("SELECT count(*) FROM scrinalia.archive_worker_runs").fetchone()[0] == 7
     # the first chunk's lines stopped at the error; the next chunks' were all written
     assert len(_enqueued(holder)) == 4
+
+
+def test_a_chunks_lines_are_formatted_while_the_next_chunks_tick_runs_not_while_its_instants_are_computed(
+    db, holder, monkeypatch
+):
+    # Both in Python, the lines of one chunk and the instants of the next would share
+    # the interpreter; while the database runs the next tick, the pass only waits.
+    holder.settings = replace(holder.settings, tick_chunk=4)
+    names = make_workers(db, 11)  # three chunks: 4, 4, 3
+    _due(db, names)
+    order: list[str] = []
+    real_after_each = Occurrences.after_each
+    real_text = tick.decision_text
+
+    def computing(self, pairs, t):
+        order.append("instants, begun")
+        time.sleep(0.2)  # (long enough for a thread handed the lines at once to begin them)
+        try:
+            return real_after_each(self, pairs, t)
+        finally:
+            order.append("instants, done")
+
+    def formatting(*args):
+        order.append("lines")
+        return real_text(*args)
+
+    monkeypatch.setattr(Occurrences, "after_each", computing)
+    monkeypatch.setattr(tick, "decision_text", formatting)
+    assert holder.tick()
+    assert _enqueued(holder) == sorted(names)
+    # each chunk's lines after the next chunk's instants (the last: after the chunks)
+    begun = [i for i, x in enumerate(order) if x == "lines"]
+    done = [i for i, x in enumerate(order) if x == "instants, done"]
+    assert len(begun) == len(done) == 3, order
+    assert begun[0] > done[1] and begun[1] > done[2], order
 
 
 def test_a_small_chunk_is_logged_before_the_pass_goes_on(db, holder, monkeypatch):

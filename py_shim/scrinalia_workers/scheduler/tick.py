@@ -20,6 +20,7 @@ paced by instants the database keeps.
 from __future__ import annotations
 
 import enum
+import functools
 import itertools
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -98,9 +99,10 @@ class Pass:
         self.check_lock = check_lock
         self.occurrences = Occurrences()  # shared by the chunks of this pass
         # a chunk's lines are formatted and written by one thread, in order, while the
-        # next chunk runs in the database; run() returns once every line is written
+        # next chunk's tick runs in the database; run() returns once every line is written
         self._lines: ThreadPoolExecutor | None = None
         self._queued: list[Future[None]] = []
+        self._held: Callable[[], None] | None = None  # a chunk's lines, not yet handed over
         self._lines_error: BaseException | None = None
 
     def run(self) -> bool:
@@ -108,6 +110,7 @@ class Pass:
         try:
             progressed = self._run()
         finally:
+            self._hand_over_lines()
             self._wait_lines(0)
             if self._lines is not None:
                 self._lines.shutdown()
@@ -123,18 +126,31 @@ class Pass:
         columns: list[str],
         decided: list[tuple],
     ) -> None:
-        """The lines of a committed chunk, to the thread (at most one more waiting); a
-        small one's written at once (after those before it), as the pass goes on."""
+        """The lines of a committed chunk: a small one's written at once (after those
+        before it); a large one's held for the thread (at most one more waiting), which
+        gets them when the next chunk's tick is sent (_hand_over_lines) or the chunks
+        are done. Formatting them while this thread reads the next chunk's due rows and
+        computes its instants, both in Python, would slow both down; while the database
+        runs the tick, this thread only waits."""
         if len(decided) < self.settings.thread_lines:
+            self._hand_over_lines()
             self._wait_lines(0)
             self._log_chunk(crons, aside, columns, decided)
             return
+        self._hand_over_lines()
         self._wait_lines(1)
+        self._held = functools.partial(self._log_chunk, crons, aside, columns, decided)
+
+    def _hand_over_lines(self) -> None:
+        """The held lines, if any, to the thread."""
+        held, self._held = self._held, None
+        if held is None:
+            return
         if self._lines is None:
             self._lines = ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="tick-lines", initializer=leave_signals_to_the_main_thread
             )
-        self._queued.append(self._lines.submit(self._log_chunk, crons, aside, columns, decided))
+        self._queued.append(self._lines.submit(held))
 
     def _wait_lines(self, left: int) -> None:
         """Until at most `left` chunks' lines are waiting; the first error is kept."""
@@ -176,6 +192,7 @@ class Pass:
             progressed = progressed or decided
             if not (full and decided):
                 break
+        self._hand_over_lines()  # (written while the chores below run)
         if self.repair is Repair.AFTER:
             progressed = self._repair(cur) or progressed
         # after the due schedules, each in short transactions of its own: never before a tick
@@ -235,6 +252,7 @@ class Pass:
             decided: list[tuple] = []
             columns: list[str] = []
             if names:
+                self._hand_over_lines()  # (formatted while the database runs the tick)
                 decided = plain.execute(sql.TICK, (names, nexts, self.name)).fetchall()
                 columns = [c.name for c in plain.description or ()]
         crons = {d[w]: (d[c], d[z]) for d in due}
