@@ -262,3 +262,16 @@ def test_a_refusal_of_a_schedule_stored_beyond_every_date_is_logged_with_the_oth
         (names[2],),
     ).fetchone()
     assert stored == ("infinity", True)
+
+
+def test_the_work_session_reads_its_instants_in_utc_whatever_the_servers_zone(db, db_dsn):
+    # a session that starts in another zone (the server's, a role's or the DSN's)
+    with lock_holding_scheduler(db_dsn + " options='-c TimeZone=Europe/Paris'", "utc") as s:
+        assert s.work_conn.execute("SHOW TimeZone").fetchone()[0] == "UTC"
+        assert s.work_conn.info.timezone is UTC  # psycopg's own, no zone conversion a value
+        names = make_workers(db, 2)
+        _due(db, names)
+        assert s.tick()
+        lines = [e for e in s.events() if e["event"] == "enqueued"]
+        assert len(lines) == 2
+        assert all(e["next_run_at"].endswith("+00:00") and e["scheduled_for"].endswith("+00:00") for e in lines)

@@ -15,9 +15,9 @@ class Occurrences:
     rare, and the schedule is set aside. (Whether a run is a catch-up is the tick's
     answer, not computed here.)
 
-    Instants are kept and compared in UTC: the session's zone is the server's, and two
-    datetimes of one zone compare and subtract by their wall clocks, so in a fall-back
-    fold a later instant can read as an earlier one."""
+    Instants are kept and compared in UTC (the work session reads them so; a caller may
+    pass any zone): two datetimes of one zone compare and subtract by their wall
+    clocks, so in a fall-back fold a later instant can read as an earlier one."""
 
     def __init__(self) -> None:
         # per (cron, zone): its windows' starts, in order, and the first occurrence

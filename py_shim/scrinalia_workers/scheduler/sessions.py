@@ -250,6 +250,7 @@ class Sessions:
         self._on_lock(check_schema)  # a deploy may have moved the schema while we stood by
         self.work_conn, self.work_pid = self._open("scrinalia-scheduler")
         self.work_conn.execute(sql.SET_LOCK_TIMEOUT)
+        self.work_conn.execute(sql.SET_UTC)
         self.work_conn.execute(sql.LIMIT_WORK_SESSION)
         # the heartbeat recorded, vouching for the work session, before the first pass:
         # each try waits a moment for a state row a dead holder's last tick may hold

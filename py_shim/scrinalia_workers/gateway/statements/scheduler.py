@@ -39,6 +39,11 @@ HEARTBEAT = "SELECT scrinalia.scheduler_heartbeat(%s, %s) AS held, pg_backend_pi
 
 # a tick must never hang behind a row lock of a frozen peer (see evict_lock_holder)
 SET_LOCK_TIMEOUT = "SET lock_timeout = '10s'"
+# The instants a pass reads (thousands a chunk) in UTC, whatever the server's zone:
+# psycopg loads a timestamptz as datetime.timezone.utc only in a session whose
+# TimeZone is 'UTC' (any other name, 'Etc/UTC' too, costs a zone conversion a value),
+# and UTC datetimes compare and subtract as instants even across a fall-back fold.
+SET_UTC = "SET TimeZone = 'UTC'"
 # the prepared tick's transaction, sent whole in one pipeline (scheduler.prepared)
 BEGIN = "BEGIN"
 COMMIT = "COMMIT"
