@@ -132,12 +132,11 @@ class Pass:
         are done. Formatting them while this thread reads the next chunk's due rows and
         computes its instants, both in Python, would slow both down; while the database
         runs the tick, this thread only waits."""
+        self._hand_over_lines()  # (a chunk with no tick sent: the lines before it first)
         if len(decided) < self.settings.thread_lines:
-            self._hand_over_lines()
             self._wait_lines(0)
             self._log_chunk(crons, aside, columns, decided)
             return
-        self._hand_over_lines()
         self._wait_lines(1)
         self._held = functools.partial(self._log_chunk, crons, aside, columns, decided)
 
