@@ -118,6 +118,20 @@ AS $$
      WHERE scrinalia.schedule_is_starved(s.enabled, s.skipped_count, s.skipped_count_at_enqueue)
 $$;
 
+-- A run no runner has claimed: QUEUED, and both created and claimable (not_before
+-- passed) at p_cut or earlier, p_cut being now() - unclaimed_alert_after(). The one
+-- rule of unclaimed_runs() and worker_metrics(), tested on a row each already reads:
+-- one expression, no SET clause, inlined (every function and operator by its schema).
+CREATE OR REPLACE FUNCTION scrinalia.run_is_unclaimed(p_status scrinalia.run_status, p_created_at timestamptz,
+                                                      p_not_before timestamptz, p_cut timestamptz)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT p_status OPERATOR(pg_catalog.=) 'QUEUED'::scrinalia.run_status
+           AND p_created_at OPERATOR(pg_catalog.<=) p_cut
+           AND coalesce(p_not_before, p_created_at) OPERATOR(pg_catalog.<=) p_cut
+$$;
+
 -- The QUEUED runs claimable (not_before passed) for unclaimed_alert_after() or longer
 -- that no runner has claimed. (Through ix_worker_runs_queued: created that long ago.)
 CREATE OR REPLACE FUNCTION scrinalia.unclaimed_runs()
@@ -130,9 +144,7 @@ AS $$
     SELECT r.run_id, r.worker_name, r.trigger, r.attempt,
            greatest(coalesce(r.not_before, r.created_at), scrinalia.period_start())
       FROM scrinalia.archive_worker_runs r
-     WHERE r.status = 'QUEUED'
-       AND r.created_at <= now() - scrinalia.unclaimed_alert_after()
-       AND coalesce(r.not_before, r.created_at) <= now() - scrinalia.unclaimed_alert_after()
+     WHERE scrinalia.run_is_unclaimed(r.status, r.created_at, r.not_before, now() - scrinalia.unclaimed_alert_after())
 $$;
 
 -- skipped_count_at_enqueue (0011_run_limits) is kept by the writers that enqueue a
@@ -354,7 +366,7 @@ $$;
 SELECT pg_temp.drop_when_result_lacks('scrinalia.worker_metrics()', 'slot_run_id');
 
 -- Per worker: what prometheus-postgres-exporter exposes as gauges and counters. The
--- workers' alerts (overrunning_runs(), schedule_is_starved(), unclaimed_runs()) as 1/0,
+-- workers' alerts (overrunning_runs(), schedule_is_starved(), run_is_unclaimed()) as 1/0,
 -- with the run that holds the slot (slot_run_id: the QUEUED or RUNNING run, else the
 -- attempt owed a retry), a value, never a label.
 CREATE OR REPLACE FUNCTION scrinalia.worker_metrics()
@@ -376,6 +388,7 @@ DECLARE
     overdue_cut timestamptz := now() - scrinalia.overdue_grace();
     -- (most workers have no limit of their own: converted once, not for each of them)
     default_max_seconds double precision := date_part('epoch', scrinalia.default_max_run_time());
+    unclaimed_cut timestamptz := now() - scrinalia.unclaimed_alert_after();
 BEGIN
     PERFORM scrinalia.fold_tallies();
     -- Set-based, no probe per worker: the tallies of 86_tallies.sql for the history, the
@@ -434,7 +447,7 @@ BEGIN
         SELECT worker_name, q.pending, q.processed, ch.worker_name IS NOT NULL AS changed,
                pf.last_status AS changed_status, rd.retries AS retries_pending,
                a.run_id, a.status, a.started_at, a.attempt, a.wait, ow.run_id AS owed_run_id, wl.max_run_time,
-               ov.worker_name IS NOT NULL AS overrunning, uc.worker_name IS NOT NULL AS unclaimed
+               ov.worker_name IS NOT NULL AS overrunning, a.unclaimed
           -- (each at most one row a worker: one full join after another, by the name)
           FROM (SELECT u.worker_name, count(*) FILTER (WHERE u.processed_at IS NULL) AS pending,
                        count(*) FILTER (WHERE u.processed_at IS NOT NULL) AS processed
@@ -451,19 +464,20 @@ BEGIN
           -- (the slot: the live row, one a worker (uq_worker_run_active), and the owed
           -- retries. Its wait when QUEUED and claimable: a hand-written -infinity counts
           -- from period_start(): old, and no error; a future one, +infinity included,
-          -- from now(): no wait yet)
+          -- from now(): no wait yet. Whether it is unclaimed, unclaimed_runs()'s rule on
+          -- the row read here: not a second read of the QUEUED runs, hashed again)
           FULL JOIN (SELECT r.worker_name, r.run_id, r.status, r.started_at, r.attempt,
                             CASE WHEN r.status = 'QUEUED' AND (r.not_before IS NULL OR r.not_before <= now())
                                  THEN date_part('epoch', now() - least(greatest(coalesce(r.not_before, r.created_at),
                                                                                  scrinalia.period_start()), now()))
-                                 END AS wait
+                                 END AS wait,
+                            scrinalia.run_is_unclaimed(r.status, r.created_at, r.not_before, unclaimed_cut) AS unclaimed
                        FROM scrinalia.archive_worker_runs r
                       WHERE r.status IN ('QUEUED', 'RUNNING')) a USING (worker_name)
           FULL JOIN (SELECT r.worker_name, min(r.run_id) AS run_id FROM scrinalia.archive_worker_runs r
                       WHERE r.retry_pending GROUP BY r.worker_name) ow USING (worker_name)
           FULL JOIN scrinalia.archive_worker_limits wl USING (worker_name)
           FULL JOIN (SELECT o.worker_name FROM scrinalia.overrunning_runs() o) ov USING (worker_name)
-          FULL JOIN (SELECT o.worker_name FROM scrinalia.unclaimed_runs() o) uc USING (worker_name)
       ) x ON x.worker_name = w.worker_name;
 END
 $$;

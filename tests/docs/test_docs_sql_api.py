@@ -97,6 +97,7 @@ INTERNAL = {
     "overrunning_runs",
     "starved_schedules",
     "schedule_is_starved",
+    "run_is_unclaimed",
     "unclaimed_runs",
     "run_side_rows_delete_statement",
     "run_v1",

@@ -114,6 +114,7 @@ INLINED = {
     "lateness_seconds",
     "schedule_is_overdue",
     "schedule_is_starved",
+    "run_is_unclaimed",
 }
 # (coalesce is a keyword of the grammar, not a function a search_path could resolve)
 SQL_WORDS = {

@@ -6,7 +6,17 @@ live rows' indexes."""
 
 from __future__ import annotations
 
-from helpers import claim, finish, make_worker, make_workers, put_schedule, scheduled_run, set_next_run, tick
+from helpers import (
+    claim,
+    finish,
+    make_worker,
+    make_workers,
+    nested_plans,
+    put_schedule,
+    scheduled_run,
+    set_next_run,
+    tick,
+)
 
 ALERTS = "SELECT kind, worker_name, run_ids, message FROM scrinalia.current_alerts() WHERE kind = %s"
 METRICS = (
@@ -117,6 +127,52 @@ def test_a_queued_run_no_runner_claims_is_an_alert(db):
     # a retry waiting for its moment is not claimable yet
     db.execute("UPDATE scrinalia.archive_worker_runs SET not_before = now() + interval '1 minute'")
     assert _alerts(db, "RUN_UNCLAIMED") == [] and _metrics(db)[2] == 0
+
+
+def test_worker_metrics_applies_the_unclaimed_rule_on_the_live_rows_it_reads(db):
+    """worker_metrics()'s unclaimed flags the workers unclaimed_runs() names, whatever the
+    case (old or new, claimable or not yet, created long ago but made claimable lately,
+    a hand-written -infinity or +infinity, running); and it tests the rule on the live
+    rows it reads for the slot, not by a second read of the QUEUED runs."""
+    cases = {
+        "old": "created_at = now() - interval '6 minutes'",
+        "new": "created_at = now() - interval '4 minutes'",
+        "later": "created_at = now() - interval '6 minutes', not_before = now() + interval '1 minute'",
+        "lately": "created_at = now() - interval '6 minutes', not_before = now() - interval '4 minutes'",
+        "long_due": "created_at = now() - interval '6 minutes', not_before = now() - interval '10 minutes'",
+        "minus_inf": "created_at = now() - interval '6 minutes', not_before = '-infinity'",
+        "plus_inf": "created_at = now() - interval '6 minutes', not_before = 'infinity'",
+        "running": "created_at = now() - interval '6 minutes'",
+        "idle": None,
+    }
+    for name, change in cases.items():
+        make_worker(db, name)
+        if change is None:
+            continue
+        run_id = db.execute("SELECT run_id FROM scrinalia.enqueue(%s)", (name,)).fetchone()[0]
+        db.execute(f"UPDATE scrinalia.archive_worker_runs SET {change} WHERE run_id = %s", (run_id,))
+    assert claim(db, workers=["running"])[2] == "running"
+
+    def flagged():
+        rows = db.execute("SELECT worker_name, unclaimed FROM scrinalia.worker_metrics()").fetchall()
+        named = {r[0] for r in db.execute("SELECT worker_name FROM scrinalia.unclaimed_runs()")}
+        assert {w for w, u in rows if u == 1} == named
+        return named
+
+    assert flagged() == {"old", "long_due", "minus_inf"}
+    # two minutes on: the new run and the one claimable lately have waited long enough
+    db.execute(
+        "UPDATE scrinalia.archive_worker_runs SET created_at = created_at - interval '2 minutes',"
+        " not_before = not_before - interval '2 minutes'"
+    )
+    assert flagged() == {"old", "new", "lately", "long_due", "minus_inf"}
+
+    plans = nested_plans(db)
+    db.execute("SELECT count(*) FROM scrinalia.worker_metrics()").fetchone()
+    [plan] = [p for p in plans if "FROM scrinalia.archive_workers w" in p]
+    # (inlined or not, a second read of the QUEUED runs goes through ix_worker_runs_queued)
+    assert "Function Scan on unclaimed_runs" not in plan and "ix_worker_runs_queued" not in plan
+    assert "uq_worker_run_active" in plan
 
 
 def test_the_alerts_read_no_history(db):
