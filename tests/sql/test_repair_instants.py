@@ -146,34 +146,37 @@ def test_the_re_arm_joins_the_catalogue_by_hash_not_by_sorting_it(db):
     by a hash of the (cron, zone) pairs, not by sorting the whole catalogue on its cron
     text for a merge join (the planner's choice on a catalogue of this shape)."""
     names = make_workers(db, 10000)
-    now = db.execute("SELECT now()").fetchone()[0]
-    templates = ["{m} * * * *", "{m} 2 * * *", "{m} 6 * * 1-5", "{m} */4 * * *", "{m} 3 1 * *", "*/15 * * * *"]
-    zones = ["UTC", "Europe/Berlin", "America/Sao_Paulo", "America/New_York", "Asia/Tokyo", "Asia/Kolkata"]
-    pairs = [
-        (templates[i % len(templates)].replace("{m}", str(i // 7 % 60)), zones[i // 3 % len(zones)])
-        for i in range(len(names))
-    ]
-    nexts = {p: next_occurrence(*p, now) for p in set(pairs)}
-    db.execute(
-        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
-        " SELECT w, c, z, now() - interval '1 minute' FROM unnest(%s::text[], %s::text[], %s::text[]) AS i(w, c, z)",
-        (names, [c for c, _ in pairs], [z for _, z in pairs]),
-    )
-    # the statistics of a big tick's moment: every schedule due; then each is armed
-    db.execute("ANALYZE scrinalia.archive_worker_schedules")
-    db.execute(
-        "UPDATE scrinalia.archive_worker_schedules s SET next_run_at = i.n"
-        " FROM unnest(%s::text[], %s::timestamptz[]) AS i(w, n) WHERE s.worker_name = i.w",
-        (names, [nexts[p] for p in pairs]),
-    )
-    db.execute(
-        "UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() + interval '10 years' WHERE worker_name = %s",
-        (names[7],),
-    )
-    armed = db.execute("SELECT cron, timezone FROM scrinalia.armed_schedule_crons()").fetchall()
-    assert sorted(armed) == sorted(nexts)
-    plans = nested_plans(db)
-    rows = db.execute(REARM, ([c for c, _ in armed], [z for _, z in armed], [nexts[p] for p in armed])).fetchall()
-    assert [(w, n) for w, _, n in rows] == [(names[7], nexts[pairs[7]])]
-    (update,) = [p for p in plans if "UPDATE scrinalia.archive_worker_schedules" in p]
-    assert "Hash Join" in update and "Merge Join" not in update and "Sort" not in update, update
+    # one transaction: one now() for the test's instants and the functions' (a next
+    # occurrence a minute ahead must not come due while a slow machine runs the test)
+    with db.transaction():
+        now = db.execute("SELECT now()").fetchone()[0]
+        templates = ["{m} * * * *", "{m} 2 * * *", "{m} 6 * * 1-5", "{m} */4 * * *", "{m} 3 1 * *", "*/15 * * * *"]
+        zones = ["UTC", "Europe/Berlin", "America/Sao_Paulo", "America/New_York", "Asia/Tokyo", "Asia/Kolkata"]
+        pairs = [
+            (templates[i % len(templates)].replace("{m}", str(i // 7 % 60)), zones[i // 3 % len(zones)])
+            for i in range(len(names))
+        ]
+        nexts = {p: next_occurrence(*p, now) for p in set(pairs)}
+        db.execute(
+            "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
+            " SELECT w, c, z, now() - interval '1 minute' FROM unnest(%s::text[], %s::text[], %s::text[]) AS i(w, c, z)",
+            (names, [c for c, _ in pairs], [z for _, z in pairs]),
+        )
+        # the statistics of a big tick's moment: every schedule due; then each is armed
+        db.execute("ANALYZE scrinalia.archive_worker_schedules")
+        db.execute(
+            "UPDATE scrinalia.archive_worker_schedules s SET next_run_at = i.n"
+            " FROM unnest(%s::text[], %s::timestamptz[]) AS i(w, n) WHERE s.worker_name = i.w",
+            (names, [nexts[p] for p in pairs]),
+        )
+        db.execute(
+            "UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() + interval '10 years' WHERE worker_name = %s",
+            (names[7],),
+        )
+        armed = db.execute("SELECT cron, timezone FROM scrinalia.armed_schedule_crons()").fetchall()
+        assert sorted(armed) == sorted(nexts)
+        plans = nested_plans(db)
+        rows = db.execute(REARM, ([c for c, _ in armed], [z for _, z in armed], [nexts[p] for p in armed])).fetchall()
+        assert [(w, n) for w, _, n in rows] == [(names[7], nexts[pairs[7]])]
+        (update,) = [p for p in plans if "UPDATE scrinalia.archive_worker_schedules" in p]
+        assert "Hash Join" in update and "Merge Join" not in update and "Sort" not in update, update
