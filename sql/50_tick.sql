@@ -356,7 +356,7 @@ DECLARE
                arm_error_since = CASE WHEN x.decision = 'REFUSED' THEN coalesce(s.arm_error_since, now()) END,
                arm_retry_at = CASE WHEN x.decision = 'REFUSED' THEN now() + scrinalia.arm_retry_interval() END
           FROM decided x
-         WHERE s.worker_name = x.worker_name AND s.worker_name = ANY ($1)
+         WHERE s.worker_name = x.worker_name
         RETURNING s.worker_name, x.decision, x.run_id, x.was,
                   CASE WHEN x.decision = 'REFUSED' THEN s.next_run_at ELSE x.next_at END, x.reason, x.catch_up
     )

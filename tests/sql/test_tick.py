@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import psycopg
 import pytest
 
@@ -19,6 +21,7 @@ from helpers import (
     set_next_run,
     tick,
 )
+from scrinalia_workers import cron
 
 
 def armed(db, worker="ocr", cron="0 2 * * *", request=None):
@@ -609,3 +612,58 @@ def test_a_chunk_of_many_due_schedules_is_read_in_the_index_order_not_sorted(db)
     assert got == expected
     (due,) = [p for p in plans if "s.next_run_at <= now()" in p]
     assert "Index Scan using ix_worker_schedules_due_order" in due and "Sort" not in due, due
+
+
+def _array_probes_repeated(plan: str, node: str) -> list[str]:
+    """The nodes under `node` (a plan node's label) that test a parameter array (= ANY
+    of a constant array) more than once: a scan run again for each outer row, each run
+    reading (and, in a btree, sorting) the whole array."""
+    lines = plan.splitlines()
+    (top,) = [i for i, line in enumerate(lines) if node in line]
+    depth = len(lines[top]) - len(lines[top].lstrip())
+    found, loops, label = [], 1, ""
+    for line in lines[top + 1 :]:
+        if line.strip() and len(line) - len(line.lstrip()) <= depth:
+            break
+        if "->" in line:
+            label = line.strip()
+            loops = int(re.search(r"loops=(\d+)", line).group(1))
+        elif loops > 1 and "= ANY ('{" in line:
+            found.append(f"{label}: {line.strip()[:120]}")
+    return found
+
+
+def test_a_tick_of_a_few_thousand_finds_each_schedule_to_update_by_its_key(db):
+    """The tick's update of the schedules it decided reads each row by its key, never
+    by a scan that tests the tick's whole array of workers again for every decided
+    row: estimated at a few rows, a tick of 2,500 among 10,000 schedules was planned
+    as a loop over them, each turn an index scan on the key and the array: a time that
+    grew with the square of the tick's size."""
+    names = make_workers(db, 10000)
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
+        " SELECT w, format('%%s %%s * * *', i %% 60, i %% 24), 'UTC',"
+        "        now() - make_interval(secs => 1 + (i * 7919) %% 7200)"
+        "   FROM unnest(%s::text[]) WITH ORDINALITY AS u(w, i)",
+        (names,),
+    )
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, requested_by)"
+        " SELECT w, 'MANUAL', 'test' FROM unnest(%s::text[]) AS w",
+        (names[::2],),
+    )
+    for _ in range(10):  # (the dead versions every pass leaves: a table of many pages, as in use)
+        db.execute("UPDATE scrinalia.archive_worker_schedules SET updated_at = updated_at")
+    db.execute("VACUUM ANALYZE scrinalia.archive_worker_schedules")
+    db.execute("ANALYZE scrinalia.archive_worker_runs")
+    plans = nested_plans(db, analyze=True)
+    with db.transaction():
+        due = db.execute("SELECT worker_name, cron, timezone, db_now FROM scrinalia.due_schedules(2500)").fetchall()
+        nexts = [cron.next_occurrence(c, tz, now) for _, c, tz, now in due]
+        decided = db.execute(
+            "SELECT decision FROM scrinalia.tick(%s::text[], %s::timestamptz[], 'test')", ([d[0] for d in due], nexts)
+        ).fetchall()
+    assert len(decided) == len(due) == 2500
+    assert {d[0] for d in decided} == {"ENQUEUED", "SKIPPED"}
+    (plan,) = [p for p in plans if "Update on archive_worker_schedules" in p]
+    assert _array_probes_repeated(plan, "Update on archive_worker_schedules") == [], plan
