@@ -372,7 +372,9 @@ def run(dsn: str, quick: bool = False) -> Result:
             f"({', '.join(seed.ZONES)}); a QUEUED manual run on every other worker, so half "
             "of the decisions are SKIPPED and half ENQUEUED; a request on every fourth schedule. All workers "
             "share one catalogue (seed.py), so the config resolution, shared per distinct combination of "
-            "catalogue, settings and request, does its work a few times per tick.",
+            "catalogue, settings and request, does its work a few times per tick. The tick keeps the configs it "
+            "resolves (schedule_configs) and copies them at the next ticks: the first round's first tick or pass "
+            "resolves, the others copy; the floor copies its own from a table resolved beforehand.",
             f"The pass (the headline): the scheduler's own `Scheduler.tick()` over the N due schedules, as a "
             f"scheduler that has just taken the lock runs it (connected before the clock starts, croniter's parse "
             f"cache cleared): reaping and retries, then chunks of {DEFAULTS.tick_chunk:,} due schedules, each its "

@@ -344,6 +344,107 @@ BEGIN
       FROM scrinalia.resolve_configs(ARRAY[p_worker_name], ARRAY[p_request]) rc;
 END $$;
 
+-- The identity of the rule resolve_configs() applies: the source of the functions that
+-- resolve. A config kept for the tick (schedule_configs, migrations/0017) holds only
+-- under the rule it was resolved by: a release that changes the rule uses none kept by
+-- an earlier one, and one that leaves it as it was keeps them all.
+CREATE OR REPLACE FUNCTION scrinalia.config_rule()
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT md5(string_agg(p.prosrc, ' ' ORDER BY p.proname))
+      FROM pg_catalog.pg_proc p
+     WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY['scrinalia.config_of(jsonb,jsonb,jsonb,jsonb)'::regprocedure,
+                                                   'scrinalia.resolve_configs(text[],jsonb[])'::regprocedure])
+$$;
+
+-- A new layers_stamp (schedule_configs) for each worker whose config layers a statement
+-- changed: its default_config or presets (archive_workers), its settings
+-- (archive_worker_settings), or a worker new to the catalogue. The config kept for it,
+-- resolved under the stamp before, no longer holds. A worker the statement removed has
+-- no row left. One statement per statement, whatever its rows; never a wait on a tick
+-- longer than its own transaction (the tick locks the rows it fills, then commits).
+CREATE OR REPLACE FUNCTION scrinalia.config_stamp_statement()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+DECLARE
+    changed text[];
+BEGIN
+    -- (each branch names only the transition tables its trigger has)
+    IF TG_TABLE_NAME = 'archive_workers' AND TG_OP = 'INSERT' THEN
+        changed := ARRAY(SELECT n.worker_name FROM new_rows n);
+    ELSIF TG_TABLE_NAME = 'archive_workers' THEN
+        changed := ARRAY(SELECT n.worker_name FROM new_rows n
+                           LEFT JOIN old_rows o ON o.worker_name = n.worker_name
+                          WHERE o.worker_name IS NULL OR o.default_config IS DISTINCT FROM n.default_config
+                             OR o.presets IS DISTINCT FROM n.presets);
+    ELSIF TG_OP = 'INSERT' THEN
+        changed := ARRAY(SELECT n.worker_name FROM new_rows n);
+    ELSIF TG_OP = 'UPDATE' THEN
+        changed := ARRAY(SELECT coalesce(n.worker_name, o.worker_name) FROM new_rows n
+                           FULL JOIN old_rows o ON o.worker_name = n.worker_name
+                          WHERE n.settings IS DISTINCT FROM o.settings);
+    ELSE
+        changed := ARRAY(SELECT o.worker_name FROM old_rows o);
+    END IF;
+    INSERT INTO scrinalia.schedule_configs AS k (worker_name, layers_stamp)
+    SELECT w.worker_name, nextval('scrinalia.config_layers_stamp_seq')
+      FROM scrinalia.archive_workers w
+     WHERE w.worker_name = ANY (changed)
+    ON CONFLICT (worker_name) DO UPDATE SET layers_stamp = excluded.layers_stamp;
+    RETURN NULL;
+END $$;
+
+-- Settings truncated: every worker's layers changed.
+CREATE OR REPLACE FUNCTION scrinalia.config_stamp_truncate_statement()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, scrinalia, pg_temp
+AS $$
+BEGIN
+    UPDATE scrinalia.schedule_configs SET layers_stamp = nextval('scrinalia.config_layers_stamp_seq');
+    RETURN NULL;
+END $$;
+
+-- The stamps' triggers (a transition table serves one event only: a trigger per event),
+-- and the row of every worker without one (loaded while the triggers were off, or
+-- before this release).
+DO $$
+DECLARE
+    t record;
+BEGIN
+    FOR t IN SELECT * FROM (VALUES
+                 ('archive_workers', 'config_stamp_insert', 'INSERT', 'NEW TABLE AS new_rows'),
+                 ('archive_workers', 'config_stamp_update', 'UPDATE', 'OLD TABLE AS old_rows NEW TABLE AS new_rows'),
+                 ('archive_worker_settings', 'config_stamp_insert', 'INSERT', 'NEW TABLE AS new_rows'),
+                 ('archive_worker_settings', 'config_stamp_update', 'UPDATE',
+                  'OLD TABLE AS old_rows NEW TABLE AS new_rows'),
+                 ('archive_worker_settings', 'config_stamp_delete', 'DELETE', 'OLD TABLE AS old_rows'))
+                 AS x(tbl, name, event, tables)
+    LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
+                        WHERE tgrelid = pg_catalog.to_regclass('scrinalia.' || t.tbl) AND tgname = t.name) THEN
+            EXECUTE pg_catalog.format('CREATE TRIGGER %I AFTER %s ON scrinalia.%I REFERENCING %s '
+                                      'FOR EACH STATEMENT EXECUTE FUNCTION scrinalia.config_stamp_statement()',
+                                      t.name, t.event, t.tbl, t.tables);
+        END IF;
+    END LOOP;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
+                    WHERE tgrelid = 'scrinalia.archive_worker_settings'::pg_catalog.regclass
+                      AND tgname = 'config_stamp_truncate') THEN
+        CREATE TRIGGER config_stamp_truncate AFTER TRUNCATE ON scrinalia.archive_worker_settings
+            FOR EACH STATEMENT EXECUTE FUNCTION scrinalia.config_stamp_truncate_statement();
+    END IF;
+    INSERT INTO scrinalia.schedule_configs (worker_name, layers_stamp)
+    SELECT w.worker_name, nextval('scrinalia.config_layers_stamp_seq')
+      FROM scrinalia.archive_workers w
+     WHERE NOT EXISTS (SELECT FROM scrinalia.schedule_configs k WHERE k.worker_name = w.worker_name);
+END
+$$;
+
 -- Registers or updates a worker in the catalogue (deploy-time: the owner only).
 CREATE OR REPLACE FUNCTION scrinalia.register_worker(p_worker_name text, p_engines jsonb DEFAULT '{}',
                                           p_presets jsonb DEFAULT '{}', p_options jsonb DEFAULT '{}',

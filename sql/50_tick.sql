@@ -193,7 +193,8 @@ END $$;
 -- instant standing for one): REFUSED, not enqueued, not advanced, set aside with the
 -- reason (arm_error) until arm_retry_interval() has passed.
 -- Set-based throughout, for 100,000 schedules as for one: the slot and the owed retry
--- by hash joins, the configs by one resolve_configs() pass. Custom plans (the arrays'
+-- by hash joins, the configs kept with the schedules (schedule_configs) where they hold,
+-- the others by one resolve_configs() pass, then kept. Custom plans (the arrays'
 -- real sizes, not a generic guess), no JIT (compiling costs more than it saves here),
 -- and room to sort and hash 100,000 rows in memory rather than on disk.
 -- p_due_at: only the schedules whose next_run_at is exactly that instant, which may
@@ -214,17 +215,25 @@ AS $$
 DECLARE
     bad text;
     twice boolean;
-    -- $1, $2: the arrays; $3: p_due_at; %s: the INSERT's conflict clause
+    rule constant text := scrinalia.config_rule();
+    -- $1, $2: the arrays; $3: p_due_at; $4: config_rule(); %s: the INSERT's conflict clause
     stmt constant text := $stmt$
     WITH due AS (
         -- was NULL: not armed (or outside the periods' range): armed, no run
         SELECT s.worker_name,
                CASE WHEN s.next_run_at >= scrinalia.period_start() AND s.next_run_at < scrinalia.period_end()
                     THEN s.next_run_at END AS was,
-               s.request, s.cron, s.timezone, i.next_at, a.run_id AS active_run_id, o.run_id AS owed_run_id
+               s.request, s.cron, s.timezone, i.next_at, a.run_id AS active_run_id, o.run_id AS owed_run_id,
+               k.layers_stamp,
+               -- the config kept for the worker holds while resolved under its layers of
+               -- now, for the request of now, by the rule of now ($4). (Tested here, not
+               -- in the join: no hash of every request.)
+               coalesce(k.stamp = k.layers_stamp AND k.rule = $4 AND k.request = s.request, false) AS kept,
+               k.config AS kept_config, k.config_sources AS kept_sources
           FROM unnest($1, $2) AS i(worker_name, next_at)
           JOIN scrinalia.archive_worker_schedules s ON s.worker_name = i.worker_name
                                                    AND s.worker_name = ANY ($1)
+          LEFT JOIN scrinalia.schedule_configs k ON k.worker_name = s.worker_name
           -- the slot (the predicate of uq_worker_run_active) and the owed retries
           LEFT JOIN scrinalia.archive_worker_runs a
                  ON a.worker_name = s.worker_name AND a.status IN ('QUEUED', 'RUNNING')
@@ -282,16 +291,39 @@ DECLARE
         -- with the insert's rows, whose count the planner cannot know: it guessed a few,
         -- and a nested loop cost the square of the chunk)
         SELECT d.worker_name, d.was, d.request, d.cron, d.timezone, d.next_at, d.active_run_id, d.owed_run_id,
-               v.refused,
+               d.layers_stamp, d.kept, d.kept_config, d.kept_sources, v.refused,
                CASE WHEN d.was IS NOT NULL AND d.active_run_id IS NULL AND d.owed_run_id IS NULL
                          AND v.refused IS NULL
                     THEN nextval('scrinalia.archive_worker_runs_run_id_seq') END AS new_run_id
           FROM due d
           JOIN verdicts v ON v.cron = d.cron AND v.timezone = d.timezone AND v.next_at = d.next_at
     ), fire AS (
+        -- the runs to create without a config kept for them: resolved in one pass
         SELECT array_agg(d.worker_name) AS workers, array_agg(d.request) AS requests
           FROM checked d
-         WHERE d.new_run_id IS NOT NULL
+         WHERE d.new_run_id IS NOT NULL AND NOT d.kept
+    ), resolved AS MATERIALIZED (
+        SELECT rc.worker_name, rc.config, rc.sources
+          FROM fire f
+         CROSS JOIN LATERAL scrinalia.resolve_configs(f.workers, f.requests) rc
+         WHERE f.workers IS NOT NULL
+    ), keep AS (
+        -- the rows to keep the resolved configs in; one a catalogue change holds is
+        -- skipped (kept at a later tick), never waited for
+        SELECT k.worker_name
+          FROM scrinalia.schedule_configs k
+         WHERE k.worker_name IN (SELECT r.worker_name FROM resolved r)
+           FOR NO KEY UPDATE OF k SKIP LOCKED
+    ), kept AS (
+        -- each kept under the layers_stamp read in this statement's snapshot: a change of
+        -- the layers committed since renewed it, and the config kept here does not hold
+        UPDATE scrinalia.schedule_configs k
+           SET stamp = d.layers_stamp, rule = $4, request = d.request, config = r.config,
+               config_sources = r.sources
+          FROM keep l
+          JOIN resolved r ON r.worker_name = l.worker_name
+          JOIN checked d ON d.worker_name = r.worker_name
+         WHERE k.worker_name = l.worker_name AND d.layers_stamp IS NOT NULL
     ), missed AS MATERIALIZED (
         -- whether periods were missed (the run a catch-up): once per (cron, zone,
         -- instant waited for) of those that may enqueue a minute or more late; on time
@@ -309,13 +341,19 @@ DECLARE
                (run_id, worker_name, trigger, request, config, config_sources, scheduled_for, requested_by,
                 created_at, catch_up)
         OVERRIDING SYSTEM VALUE
-        -- (created as of its due instant when ticked ahead of it: tick_due_at)
-        SELECT d.new_run_id, d.worker_name, 'SCHEDULE', d.request, rc.config, rc.sources, d.was, 'scheduler',
-               greatest(now(), d.was),
+        -- (created as of its due instant when ticked ahead of it: tick_due_at). The kept
+        -- configs need no join: only those resolved are joined with their rows
+        SELECT d.new_run_id, d.worker_name, 'SCHEDULE'::scrinalia.run_trigger, d.request, d.kept_config,
+               d.kept_sources, d.was, 'scheduler', greatest(now(), d.was),
                (d.cron, d.timezone, d.was) IN (SELECT x.cron, x.timezone, x.was FROM missed x)
-          FROM fire f
-         CROSS JOIN LATERAL scrinalia.resolve_configs(f.workers, f.requests) rc
-          JOIN checked d ON d.worker_name = rc.worker_name  -- one schedule per worker
+          FROM checked d
+         WHERE d.new_run_id IS NOT NULL AND d.kept
+        UNION ALL
+        SELECT d.new_run_id, d.worker_name, 'SCHEDULE'::scrinalia.run_trigger, d.request, r.config, r.sources,
+               d.was, 'scheduler', greatest(now(), d.was),
+               (d.cron, d.timezone, d.was) IN (SELECT x.cron, x.timezone, x.was FROM missed x)
+          FROM resolved r
+          JOIN checked d ON d.worker_name = r.worker_name  -- one schedule per worker
         %s
         RETURNING r.run_id
     ), decided AS MATERIALIZED (
@@ -404,9 +442,9 @@ BEGIN
     -- arrays' values either way; the function's SET clause restores the mode at exit.
     PERFORM set_config('plan_cache_mode', 'auto', true);
     BEGIN
-        RETURN QUERY EXECUTE format(stmt, '') USING p_workers, p_next, p_due_at;
+        RETURN QUERY EXECUTE format(stmt, '') USING p_workers, p_next, p_due_at, rule;
     EXCEPTION WHEN unique_violation THEN
-        RETURN QUERY EXECUTE format(stmt, 'ON CONFLICT DO NOTHING') USING p_workers, p_next, p_due_at;
+        RETURN QUERY EXECUTE format(stmt, 'ON CONFLICT DO NOTHING') USING p_workers, p_next, p_due_at, rule;
     END;
 
     IF FOUND THEN

@@ -28,6 +28,7 @@ HEAD = [
     "0014_runner_stalls",
     "0015_run_catch_up_column",
     "0016_period_lateness",
+    "0017_schedule_configs",
 ]
 
 

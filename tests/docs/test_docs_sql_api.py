@@ -105,6 +105,9 @@ INTERNAL = {
     "run_catch_up_noted",
     "run_side_rows_truncate_statement",
     "prune_runs_before",
+    "config_rule",
+    "config_stamp_statement",
+    "config_stamp_truncate_statement",
 }
 
 # Blocks (by a fragment of their SQL) that fail as their documented role because of a
