@@ -132,14 +132,18 @@ END $$;
 
 -- Whether (p_cron, p_zone) fires at an instant in (p_after, p_upto]: the catch-up
 -- check of a period waited for since p_after and ticked at p_upto. Periods fall on
--- minutes, so under a minute apart none can hide (false). Each minute instant of the
+-- minutes, so under a minute apart none can hide (false). The minute instants of the
 -- range in order, stopping at the first that fires: a matching wall minute outside a
 -- fall-back fold's second pass by the cron's masks (cron_masks_match, as the tick's
 -- verdicts), and what the masks cannot tell (a fold, a spring-forward gap's end, a
--- cron without masks) by cron_fires_at(). Its cost grows with the minutes waited, so
--- the tick asks only for a schedule a minute or more late, once per (cron, zone,
--- instant waited for). PL/pgSQL: its plans are kept for the session, where a SQL
--- function with a SET clause is planned again at every call.
+-- cron without masks) by cron_fires_at(). A wall day or hour the masks exclude holds
+-- no occurrence and is passed at once, to its end, when the zone's offset there is the
+-- one here (the wall clock moved as far as the instant: no gap's end was passed);
+-- across a change of offset, minute by minute. So the cost grows with the days waited
+-- and the matching hours, not with every minute (a scheduler back after days away
+-- decides its catch-ups at once); the tick asks only for a schedule a minute or more
+-- late, once per (cron, zone, instant waited for). PL/pgSQL: its plans are kept for the
+-- session, where a SQL function with a SET clause is planned again at every call.
 -- The zone must load (the tick refuses the schedules of one that does not).
 CREATE OR REPLACE FUNCTION scrinalia.cron_fires_between(p_cron text, p_zone text, p_after timestamptz,
                                                         p_upto timestamptz)
@@ -148,11 +152,16 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, scrinalia, pg_temp
 AS $$
 DECLARE
+    -- every minute and every hour of a wall day: the masks' day test alone, or the
+    -- day's and the hour's
+    every_minute constant bigint := (1::bigint << 60) - 1;
+    every_hour constant integer := (1 << 24) - 1;
     m record;
     i timestamptz;
     w timestamp;
     prev_w timestamp;
     fires boolean;
+    pass integer;
 BEGIN
     IF p_upto - p_after < interval '1 minute' THEN
         RETURN false;
@@ -168,6 +177,20 @@ BEGIN
     WHILE i <= p_upto LOOP
         w := timezone(p_zone, i);
         -- (more than a minute after the previous minute's wall clock: the instant ends a gap)
+        IF m.cron IS NOT NULL AND w - prev_w = interval '1 minute' THEN
+            pass := CASE WHEN NOT scrinalia.cron_masks_match(every_minute, every_hour, m.doms, m.months, m.dows,
+                                                             m.day_and, date_trunc('day', w))
+                         THEN 1440 - (extract(hour FROM w) * 60 + extract(minute FROM w))::integer
+                         WHEN NOT scrinalia.cron_masks_match(every_minute, m.hours, m.doms, m.months, m.dows,
+                                                             m.day_and, date_trunc('hour', w))
+                         THEN 60 - extract(minute FROM w)::integer
+                         ELSE 0 END;
+            IF pass > 0 AND timezone(p_zone, i + make_interval(mins => pass)) - w = make_interval(mins => pass) THEN
+                i := i + make_interval(mins => pass);
+                prev_w := w + make_interval(mins => pass - 1);
+                CONTINUE;
+            END IF;
+        END IF;
         fires := CASE WHEN m.cron IS NULL THEN scrinalia.cron_fires_at(p_cron, p_zone, i)
                       WHEN scrinalia.cron_masks_match(m.minutes, m.hours, m.doms, m.months, m.dows, m.day_and, w)
                       THEN m.hour_star

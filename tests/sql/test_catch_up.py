@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -96,6 +97,57 @@ def test_cron_fires_between_answers_as_the_cron_itself(db, zone):
         c, now = rng.choice(pairs), rng.choice(nows)
         waited = now - timedelta(seconds=rng.choice([rng.randrange(0, 90), rng.randrange(0, 3 * 86400)]))
         expected = now - waited >= MINUTE and cron.next_occurrence(c, zone, waited) <= now
+        cases.append((c, waited, now, expected))
+    got = db.execute(
+        "SELECT scrinalia.cron_fires_between(c, %s, a, u)"
+        " FROM unnest(%s::text[], %s::timestamptz[], %s::timestamptz[]) WITH ORDINALITY AS x(c, a, u, i) ORDER BY i",
+        (zone, [c[0] for c in cases], [c[1] for c in cases], [c[2] for c in cases]),
+    ).fetchall()
+    wrong = [(c, expected) for c, (answer,) in zip(cases, got) if answer is not c[3]]
+    assert wrong == []
+    assert any(c[3] for c in cases) and not all(c[3] for c in cases)
+
+
+@pytest.mark.parametrize(
+    "zone", ["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata", "America/Santiago"]
+)
+def test_cron_fires_between_answers_as_the_cron_itself_after_weeks_away(db, zone):
+    """Waits of up to seven weeks, crons that fire on few days or hours (the days and
+    hours the masks exclude are passed whole), across every transition of the year."""
+    rng = random.Random("weeks " + zone)
+    pairs = [
+        "0 3 * * *",
+        "30 2 * * 0",
+        "0 0 1 * *",
+        "45 23 28-31 * *",
+        "0 12 13 * 5",
+        "10 1-3 * * 1-5",
+        "0 2 29 2 *",
+        "*/30 9-17 * 3,10 *",
+        "59 23 * * 6",
+        "15 0 * * *",
+    ]
+    # the year's changes of offset: half the cases end within two days after one, having
+    # waited a few days before it (a day passed whole there would overshoot the next one's
+    # first hours: "15 0 * * 1" after a Sunday spring-forward)
+    tz, start = ZoneInfo(zone), datetime(2026, 1, 1, tzinfo=UTC)
+    changes = [
+        start + timedelta(hours=h)
+        for h in range(1, 366 * 24)
+        if (start + timedelta(hours=h)).astimezone(tz).utcoffset()
+        != (start + timedelta(hours=h - 1)).astimezone(tz).utcoffset()
+    ]
+    pairs += ["15 0 * * 1", "30 0 * * 1,4", "5 1 * * 1"]
+    cases = []
+    for n in range(160):
+        c = rng.choice(pairs)
+        if n % 2 and changes:
+            now = rng.choice(changes) + timedelta(minutes=rng.randrange(0, 2 * 1440))
+            waited = now - timedelta(seconds=rng.randrange(60, 4 * 86400))
+        else:
+            now = start + timedelta(minutes=rng.randrange(0, 366 * 1440))
+            waited = now - timedelta(seconds=rng.randrange(60, 49 * 86400))
+        expected = cron.next_occurrence(c, zone, waited) <= now
         cases.append((c, waited, now, expected))
     got = db.execute(
         "SELECT scrinalia.cron_fires_between(c, %s, a, u)"
