@@ -216,7 +216,7 @@ END $$;
 -- instant standing for one): REFUSED, not enqueued, not advanced, set aside with the
 -- reason (arm_error) until arm_retry_interval() has passed.
 -- Set-based throughout, for 100,000 schedules as for one: the slot and the owed retry
--- by hash joins, the configs kept with the schedules (schedule_configs) where they hold,
+-- by hash joins, the configs kept for the workers (schedule_configs) where they hold,
 -- the others by one resolve_configs() pass, then kept. Custom plans (the arrays'
 -- real sizes, not a generic guess), no JIT (compiling costs more than it saves here),
 -- and room to sort and hash 100,000 rows in memory rather than on disk.
