@@ -374,15 +374,13 @@ DECLARE
     changed text[];
 BEGIN
     -- (each branch names only the transition tables its trigger has)
-    IF TG_TABLE_NAME = 'archive_workers' AND TG_OP = 'INSERT' THEN
+    IF TG_OP = 'INSERT' THEN
         changed := ARRAY(SELECT n.worker_name FROM new_rows n);
     ELSIF TG_TABLE_NAME = 'archive_workers' THEN
         changed := ARRAY(SELECT n.worker_name FROM new_rows n
                            LEFT JOIN old_rows o ON o.worker_name = n.worker_name
                           WHERE o.worker_name IS NULL OR o.default_config IS DISTINCT FROM n.default_config
                              OR o.presets IS DISTINCT FROM n.presets);
-    ELSIF TG_OP = 'INSERT' THEN
-        changed := ARRAY(SELECT n.worker_name FROM new_rows n);
     ELSIF TG_OP = 'UPDATE' THEN
         changed := ARRAY(SELECT coalesce(n.worker_name, o.worker_name) FROM new_rows n
                            FULL JOIN old_rows o ON o.worker_name = n.worker_name

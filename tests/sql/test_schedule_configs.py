@@ -77,24 +77,25 @@ def add_settings(db):
     db.execute("SELECT scrinalia.put_settings('ocr', %s)", (Jsonb({"options": {"dpi": 1200}}),))
 
 
-def change_settings(db):
+def settings_kept(db):
+    """Settings added, and a config kept under them (tampered: copied if it still holds)."""
     add_settings(db)
-    scheduled(db)  # kept under the first settings
+    scheduled(db)
     tamper(db)
+
+
+def change_settings(db):
+    settings_kept(db)
     db.execute("SELECT scrinalia.put_settings('ocr', %s)", (Jsonb({"options": {"dpi": 72}}),))
 
 
 def delete_settings(db):
-    add_settings(db)
-    scheduled(db)
-    tamper(db)
+    settings_kept(db)
     db.execute("DELETE FROM scrinalia.archive_worker_settings WHERE worker_name = 'ocr'")
 
 
 def truncate_settings(db):
-    add_settings(db)
-    scheduled(db)
-    tamper(db)
+    settings_kept(db)
     db.execute("TRUNCATE scrinalia.archive_worker_settings")
 
 
