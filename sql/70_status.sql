@@ -9,7 +9,7 @@ CREATE OR REPLACE FUNCTION scrinalia.schema_head()
 RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT '0017_schedule_configs'::text $$;
+AS $$ SELECT '0018_retry_of_restrict'::text $$;
 
 -- Can this role run the scheduler (execute the tick)? The scheduler group, and the
 -- operator and runner groups the ADR lets run it too.

@@ -29,6 +29,7 @@ HEAD = [
     "0015_run_catch_up_column",
     "0016_period_lateness",
     "0017_schedule_configs",
+    "0018_retry_of_restrict",
 ]
 
 

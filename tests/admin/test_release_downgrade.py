@@ -26,6 +26,7 @@ from scrinalia_workers.testkit.waiting import wait_for
 ROOT = Path(__file__).resolve().parents[2]
 # (commit, its version, its schema head, whether its yoyo tables are in public)
 RELEASES = {
+    "0.9.8": ("bf94443", "0017_schedule_configs", False),
     "0.9.7": ("dea9c23", "0016_period_lateness", False),
     "0.9.6": ("7cc525a", "0016_period_lateness", False),
     "0.9.5": ("55d4294", "0016_period_lateness", False),

@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # release's daemons must live through the next one's migrate, and a deploy may skip a release
 # (its commit: its schema head)
 PREVIOUS = {
+    "bf94443": "0017_schedule_configs",
     "dea9c23": "0016_period_lateness",
     "7cc525a": "0016_period_lateness",
     "55d4294": "0016_period_lateness",

@@ -229,3 +229,30 @@ def test_chains_that_must_stay_never_hide_the_ones_after_them_from_a_batch(db):
         removed.append(prune(db, batch=3))
     assert removed == [2, 2, 1, 0]
     assert existing(db, kept + singles) == set(kept)
+
+
+def _scans_of_the_ledger(conn) -> int:
+    """Scans of archive_worker_runs in this transaction so far, by any plan."""
+    return conn.execute(
+        "SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0) FROM pg_stat_xact_user_tables"
+        " WHERE relid = 'scrinalia.archive_worker_runs'::regclass"
+    ).fetchone()[0]
+
+
+def test_a_deleted_run_costs_the_foreign_key_one_question_and_a_retried_one_is_still_refused(db):
+    # ON DELETE RESTRICT: for each deleted run the foreign key of retry_of asks whether a
+    # retry points to it. NO ACTION (PostgreSQL's default) first asks whether another row
+    # now holds the run's key, a second read of the ledger for every run the prune deletes.
+    make_worker(db)
+    runs = [manual_run(db, "ocr") for _ in range(12)]
+    with db.transaction(force_rollback=True):
+        before = _scans_of_the_ledger(db)
+        assert db.execute("DELETE FROM scrinalia.archive_worker_runs WHERE run_id = ANY (%s)", (runs,)).rowcount == 12
+        scans = _scans_of_the_ledger(db) - before
+    assert len(runs) <= scans < 2 * len(runs), f"{scans} scans of the ledger to delete {len(runs)} runs"
+    # still a foreign key: the run a retry points to cannot go without its retry
+    make_worker(db, "chained")
+    chain = scheduled_chain(db, "chained", attempts=2)
+    with raises_sqlstate("23503", "archive_worker_runs_retry_of_fkey"):
+        db.execute("DELETE FROM scrinalia.archive_worker_runs WHERE run_id = %s", (chain[0],))
+    assert db.execute("DELETE FROM scrinalia.archive_worker_runs WHERE run_id = ANY (%s)", (chain,)).rowcount == 2
