@@ -260,8 +260,14 @@ DECLARE
           -- the slot (the predicate of uq_worker_run_active) and the owed retries
           LEFT JOIN scrinalia.archive_worker_runs a
                  ON a.worker_name = s.worker_name AND a.status IN ('QUEUED', 'RUNNING')
-          LEFT JOIN (SELECT p.worker_name, min(p.run_id) AS run_id FROM scrinalia.archive_worker_runs p
-                      WHERE p.retry_pending GROUP BY p.worker_name) o ON o.worker_name = s.worker_name
+          -- the worker's first owed retry, looked up by key for each due row, and not at
+          -- all when the ledger owes none. (The set of every owed retry, joined, was read
+          -- again for each due row when the planner expected one: due x owed.)
+          LEFT JOIN LATERAL (
+              SELECT CASE WHEN (SELECT EXISTS (SELECT FROM scrinalia.archive_worker_runs x WHERE x.retry_pending))
+                          THEN (SELECT min(p.run_id) FROM scrinalia.archive_worker_runs p
+                                 WHERE p.retry_pending AND p.worker_name = s.worker_name)
+                          END AS run_id) o ON true
          WHERE s.enabled
            AND (CASE WHEN $3 IS NULL
                      THEN s.next_run_at IS NULL OR s.next_run_at <= now() OR s.next_run_at >= scrinalia.period_end()

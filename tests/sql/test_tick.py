@@ -667,3 +667,78 @@ def test_a_tick_of_a_few_thousand_finds_each_schedule_to_update_by_its_key(db):
     assert {d[0] for d in decided} == {"ENQUEUED", "SKIPPED"}
     (plan,) = [p for p in plans if "Update on archive_worker_schedules" in p]
     assert _array_probes_repeated(plan, "Update on archive_worker_schedules") == [], plan
+
+
+def _owed_retry_lookups(plan: str) -> list[str]:
+    """The plan's scans of the owed retries' index, each with the line after it (its
+    condition)."""
+    lines = plan.splitlines()
+    return [
+        f"{line.strip()} / {lines[i + 1].strip()}"
+        for i, line in enumerate(lines)
+        if "on archive_worker_runs" in line and "ix_worker_runs_retry_pending" in line
+    ]
+
+
+def _tick_due(db) -> list[tuple]:
+    with db.transaction():
+        due = db.execute("SELECT worker_name, cron, timezone, db_now FROM scrinalia.due_schedules()").fetchall()
+        nexts = [cron.next_occurrence(c, tz, now) for _, c, tz, now in due]
+        return db.execute(
+            "SELECT worker_name, decision, reason FROM scrinalia.tick(%s::text[], %s::timestamptz[], 'test')",
+            ([d[0] for d in due], nexts),
+        ).fetchall()
+
+
+def test_a_tick_looks_up_the_owed_retry_of_each_due_worker_by_its_name_and_only_when_one_is_owed(db):
+    """Whether a due schedule's worker owes a retry: a lookup by the worker's name for
+    each due schedule, none at all while the ledger owes no retry. The set of every owed
+    retry, joined instead, was planned (from a catalogue where few schedules are due, as
+    most of the time) as a loop that read the whole set again for each due schedule: on
+    a ledger owing 1,800 retries, a tick of 300 took four times as long as one of 1,000."""
+    names = make_workers(db, 3000)
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_schedules (worker_name, cron, timezone, next_run_at)"
+        " SELECT w, '0 3 * * *', 'UTC', now() + interval '1 day' FROM unnest(%s::text[]) AS w",
+        (names,),
+    )
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, status, started_at, finished_at)"
+        " SELECT w, 'MANUAL', 'SUCCEEDED', now() - interval '2 days', now() - interval '2 days'"
+        "   FROM unnest(%s::text[]) AS w, generate_series(1, 3)",
+        (names,),
+    )
+    db.execute("VACUUM ANALYZE scrinalia.archive_worker_schedules, scrinalia.archive_worker_runs")
+    make_due = (
+        "UPDATE scrinalia.archive_worker_schedules SET next_run_at = now() - interval '10 seconds'"
+        " WHERE worker_name = ANY (%s)"
+    )
+    plans = nested_plans(db, analyze=True)
+
+    db.execute(make_due, (names[:30],))
+    assert {d[1] for d in _tick_due(db)} == {"ENQUEUED"}
+    (plan,) = [p for p in plans if "Update on archive_worker_schedules" in p and "CTE due" in p]
+    (by_name,) = [x for x in _owed_retry_lookups(plan) if "worker_name = s.worker_name" in x]
+    assert "never executed" in by_name, by_name
+
+    owing = names[1000:2000]
+    db.execute(
+        "INSERT INTO scrinalia.archive_worker_runs (worker_name, trigger, status, scheduled_for, started_at,"
+        "  finished_at, error, retry_pending)"
+        " SELECT w, 'SCHEDULE', 'FAILED', now() - interval '1 hour', now() - interval '1 hour',"
+        "        now() - interval '59 minutes', 'transient', true FROM unnest(%s::text[]) AS w",
+        (owing,),
+    )
+    due_now = names[100:120] + owing[:10]
+    db.execute(make_due, (due_now,))
+    plans.clear()
+    decided = _tick_due(db)
+    assert sorted(d[0] for d in decided) == sorted(due_now)
+    skipped = {d[0]: d[2] for d in decided if d[1] == "SKIPPED"}
+    assert set(skipped) == set(owing[:10])
+    assert all(reason.endswith("awaits its retry") for reason in skipped.values()), skipped
+    assert {d[1] for d in decided if d[0] not in skipped} == {"ENQUEUED"}
+    (plan,) = [p for p in plans if "Update on archive_worker_schedules" in p and "CTE due" in p]
+    (by_name,) = [x for x in _owed_retry_lookups(plan) if "worker_name = s.worker_name" in x]
+    rows, loops = (int(v) for v in re.search(r"rows=(\d+) loops=(\d+)", by_name).groups())
+    assert loops == len(due_now) and rows <= 1, by_name
