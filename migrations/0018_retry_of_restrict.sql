@@ -6,7 +6,8 @@
 -- another row (run_id comes from a sequence and is never updated), so the answer was
 -- always no, and the prune paid that probe on every run it deleted. Both are checked at
 -- the end of the statement, so a retry chain still goes in one DELETE. Updates keep NO
--- ACTION. Nothing an earlier release's daemons read or write changes.
+-- ACTION. Nothing an earlier release's daemons read or write changes. (PostgreSQL 18
+-- reports a refused delete as restrict_violation, 23001, where NO ACTION said 23503.)
 -- Two transactions (yoyo commits each statement of this file on its own): the swap,
 -- one ALTER TABLE holding the ledger for a moment; then the validation, which reads the
 -- whole ledger under a lock that lets runs be written meanwhile. Run again after a
