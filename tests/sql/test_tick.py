@@ -669,25 +669,18 @@ def test_a_tick_of_a_few_thousand_finds_each_schedule_to_update_by_its_key(db):
     assert _array_probes_repeated(plan, "Update on archive_worker_schedules") == [], plan
 
 
-def _owed_retry_lookups(plan: str) -> list[str]:
-    """The plan's scans of the owed retries' index, each with the line after it (its
-    condition)."""
+def _owed_retry_lookup_by_name(plans: list[str]) -> str:
+    """In the plan of the tick's statement, the scan of the owed retries' index by the
+    worker's name, with the line after it (its condition)."""
+    (plan,) = [p for p in plans if "Update on archive_worker_schedules" in p and "CTE due" in p]
     lines = plan.splitlines()
-    return [
+    (by_name,) = [
         f"{line.strip()} / {lines[i + 1].strip()}"
         for i, line in enumerate(lines)
-        if "on archive_worker_runs" in line and "ix_worker_runs_retry_pending" in line
+        if "ix_worker_runs_retry_pending on archive_worker_runs" in line
+        and "worker_name = s.worker_name" in lines[i + 1]
     ]
-
-
-def _tick_due(db) -> list[tuple]:
-    with db.transaction():
-        due = db.execute("SELECT worker_name, cron, timezone, db_now FROM scrinalia.due_schedules()").fetchall()
-        nexts = [cron.next_occurrence(c, tz, now) for _, c, tz, now in due]
-        return db.execute(
-            "SELECT worker_name, decision, reason FROM scrinalia.tick(%s::text[], %s::timestamptz[], 'test')",
-            ([d[0] for d in due], nexts),
-        ).fetchall()
+    return by_name
 
 
 def test_a_tick_looks_up_the_owed_retry_of_each_due_worker_by_its_name_and_only_when_one_is_owed(db):
@@ -716,9 +709,8 @@ def test_a_tick_looks_up_the_owed_retry_of_each_due_worker_by_its_name_and_only_
     plans = nested_plans(db, analyze=True)
 
     db.execute(make_due, (names[:30],))
-    assert {d[1] for d in _tick_due(db)} == {"ENQUEUED"}
-    (plan,) = [p for p in plans if "Update on archive_worker_schedules" in p and "CTE due" in p]
-    (by_name,) = [x for x in _owed_retry_lookups(plan) if "worker_name = s.worker_name" in x]
+    assert {d[1] for d in tick(db)[1]} == {"ENQUEUED"}
+    by_name = _owed_retry_lookup_by_name(plans)
     assert "never executed" in by_name, by_name
 
     owing = names[1000:2000]
@@ -732,14 +724,13 @@ def test_a_tick_looks_up_the_owed_retry_of_each_due_worker_by_its_name_and_only_
     due_now = names[100:120] + owing[:10]
     db.execute(make_due, (due_now,))
     plans.clear()
-    decided = _tick_due(db)
+    _, decided = tick(db)
     assert sorted(d[0] for d in decided) == sorted(due_now)
-    skipped = {d[0]: d[2] for d in decided if d[1] == "SKIPPED"}
+    skipped = {d[0]: d[5] for d in decided if d[1] == "SKIPPED"}
     assert set(skipped) == set(owing[:10])
     assert all(reason.endswith("awaits its retry") for reason in skipped.values()), skipped
     assert {d[1] for d in decided if d[0] not in skipped} == {"ENQUEUED"}
-    (plan,) = [p for p in plans if "Update on archive_worker_schedules" in p and "CTE due" in p]
-    (by_name,) = [x for x in _owed_retry_lookups(plan) if "worker_name = s.worker_name" in x]
+    by_name = _owed_retry_lookup_by_name(plans)
     # (rows per loop: PostgreSQL 18 prints them with two decimals)
     rows, loops = re.search(r"rows=([\d.]+) loops=(\d+)", by_name).groups()
     assert int(loops) == len(due_now) and float(rows) <= 1, by_name
