@@ -22,7 +22,6 @@ Systems (the peers' drains are bench/peers_drain.py):
 from __future__ import annotations
 
 import multiprocessing
-import os
 import tempfile
 from pathlib import Path
 
@@ -30,7 +29,7 @@ import psycopg
 
 from scrinalia_workers.testkit.procs import Procs
 
-from . import peers, peers_drain, peers_graphile, seed
+from . import machine, peers, peers_drain, peers_graphile, seed
 from .common import check, child_env, conn, median, vacuum_analyze
 from .drain_timing import await_sessions, sigterm_interrupts, timed_drain
 from .peers import N_WORKERS
@@ -275,26 +274,43 @@ def systems(dsns: dict[str, str], n: int, versions: dict, history: int, logdir) 
 
 
 def run(
-    dsns: dict[str, str], n: int, rounds: int, versions: dict, history: int = 0, only: list[str] | None = None
+    dsns: dict[str, str],
+    n: int,
+    rounds: int,
+    versions: dict,
+    history: int = 0,
+    only: list[str] | None = None,
+    quiet: bool = False,
 ) -> dict:
     """dsns: ours, graphile-worker, pgqueuer, procrastinate (a database each), and when
     history > 0 "history" and "history dense": ours again on a ledger that holds that
     many finished runs, laid out as use leaves them and packed (bench.seed.history).
-    only: these systems alone. Returns {system: {"rates": [...], "median": .., "min":
-    .., "max": .., "enqueue": [seconds, ...], "pages": [...], "load": [...]}} (pages: ours
-    only, the heap pages of the drained runs, per round; load: the 1-minute load
-    average as each drain started)."""
+    only: these systems alone. quiet: each drain waits for the machine's load to settle
+    first (machine.await_quiet: the drain before it counts in the load). Returns
+    {system: {"rates": [...], "median": .., "min": .., "max": .., "enqueue": [seconds,
+    ...], "pages": [...], "load": [...], "wal": [...], "checkpoints": [...]}} (pages:
+    ours only, the heap pages of the drained runs, per round; load: the 1-minute load
+    average as each drain started; wal, checkpoints: the cluster's WAL bytes written and
+    checkpoints begun from the enqueue to the last job done)."""
     with sigterm_interrupts(), tempfile.TemporaryDirectory(prefix="scrinalia-drain-") as tmp:
         drains = systems(dsns, n, versions, history if only is None else 0, lambda: Path(tmp))
         names = [k for k in drains if only is None or k in only]
-        out: dict = {name: {"rates": [], "pages": [], "enqueue": [], "load": []} for name in names}
+        out: dict = {
+            name: {"rates": [], "pages": [], "enqueue": [], "load": [], "wal": [], "checkpoints": []} for name in names
+        }
+        mark_dsn = next(iter(dsns.values()))  # (the cluster's figures: any of its databases)
         for r in range(rounds):
             # each round starts at a different system: whatever the one before leaves
             # (autovacuum, a checkpoint, cold caches) does not always fall on the same one
             k = r * len(names) // rounds
             for name in names[k:] + names[:k]:
-                out[name]["load"].append(os.getloadavg()[0])  # the 1-minute load as it starts
+                # the 1-minute load as it starts
+                out[name]["load"].append(machine.await_quiet() if quiet else machine.load())
+                wal, checkpoints = machine.wal_mark(mark_dsn)
                 got = drains[name]()
+                wal_after, checkpoints_after = machine.wal_mark(mark_dsn)
+                out[name]["wal"].append(wal_after - wal)
+                out[name]["checkpoints"].append(checkpoints_after - checkpoints)
                 print(f"  round {r + 1}/{rounds}: {name}: {got['rate']:,.0f} jobs/s", flush=True)
                 out[name]["rates"].append(got["rate"])
                 for key in ("pages", "enqueue"):

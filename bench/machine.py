@@ -4,10 +4,53 @@ from __future__ import annotations
 
 import os
 import platform
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 
 from .common import conn
+
+# A figure taken above this 1-minute load average (on the benchmark's 2 shared cores)
+# is marked as measured on a loaded machine.
+LOADED = 1.5
+# How long a benchmark that waits for a quiet machine waits at most before each drain.
+QUIET_WAIT = 150.0
+
+
+def load() -> float:
+    """The 1-minute load average."""
+    return os.getloadavg()[0]
+
+
+def await_quiet(
+    most: float = QUIET_WAIT,
+    poll: float = 2.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> float:
+    """The 1-minute load average once it is at most LOADED, or after `most` seconds
+    (the load then, above LOADED: the caller marks its figure). The machine's load
+    includes the benchmark's own previous drain, which settles within a minute or so."""
+    deadline = clock() + most
+    now = load()
+    while now > LOADED and clock() < deadline:
+        sleep(poll)
+        now = load()
+    return now
+
+
+def wal_mark(dsn: str) -> tuple[float, int]:
+    """The cluster's WAL written so far (bytes) and its checkpoints so far, to take the
+    difference across a drain (pg_stat_checkpointer from PostgreSQL 17 on)."""
+    with conn(dsn) as c:
+        lsn = float(c.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')").fetchone()[0])
+        if c.execute("SELECT to_regclass('pg_catalog.pg_stat_checkpointer') IS NOT NULL").fetchone()[0]:
+            done = c.execute("SELECT num_timed + num_requested FROM pg_stat_checkpointer").fetchone()[0]
+        else:
+            done = c.execute("SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter").fetchone()[0]
+    return lsn, int(done)
+
 
 SETTINGS = (
     "shared_buffers",

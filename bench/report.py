@@ -13,7 +13,6 @@ from . import machine
 from .common import Result, table
 
 ORDER = ("tick", "history", "claim", "lateness", "compare", "schedules", "enqueue", "metrics", "peer", "scale")
-LOADED = 1.5  # a section started above this 1-minute load average is marked as such
 _SECTION = re.compile(r"<!-- bench:(\w+) -->\n(.*?)<!-- /bench:\1 -->\n", re.S)
 _SUMMARY = re.compile(r"<!-- summary: (.*?) -->")
 
@@ -31,7 +30,7 @@ by the same run from its raw figures (bench/figures.py; matplotlib, the `bench` 
 def section(r: Result, m: dict) -> str:
     out = [f"## {r.title}", ""]
     load = r.load or m.get("load")
-    loaded = bool(load) and load[0] > LOADED
+    loaded = bool(load) and load[0] > machine.LOADED
     out.append(
         f"Measured {r.date or m['date']} on {m['cores']} cores ({m['cpu']}), {m['server'].split(' on ')[0]}, "
         f"fsync={m['settings']['fsync']}, synchronous_commit={m['settings']['synchronous_commit']}"
@@ -45,7 +44,7 @@ def section(r: Result, m: dict) -> str:
     if loaded:
         out += [
             "",
-            f"**Measured on a loaded machine** (1-minute load {load[0]:.2f} > {LOADED} on {m['cores']} cores, "
+            f"**Measured on a loaded machine** (1-minute load {load[0]:.2f} > {machine.LOADED} on {m['cores']} cores, "
             "shared with other work): the rates are low and noisy; ratios within one round share the load and "
             "mean more. Re-measure on a quiet machine before quoting the rates.",
         ]

@@ -1,7 +1,7 @@
 """The harness that holds the runner against graphile-worker at its best: graphile-worker
 tuned without its line per job, each of its processes listening before the jobs
-commit, a poll that reads an index, the load recorded; and BENCHMARKS.md marking a
-section measured on a loaded machine."""
+commit, a poll that reads an index, each drain started on a quiet machine (or marked),
+the load recorded; and BENCHMARKS.md marking a section measured on a loaded machine."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from scrinalia_workers.testkit.waiting import wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench import peer_bench, peers_drain, peers_graphile, report  # noqa: E402
+from bench import machine, peer_bench, peers_drain, peers_graphile, report  # noqa: E402
 from bench.common import Result  # noqa: E402
 from bench.drain_timing import await_sessions  # noqa: E402
 
@@ -96,5 +96,42 @@ def test_quick_peer_bench_gives_a_ratio_per_round_and_the_load_of_each_drain(db_
     (f,) = r.data["figures"]
     assert f["n"] == 1_000 and len(f["ratios"]) == 1 and f["ratios"][0] > 0
     for system in ("ours", peer_bench.PEER):
-        assert len(f["drains"][system]["load"]) == 1
+        drain = f["drains"][system]
+        assert len(drain["load"]) == 1
+        # the WAL of a drain of 1,000 jobs: more than nothing, less than a megabyte a job
+        assert len(drain["wal"]) == 1 and 0 < drain["wal"][0] < 1_000 * 1024 * 1024
+        assert len(drain["checkpoints"]) == 1 and drain["checkpoints"][0] >= 0
     assert r.rows[0][0] == "1,000" and r.rows[0][4].endswith("x")
+    assert " KiB; " in r.rows[0][6]
+
+
+class _Clock:
+    """Time that passes only when the harness sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_a_drain_starts_once_the_load_has_settled_and_not_later_than_the_bound(monkeypatch):
+    clock = _Clock()
+    loads = iter([3.1, 2.4, 1.9, 1.4, 0.8])
+    monkeypatch.setattr(machine, "load", lambda: next(loads))
+    assert machine.await_quiet(most=60, poll=2, clock=clock, sleep=clock.sleep) == 1.4
+    assert clock.slept == [2, 2, 2]  # it looked again until the load was at most LOADED
+
+    clock = _Clock()
+    monkeypatch.setattr(machine, "load", lambda: 4.2)  # another tenant keeps the cores busy
+    assert machine.await_quiet(most=60, poll=2, clock=clock, sleep=clock.sleep) == 4.2
+    assert clock.now == 60  # given up at the bound: the drain starts, its row marked loaded
+
+    quiet = _Clock()
+    monkeypatch.setattr(machine, "load", lambda: 0.3)
+    assert machine.await_quiet(clock=quiet, sleep=quiet.sleep) == 0.3 and quiet.slept == []
