@@ -176,7 +176,7 @@ def runner_drain(dsn: str, n: int, batch: int | None, logdir: Path, history_upto
             "ours",
             watch=procs.started,
         )
-        elapsed, enq = timed_drain(
+        d = timed_drain(
             dsn,
             _ours_fill(n),
             OURS_LIVE,
@@ -186,7 +186,7 @@ def runner_drain(dsn: str, n: int, batch: int | None, logdir: Path, history_upto
         )
         codes = procs.stop_all(timeout=30)
     check(all(c == 0 for c in codes), f"ours: runner exit codes {codes}")
-    return {"rate": n / elapsed, "elapsed": elapsed, "enqueue": enq, **_ours_check(dsn, n, history_upto)}
+    return {**d.figures(n), **_ours_check(dsn, n, history_upto)}
 
 
 def _bare_worker(dsn: str, i: int, ready, go, batch: int) -> None:
@@ -221,7 +221,7 @@ def bare_drain(dsn: str, n: int, batch: int = 1) -> dict:
         _bare_fill(n)(c)
         go.set()
 
-    elapsed, _ = timed_drain(
+    d = timed_drain(
         dsn,
         fill,
         OURS_LIVE,
@@ -231,7 +231,7 @@ def bare_drain(dsn: str, n: int, batch: int = 1) -> dict:
     for p in procs:
         p.join(timeout=60)
     check(all(p.exitcode == 0 for p in procs), f"bare: exit codes {[p.exitcode for p in procs]}")
-    return {"rate": n / elapsed, "elapsed": elapsed, **_ours_check(dsn, n)}
+    return {**d.figures(n), **_ours_check(dsn, n)}
 
 
 # --- the rounds -------------------------------------------------------------------
@@ -290,15 +290,13 @@ def run(
     {system: {"rates": [...], "median": .., "min": .., "max": .., "enqueue": [seconds,
     ...], "pages": [...], "load": [...], "wal": [...], "checkpoints": [...]}} (pages:
     ours only, the heap pages of the drained runs, per round; load: the 1-minute load
-    average as each drain started; wal, checkpoints: the cluster's WAL bytes written and
-    checkpoints begun from the enqueue to the last job done)."""
+    average as each drain started; wal, checkpoints: timed_drain's)."""
     with sigterm_interrupts(), tempfile.TemporaryDirectory(prefix="scrinalia-drain-") as tmp:
         drains = systems(dsns, n, versions, history if only is None else 0, lambda: Path(tmp))
         names = [k for k in drains if only is None or k in only]
         out: dict = {
             name: {"rates": [], "pages": [], "enqueue": [], "load": [], "wal": [], "checkpoints": []} for name in names
         }
-        mark_dsn = next(iter(dsns.values()))  # (the cluster's figures: any of its databases)
         for r in range(rounds):
             # each round starts at a different system: whatever the one before leaves
             # (autovacuum, a checkpoint, cold caches) does not always fall on the same one
@@ -306,14 +304,10 @@ def run(
             for name in names[k:] + names[:k]:
                 # the 1-minute load as it starts
                 out[name]["load"].append(machine.await_quiet() if quiet else machine.load())
-                wal, checkpoints = machine.wal_mark(mark_dsn)
                 got = drains[name]()
-                wal_after, checkpoints_after = machine.wal_mark(mark_dsn)
-                out[name]["wal"].append(wal_after - wal)
-                out[name]["checkpoints"].append(checkpoints_after - checkpoints)
                 print(f"  round {r + 1}/{rounds}: {name}: {got['rate']:,.0f} jobs/s", flush=True)
                 out[name]["rates"].append(got["rate"])
-                for key in ("pages", "enqueue"):
+                for key in ("pages", "enqueue", "wal", "checkpoints"):
                     if key in got:
                         out[name][key].append(got[key])
     for f in out.values():

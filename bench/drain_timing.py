@@ -8,10 +8,12 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NamedTuple
 
 from scrinalia_workers.testkit.procs import Proc
 from scrinalia_workers.testkit.waiting import wait_for
 
+from . import machine
 from .common import check, conn, now
 
 POLL = 0.01
@@ -21,14 +23,32 @@ POLL = 0.01
 SETTLE = 1.0
 
 
-def timed_drain(dsn: str, make_visible, live_sql: str, done_sql: str, workers_alive) -> tuple[float, float]:
+class Drained(NamedTuple):
+    seconds: float  # from the enqueue's return to the last job done
+    enqueue: float  # the enqueue's own seconds
+    wal: float  # the cluster's WAL bytes written from the enqueue to the last job done
+    checkpoints: int  # the checkpoints begun meanwhile
+
+    def figures(self, n: int) -> dict:
+        """A drain's figures for the rounds (bench/drain_bench.py run()) of n jobs."""
+        return {
+            "rate": n / self.seconds,
+            "elapsed": self.seconds,
+            "enqueue": self.enqueue,
+            "wal": self.wal,
+            "checkpoints": self.checkpoints,
+        }
+
+
+def timed_drain(dsn: str, make_visible, live_sql: str, done_sql: str, workers_alive) -> Drained:
     """Runs make_visible(conn) (the system's enqueue API: one commit that makes the N
     jobs visible) and times from its return until done_sql is true. While live_sql
     (does a job still wait or run?) is true, only it is polled: it reads the system's
     index of live jobs, so the poll costs the same however much history the table
     holds; done_sql (the count of the N done) is read once nothing is live. Each system
-    is polled this way. Returns (the drain's seconds, the enqueue's): make_visible may
-    return its own call's seconds (without its connecting), else its whole call counts."""
+    is polled this way. The enqueue's seconds: make_visible may return its own call's
+    (without its connecting), else its whole call counts. The WAL and checkpoints
+    from the enqueue on, after each system's own set-up (ours seeds its workers)."""
     with conn(dsn) as c:
 
         def finished() -> bool:
@@ -37,11 +57,19 @@ def timed_drain(dsn: str, make_visible, live_sql: str, done_sql: str, workers_al
                 check(workers_alive(), "a worker process exited before the jobs were done")
             return done
 
+        wal, checkpoints = machine.wal_mark(dsn)
         t0 = now()
         took = make_visible(c)
         t1 = now()
         wait_for(finished, timeout=600, interval=POLL, what="the jobs done")
-        return now() - t1, (took if isinstance(took, float) else t1 - t0)
+        seconds = now() - t1
+        wal_after, checkpoints_after = machine.wal_mark(dsn)
+        return Drained(
+            seconds,
+            took if isinstance(took, float) else t1 - t0,
+            wal_after - wal,
+            checkpoints_after - checkpoints,
+        )
 
 
 def await_sessions(dsn: str, sql: str, k: int, what: str, watch: list[Proc] | None = None) -> None:

@@ -106,7 +106,8 @@ def run(dsn_for, quick: bool = False, admin_dsn: str | None = None, durable: boo
             "Both started and settled before the commit: their sessions idle in pg_stat_activity (ours in its "
             "idle wait; each graphile-worker process's LISTEN sent, after run() returned and its local queue's "
             f"first fetch came back empty), then {SETTLE:g} s more.",
-            "WAL: the cluster's WAL written from each enqueue to its drain's end, per job, and the checkpoints "
+            "WAL: the cluster's WAL written from each enqueue (after the system's own set-up: ours seeds its "
+            "workers) to its drain's end, per job, and the checkpoints "
             f"begun meanwhile (the {rounds} rounds' total, ours / graphile-worker): a checkpoint during a durable drain "
             "costs it the checkpoint's writes and a full-page image at each page's next first change.",
             "Timed alike: t0 when the enqueue commit returned; done when a 10 ms poll through the system's index "

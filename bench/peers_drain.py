@@ -1,8 +1,8 @@
 """The peers' drains, timed as bench/drain_bench.py times ours: N_WORKERS worker
 processes started, connected and idle; N no-op jobs made visible by one commit of the
 system's own enqueue API (that call timed too); then the time until the database says
-all N are done. Each returns {"rate", "elapsed", "enqueue"} (enqueue: the seconds of
-the enqueue call that made the N jobs visible)."""
+all N are done. Each returns Drained.figures() (bench/drain_timing.py: the rate, the
+seconds, the enqueue call's seconds, the WAL and checkpoints meanwhile)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def pgqueuer_drain(dsn: str, n: int, config: str) -> dict:
     vacuum_analyze(dsn, "pgqueuer", "pgqueuer_log")
     driver = peers.PGQUEUER[config][0]
     done_sql = f"SELECT count(*) = {int(n)} FROM pgqueuer_log WHERE status = 'successful'"
-    elapsed, enq = _with_processes(
+    d = _with_processes(
         peers.pgqueuer_worker,
         dsn,
         f"pgqueuer {config}",
@@ -72,7 +72,7 @@ def pgqueuer_drain(dsn: str, n: int, config: str) -> dict:
             "SELECT count(*), count(DISTINCT job_id) FROM pgqueuer_log WHERE status = 'successful'"
         ).fetchone()
     check(done == n == distinct, f"pgqueuer: {done} successes for {distinct} jobs, expected {n}")
-    return {"rate": n / elapsed, "elapsed": elapsed, "enqueue": enq}
+    return d.figures(n)
 
 
 # --- procrastinate ----------------------------------------------------------------
@@ -97,7 +97,7 @@ def procrastinate_drain(dsn: str, n: int, config: str) -> dict:
         c.execute("TRUNCATE procrastinate_jobs, procrastinate_events RESTART IDENTITY CASCADE")
     vacuum_analyze(dsn, "procrastinate_jobs", "procrastinate_events")
     done_sql = f"SELECT count(*) = {int(n)} FROM procrastinate_jobs WHERE status = 'succeeded'"
-    elapsed, enq = _with_processes(
+    d = _with_processes(
         peers.procrastinate_worker,
         dsn,
         f"procrastinate {config}",
@@ -111,7 +111,7 @@ def procrastinate_drain(dsn: str, n: int, config: str) -> dict:
             "GROUP BY job_id HAVING count(*) > 1) x"
         ).fetchone()[0]
     check(twice == 0, f"procrastinate: {twice} jobs started twice")
-    return {"rate": n / elapsed, "elapsed": elapsed, "enqueue": enq}
+    return d.figures(n)
 
 
 # --- graphile-worker --------------------------------------------------------------
@@ -134,7 +134,7 @@ def graphile_drain(dsn: str, n: int, config: str, logdir: Path) -> dict:
         # idle in pg_stat_activity, or a process could miss the jobs' notification and
         # sleep until its next poll while the others drain its share
         await_sessions(dsn, peers_graphile.LISTENING, N_WORKERS, "graphile-worker", watch=procs.started)
-        elapsed, enq = timed_drain(
+        d = timed_drain(
             dsn,
             lambda c: peers_graphile.fill(c, n),
             peers_graphile.LIVE,
@@ -145,4 +145,4 @@ def graphile_drain(dsn: str, n: int, config: str, logdir: Path) -> dict:
     check(all(c == 0 for c in codes), f"graphile-worker: exit codes {codes}")
     counts = peers_graphile.done_counts(logs)
     check(sum(counts) == n, f"graphile-worker: its processes ran {counts} jobs, expected {n} in all")
-    return {"rate": n / elapsed, "elapsed": elapsed, "enqueue": enq}
+    return d.figures(n)
