@@ -57,13 +57,13 @@ def timed_drain(dsn: str, make_visible, live_sql: str, done_sql: str, workers_al
                 check(workers_alive(), "a worker process exited before the jobs were done")
             return done
 
-        wal, checkpoints = machine.wal_mark(dsn)
+        wal, checkpoints = machine.wal_mark(c)
         t0 = now()
         took = make_visible(c)
         t1 = now()
         wait_for(finished, timeout=600, interval=POLL, what="the jobs done")
         seconds = now() - t1
-        wal_after, checkpoints_after = machine.wal_mark(dsn)
+        wal_after, checkpoints_after = machine.wal_mark(c)
         return Drained(
             seconds,
             took if isinstance(took, float) else t1 - t0,

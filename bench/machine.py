@@ -9,6 +9,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 
+import psycopg
+
 from .common import conn
 
 # A figure taken above this 1-minute load average (on the benchmark's 2 shared cores)
@@ -40,15 +42,15 @@ def await_quiet(
     return now
 
 
-def wal_mark(dsn: str) -> tuple[float, int]:
-    """The cluster's WAL written so far (bytes) and its checkpoints so far, to take the
-    difference across a drain (pg_stat_checkpointer from PostgreSQL 17 on)."""
-    with conn(dsn) as c:
-        lsn = float(c.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')").fetchone()[0])
-        if c.execute("SELECT to_regclass('pg_catalog.pg_stat_checkpointer') IS NOT NULL").fetchone()[0]:
-            done = c.execute("SELECT num_timed + num_requested FROM pg_stat_checkpointer").fetchone()[0]
-        else:
-            done = c.execute("SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter").fetchone()[0]
+def wal_mark(c: psycopg.Connection) -> tuple[float, int]:
+    """The cluster's WAL written so far (bytes) and its checkpoints so far, read on an
+    open connection, to take the difference across a drain (pg_stat_checkpointer from
+    PostgreSQL 17 on)."""
+    lsn = float(c.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')").fetchone()[0])
+    if c.info.server_version >= 170000:
+        done = c.execute("SELECT num_timed + num_requested FROM pg_stat_checkpointer").fetchone()[0]
+    else:
+        done = c.execute("SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter").fetchone()[0]
     return lsn, int(done)
 
 
